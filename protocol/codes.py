@@ -1,0 +1,72 @@
+"""Request and response codes: Apache RocketMQ's values, plus the project's admin range (9000-9099)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class RequestCode(enum.IntEnum):
+    SEND_MESSAGE = 10
+    PULL_MESSAGE = 11
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    NOTIFY_CONSUMER_IDS_CHANGED = 40
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
+    REGISTER_BROKER = 103
+    UNREGISTER_BROKER = 104
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_CONSUMER_CONNECTION_LIST = 203
+    SEND_MESSAGE_V2 = 310
+    # The project's own admin and fault-injection commands (9000-9099, see README).
+    ADMIN_FAULT_ADD = 9000
+    ADMIN_FAULT_CLEAR = 9001
+    ADMIN_FAULT_LIST = 9002
+    ADMIN_POLICY_SET = 9003
+    ADMIN_BROKER_STATUS = 9004
+
+
+class ResponseCode(enum.IntEnum):
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_NOT_EXIST = 24
+    SUBSCRIPTION_NOT_LATEST = 25
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    INVALID_PARAMETER = 29
+    CONSUMER_NOT_ONLINE = 206
+    FLOW_CONTROL = 215
+
+
+ADMIN_CODE_RANGE = range(9000, 9100)
+
+
+class Flag(enum.IntFlag):
+    RESPONSE = 1
+    ONEWAY = 2
+
+
+def code_name(code: int, *, response: bool) -> str:
+    """Readable name of a code for logs; unknown codes print as their number."""
+    enum_cls: type[enum.IntEnum] = ResponseCode if response else RequestCode
+    try:
+        return enum_cls(code).name
+    except ValueError:
+        return str(code)

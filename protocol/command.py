@@ -1,0 +1,221 @@
+"""The command codec (sans-IO): length-prefixed msgpack frames per PROTOCOL.md, and typed field access.
+
+Nothing here touches a socket: ``FrameDecoder`` is fed bytes and returns commands, ``encode_frame``
+returns bytes. The remoting layer moves them.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgpack
+
+from protocol.codes import Flag, ResponseCode
+from protocol.model import WireError
+
+DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+PROTOCOL_VERSION: Final = 1
+OPAQUE_MAX: Final = 2**31 - 1
+
+_LEN = struct.Struct(">I")
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Final = _Required()
+
+
+class FrameError(Exception):
+    """The peer sent a frame or payload that is not a valid command: the connection must be closed."""
+
+
+class InvalidParameter(WireError):
+    """A request field is missing or has the wrong type; answered with INVALID_PARAMETER."""
+
+
+class CommandError(Exception):
+    """Raised by a request handler to answer with ``code`` and ``remark``."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = int(code)
+        self.remark = remark
+
+
+def _typed(mapping: Any, name: str, where: str, default: Any, check: Any, typename: str) -> Any:
+    label = f"{where}.{name}" if where else name
+    if not isinstance(mapping, dict):
+        raise InvalidParameter(where or name, "expected a map")
+    value = mapping.get(name)
+    if value is None:
+        if default is REQUIRED:
+            raise InvalidParameter(label, "missing")
+        return default
+    if not check(value):
+        raise InvalidParameter(label, f"expected {typename}, got {type(value).__name__}")
+    return value
+
+
+def field_int(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
+    return _typed(
+        mapping, name, where, default, lambda v: isinstance(v, int) and not isinstance(v, bool), "int"
+    )
+
+
+def field_str(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
+    return _typed(mapping, name, where, default, lambda v: isinstance(v, str), "str")
+
+
+def field_bool(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
+    return _typed(mapping, name, where, default, lambda v: isinstance(v, bool), "bool")
+
+
+def field_list(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
+    return _typed(mapping, name, where, default, lambda v: isinstance(v, list), "array")
+
+
+def field_map(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
+    return _typed(mapping, name, where, default, lambda v: isinstance(v, dict), "map")
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext: dict[str, Any] = field(default_factory=dict)
+    body: Any = None
+    version: int = PROTOCOL_VERSION
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & Flag.RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & Flag.ONEWAY) and not self.is_response
+
+    @classmethod
+    def request(
+        cls, code: int, ext: dict[str, Any] | None = None, body: Any = None, *, oneway: bool = False
+    ) -> RemotingCommand:
+        return cls(int(code), 0, Flag.ONEWAY if oneway else 0, None, dict(ext or {}), body)
+
+    def response(
+        self,
+        code: int = ResponseCode.SUCCESS,
+        remark: str | None = None,
+        ext: dict[str, Any] | None = None,
+        body: Any = None,
+    ) -> RemotingCommand:
+        return RemotingCommand(int(code), self.opaque, int(Flag.RESPONSE), remark, dict(ext or {}), body)
+
+    # Typed access to header fields; a wrong type is INVALID_PARAMETER naming the field.
+    def ext_int(self, name: str, default: Any = REQUIRED) -> Any:
+        return field_int(self.ext, name, "", default)
+
+    def ext_str(self, name: str, default: Any = REQUIRED) -> Any:
+        return field_str(self.ext, name, "", default)
+
+    def ext_bool(self, name: str, default: Any = REQUIRED) -> Any:
+        return field_bool(self.ext, name, "", default)
+
+    def body_map(self) -> dict[str, Any]:
+        if not isinstance(self.body, dict):
+            raise InvalidParameter("body", "expected a map" if self.body is not None else "missing")
+        return self.body
+
+    def to_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"code": self.code, "opaque": self.opaque, "flag": self.flag}
+        if self.version != PROTOCOL_VERSION:
+            payload["version"] = self.version
+        if self.remark is not None:
+            payload["remark"] = self.remark
+        if self.ext:
+            payload["ext"] = self.ext
+        if self.body is not None:
+            payload["body"] = self.body
+        return payload
+
+
+_EXT_VALUE_TYPES = (str, int, float, bool, type(None))
+
+
+def decode_payload(payload: bytes) -> RemotingCommand:
+    """Decode one frame's payload; raises FrameError when it is not a valid command (PROTOCOL.md)."""
+    try:
+        obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise FrameError(f"payload is not msgpack: {exc.__class__.__name__}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise FrameError(f"payload is a {type(obj).__name__}, not a map")
+    code = obj.get("code")
+    opaque = obj.get("opaque")
+    if not isinstance(code, int) or isinstance(code, bool):
+        raise FrameError("command has no int 'code'")
+    if not isinstance(opaque, int) or isinstance(opaque, bool):
+        raise FrameError("command has no int 'opaque'")
+    ext = obj.get("ext", {})
+    if ext is None:
+        ext = {}
+    if not isinstance(ext, dict):
+        raise FrameError("'ext' is not a map")
+    flag = obj.get("flag", 0)
+    if not isinstance(flag, int) or isinstance(flag, bool):
+        flag = 0
+    version = obj.get("version", PROTOCOL_VERSION)
+    if not isinstance(version, int) or isinstance(version, bool):
+        version = PROTOCOL_VERSION
+    remark = obj.get("remark")
+    if remark is not None and not isinstance(remark, str):
+        remark = str(remark)
+    # ext keys must be strings; values of other types are kept and rejected by typed access later.
+    clean_ext = {str(k): v for k, v in ext.items()}
+    return RemotingCommand(code, opaque, flag, remark, clean_ext, obj.get("body"), version)
+
+
+def encode_payload(cmd: RemotingCommand) -> bytes:
+    return msgpack.packb(cmd.to_payload(), use_bin_type=True)
+
+
+def encode_frame(cmd: RemotingCommand) -> bytes:
+    payload = encode_payload(cmd)
+    return _LEN.pack(len(payload)) + payload
+
+
+class FrameDecoder:
+    """Incremental decoder: ``feed`` bytes, get complete commands."""
+
+    __slots__ = ("_buf", "max_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[RemotingCommand]:
+        self._buf += data
+        out: list[RemotingCommand] = []
+        buf = self._buf
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            (length,) = _LEN.unpack_from(buf, pos)
+            if length == 0 or length > self.max_frame_bytes:
+                raise FrameError(f"frame length {length} outside 1..{self.max_frame_bytes}")
+            if n - pos - 4 < length:
+                break
+            out.append(decode_payload(bytes(buf[pos + 4 : pos + 4 + length])))
+            pos += 4 + length
+        if pos:
+            del buf[:pos]
+        return out
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)

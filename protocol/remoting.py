@@ -1,0 +1,514 @@
+"""Remoting over asyncio: a server that dispatches requests by code and can push requests to its
+clients, and a client with one reconnecting connection per address.
+
+Both ends use the same ``Connection`` (an asyncio Protocol): it decodes frames, resolves responses by
+``opaque``, and runs incoming requests concurrently, at most ``max_inflight`` per connection (reading
+pauses beyond that, which pushes back on the peer instead of queueing without bound).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from protocol.codes import Flag, ResponseCode, code_name
+from protocol.command import (
+    DEFAULT_MAX_FRAME_BYTES,
+    OPAQUE_MAX,
+    CommandError,
+    FrameDecoder,
+    FrameError,
+    RemotingCommand,
+    encode_frame,
+)
+from protocol.model import WireError
+
+_log = logging.getLogger("protocol.remoting")
+
+Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+ConnectionCallback = Callable[["Connection"], None]
+
+_WRITE_HIGH_WATER = 4 * 1024 * 1024
+_conn_ids = itertools.count(1)
+
+
+class RemotingError(Exception):
+    """A request could not be completed at the transport level."""
+
+
+class RemotingConnectionError(RemotingError):
+    """The connection could not be made, or closed before the response came."""
+
+
+class RemotingTimeoutError(RemotingError, TimeoutError):
+    """No response within the timeout."""
+
+
+class _Dispatcher:
+    """Maps request codes to handlers and turns handler outcomes into responses."""
+
+    def __init__(self, log: Any = None) -> None:
+        self.handlers: dict[int, Handler] = {}
+        self.default_handler: Handler | None = None
+        self.log = log
+
+    def register(self, code: int, handler: Handler) -> None:
+        self.handlers[int(code)] = handler
+
+    async def handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        handler = self.handlers.get(cmd.code, self.default_handler)
+        try:
+            if handler is None:
+                resp = cmd.response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {cmd.code} not supported"
+                )
+            else:
+                resp = await handler(conn, cmd)
+        except WireError as exc:  # includes InvalidParameter
+            resp = cmd.response(ResponseCode.INVALID_PARAMETER, str(exc))
+        except CommandError as exc:
+            resp = cmd.response(exc.code, exc.remark)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._report(f"handler for {code_name(cmd.code, response=False)} failed", exc)
+            resp = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if resp is None:
+            return None
+        resp.opaque = cmd.opaque
+        resp.flag = (resp.flag | Flag.RESPONSE) & ~Flag.ONEWAY
+        return resp
+
+    def _report(self, msg: str, exc: BaseException) -> None:
+        if self.log is not None:
+            self.log.error(msg, error=repr(exc))
+        else:
+            _log.exception(msg, exc_info=exc)
+
+
+class Connection(asyncio.Protocol):
+    """One TCP connection carrying commands both ways."""
+
+    def __init__(
+        self,
+        dispatcher: _Dispatcher,
+        *,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_inflight: int = 256,
+        on_open: Callable[[Connection], None] | None = None,
+        on_close: Callable[[Connection], None] | None = None,
+        log: Any = None,
+    ) -> None:
+        self.id = next(_conn_ids)
+        self.attrs: dict[str, Any] = {}
+        self.remote_addr = ""
+        self.local_addr = ""
+        self.closed = False
+        self._dispatcher = dispatcher
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._max_inflight = max_inflight
+        self._inflight = 0
+        self._reading_paused = False
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._opaque = itertools.count(1)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._on_open = on_open
+        self._on_close = on_close
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._write_paused = False
+        self._log = log
+        self.closed_future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # -- asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        self.remote_addr = _fmt_addr(peer)
+        self.local_addr = _fmt_addr(sock)
+        transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
+        if self._on_open is not None:
+            self._on_open(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self._decoder.feed(data)
+        except FrameError as exc:
+            self._warn("closing connection after a bad frame", reason=str(exc))
+            self.close()
+            return
+        for cmd in commands:
+            if cmd.is_response:
+                fut = self._pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+                continue
+            self._start_request(cmd)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._transport = None
+        err = RemotingConnectionError(f"connection to {self.remote_addr} closed")
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._pending.clear()
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_result(None)
+        self._drain_waiters.clear()
+        if not self.closed_future.done():
+            self.closed_future.set_result(None)
+        if self._on_close is not None:
+            try:
+                self._on_close(self)
+            except Exception:  # a callback must not break the transport's teardown
+                _log.exception("connection-closed callback failed")
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_result(None)
+        self._drain_waiters.clear()
+
+    # -- requests from the peer -------------------------------------------------------------------
+    def _start_request(self, cmd: RemotingCommand) -> None:
+        self._inflight += 1
+        if self._inflight >= self._max_inflight and not self._reading_paused and self._transport:
+            self._reading_paused = True
+            self._transport.pause_reading()
+        task = asyncio.get_running_loop().create_task(self._run_request(cmd))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_request(self, cmd: RemotingCommand) -> None:
+        try:
+            resp = await self._dispatcher.handle(self, cmd)
+            if resp is not None and not cmd.is_oneway:
+                self._write(resp)
+        finally:
+            self._inflight -= 1
+            if self._reading_paused and self._inflight < self._max_inflight // 2 and self._transport:
+                self._reading_paused = False
+                self._transport.resume_reading()
+
+    # -- sending ----------------------------------------------------------------------------------
+    def _write(self, cmd: RemotingCommand) -> None:
+        if self._transport is None or self._transport.is_closing():
+            raise RemotingConnectionError(f"connection to {self.remote_addr} is closed")
+        self._transport.write(encode_frame(cmd))
+
+    def send_response(self, resp: RemotingCommand) -> bool:
+        """Write a response produced outside a handler (e.g. a long-poll answered later)."""
+        try:
+            self._write(resp)
+            return True
+        except RemotingConnectionError:
+            return False
+
+    async def _drain(self) -> None:
+        if self._write_paused and not self.closed:
+            w: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(w)
+            await w
+
+    def _next_opaque(self) -> int:
+        op = next(self._opaque)
+        if op > OPAQUE_MAX:
+            self._opaque = itertools.count(1)
+            op = next(self._opaque)
+        return op
+
+    async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Send a request and wait for its response."""
+        cmd.opaque = self._next_opaque()
+        cmd.flag = cmd.flag & ~(Flag.ONEWAY | Flag.RESPONSE)
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[cmd.opaque] = fut
+        try:
+            self._write(cmd)
+            await self._drain()
+            async with asyncio.timeout(timeout_s):
+                return await fut
+        except TimeoutError:
+            raise RemotingTimeoutError(
+                f"{code_name(cmd.code, response=False)} to {self.remote_addr} "
+                f"timed out after {timeout_s:.3f}s"
+            ) from None
+        finally:
+            self._pending.pop(cmd.opaque, None)
+
+    async def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        cmd.opaque = self._next_opaque()
+        cmd.flag = (cmd.flag | Flag.ONEWAY) & ~Flag.RESPONSE
+        self._write(cmd)
+        await self._drain()
+
+    def close(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self.closed_future)
+
+    def cancel_requests(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+
+    def _warn(self, msg: str, **kv: Any) -> None:
+        if self._log is not None:
+            self._log.warning(msg, peer=self.remote_addr, **kv)
+        else:
+            _log.warning("%s peer=%s %s", msg, self.remote_addr, kv)
+
+    def __repr__(self) -> str:
+        return f"<Connection #{self.id} {self.remote_addr}>"
+
+
+def _fmt_addr(addr: Any) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host = addr[0]
+        return f"[{host}]:{addr[1]}" if ":" in str(host) else f"{host}:{addr[1]}"
+    return str(addr or "")
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """'host:port' (or '[v6]:port') -> (host, port); ValueError with a clear message otherwise."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address {addr!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class RemotingServer:
+    """Listens, dispatches requests by code, tracks connections."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_inflight: int = 256,
+        log: Any = None,
+    ) -> None:
+        self.host = host
+        self._port = port
+        self.max_frame_bytes = max_frame_bytes
+        self.max_inflight = max_inflight
+        self._dispatcher = _Dispatcher(log)
+        self._server: asyncio.Server | None = None
+        self.connections: set[Connection] = set()
+        self._opened: list[ConnectionCallback] = []
+        self._closed: list[ConnectionCallback] = []
+        self._log = log
+
+    def register(self, code: int, handler: Handler) -> None:
+        self._dispatcher.register(code, handler)
+
+    def set_default_handler(self, handler: Handler) -> None:
+        self._dispatcher.default_handler = handler
+
+    def on_connection_opened(self, cb: ConnectionCallback) -> None:
+        self._opened.append(cb)
+
+    def on_connection_closed(self, cb: ConnectionCallback) -> None:
+        self._closed.append(cb)
+
+    def _conn_opened(self, conn: Connection) -> None:
+        self.connections.add(conn)
+        for cb in self._opened:
+            cb(conn)
+
+    def _conn_closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        for cb in self._closed:
+            try:
+                cb(conn)
+            except Exception:
+                _log.exception("connection-closed callback failed")
+
+    def _make_protocol(self) -> Connection:
+        return Connection(
+            self._dispatcher,
+            max_frame_bytes=self.max_frame_bytes,
+            max_inflight=self.max_inflight,
+            on_open=self._conn_opened,
+            on_close=self._conn_closed,
+            log=self._log,
+        )
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._make_protocol, self.host, self._port, reuse_address=True
+        )
+        sock = self._server.sockets[0]
+        self._port = sock.getsockname()[1]
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self._port}"
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        conns = list(self.connections)
+        for conn in conns:
+            conn.cancel_requests()
+            conn.close()
+        for conn in conns:
+            try:
+                async with asyncio.timeout(2):
+                    await conn.wait_closed()
+            except TimeoutError:
+                conn.abort()
+        if self._server is not None:
+            try:
+                async with asyncio.timeout(2):
+                    await self._server.wait_closed()
+            except TimeoutError:
+                pass
+            self._server = None
+
+
+class RemotingClient:
+    """Client side: one connection per address, made on demand and re-made after it closed."""
+
+    def __init__(
+        self,
+        *,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_inflight: int = 256,
+        connect_timeout_s: float = 3.0,
+        log: Any = None,
+    ) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self.max_inflight = max_inflight
+        self.connect_timeout_s = connect_timeout_s
+        self._dispatcher = _Dispatcher(log)
+        self._conns: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self._closed_cbs: list[Callable[[str], None]] = []
+        self._opened_cbs: list[Callable[[str], None]] = []
+        self._log = log
+        self._shut = False
+
+    def register(self, code: int, handler: Handler) -> None:
+        self._dispatcher.register(code, handler)
+
+    def on_connection_closed(self, cb: Callable[[str], None]) -> None:
+        self._closed_cbs.append(cb)
+
+    def on_connection_opened(self, cb: Callable[[str], None]) -> None:
+        self._opened_cbs.append(cb)
+
+    def connected(self, addr: str) -> bool:
+        conn = self._conns.get(addr)
+        return conn is not None and not conn.closed
+
+    async def connection(self, addr: str) -> Connection:
+        if self._shut:
+            raise RemotingConnectionError("client is closed")
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        pending = self._connecting.get(addr)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        self._connecting[addr] = fut
+        try:
+            conn = await self._connect(addr)
+            fut.set_result(conn)
+            return conn
+        except BaseException as exc:
+            fut.set_exception(exc if isinstance(exc, Exception) else RemotingConnectionError("cancelled"))
+            fut.exception()  # mark retrieved: waiters get it through shield
+            raise
+        finally:
+            self._connecting.pop(addr, None)
+
+    async def _connect(self, addr: str) -> Connection:
+        try:
+            host, port = split_addr(addr)
+        except ValueError as exc:
+            raise RemotingConnectionError(str(exc)) from None
+        loop = asyncio.get_running_loop()
+
+        def on_close(conn: Connection) -> None:
+            if self._conns.get(addr) is conn:
+                del self._conns[addr]
+            for cb in self._closed_cbs:
+                try:
+                    cb(addr)
+                except Exception:
+                    _log.exception("connection-closed callback failed")
+
+        def factory() -> Connection:
+            return Connection(
+                self._dispatcher,
+                max_frame_bytes=self.max_frame_bytes,
+                max_inflight=self.max_inflight,
+                on_close=on_close,
+                log=self._log,
+            )
+
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                _, conn = await loop.create_connection(factory, host, port)
+        except TimeoutError:
+            raise RemotingConnectionError(f"connect to {addr} timed out") from None
+        except OSError as exc:
+            raise RemotingConnectionError(f"connect to {addr} failed: {exc}") from None
+        self._conns[addr] = conn
+        for cb in self._opened_cbs:
+            try:
+                cb(addr)
+            except Exception:
+                _log.exception("connection-opened callback failed")
+        return conn
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        conn = await self.connection(addr)
+        return await conn.invoke(cmd, timeout_s)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        conn = await self.connection(addr)
+        await conn.invoke_oneway(cmd)
+
+    def close_connection(self, addr: str) -> None:
+        conn = self._conns.pop(addr, None)
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        self._shut = True
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for conn in conns:
+            conn.cancel_requests()
+            conn.close()
+        for conn in conns:
+            try:
+                async with asyncio.timeout(2):
+                    await conn.wait_closed()
+            except TimeoutError:
+                conn.abort()

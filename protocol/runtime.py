@@ -1,0 +1,359 @@
+"""What every role's process shares: event log, clocks, the time scale, CLI flags and the loop runner."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TextIO
+
+import structlog
+
+# --------------------------------------------------------------------------------------------------
+# Clocks: wall time for event timestamps, monotonic time for durations inside a process.
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+    def monotonic_ms(self) -> int: ...
+
+
+class SystemClock:
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def monotonic_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
+
+
+class ManualClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self._now = start_ms
+        self._mono = 0
+
+    def now_ms(self) -> int:
+        return self._now
+
+    def monotonic_ms(self) -> int:
+        return self._mono
+
+    def advance(self, ms: int) -> None:
+        self._now += ms
+        self._mono += ms
+
+
+class TimeScale:
+    """Multiplies every interval and timeout of a process (0.05 runs the 20 s rebalance every second)."""
+
+    def __init__(self, factor: float = 1.0) -> None:
+        if not factor > 0:
+            raise ValueError(f"time scale must be > 0, got {factor}")
+        self.factor = float(factor)
+
+    def seconds(self, ms: float) -> float:
+        return ms * self.factor / 1000.0
+
+    def ms(self, ms: float) -> int:
+        return max(0, round(ms * self.factor))
+
+    def __repr__(self) -> str:
+        return f"TimeScale({self.factor})"
+
+
+# --------------------------------------------------------------------------------------------------
+# Event log: structlog-rendered JSON lines, written by a background thread so the loop never blocks.
+
+
+class _LineWriter:
+    """Appends lines to a file from a daemon thread; ``flush`` waits until everything queued is written."""
+
+    _STOP = object()
+
+    def __init__(self, path: str | None, stream: TextIO | None = None) -> None:
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._path = path
+        self._stream = stream
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name="event-log-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, line: str) -> None:
+        self._q.put(line)
+
+    def _run(self) -> None:
+        # The file is owned by this thread for its whole life.
+        fh: TextIO = open(self._path, "a", encoding="utf-8") if self._path else (self._stream or sys.stderr)  # noqa: SIM115
+        try:
+            while True:
+                item = self._q.get()
+                batch = [item]
+                while True:
+                    try:
+                        batch.append(self._q.get_nowait())
+                    except queue.Empty:
+                        break
+                stop = False
+                for it in batch:
+                    if it is self._STOP:
+                        stop = True
+                    elif isinstance(it, threading.Event):
+                        fh.flush()
+                        it.set()
+                    else:
+                        fh.write(it)
+                        fh.write("\n")
+                fh.flush()
+                if stop:
+                    return
+        finally:
+            if self._path:
+                fh.close()
+
+    def flush(self, timeout: float = 5.0) -> None:
+        ev = threading.Event()
+        self._q.put(ev)
+        ev.wait(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        if self._thread.is_alive():
+            self._q.put(self._STOP)
+            self._thread.join(timeout)
+
+
+class _QueueLogger:
+    """structlog 'logger' whose output goes to a _LineWriter."""
+
+    def __init__(self, writer: _LineWriter | None) -> None:
+        self._writer = writer
+
+    def msg(self, line: str) -> None:
+        if self._writer is not None:
+            self._writer.put(line)
+
+    info = warning = error = debug = critical = exception = log = msg
+
+
+def _json_dumps(obj: Any, **_: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+class EventLog:
+    """Structured events per EVENTS.md: one JSON object per line with ts_ms, event, node and role.
+
+    ``emit`` is for events the pipeline may read; ``info``/``warning``/``error`` write ``event="log"``
+    lines for humans. Without a path, output is readable console text on stderr.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        role: str,
+        path: str | None = None,
+        *,
+        clock: Clock | None = None,
+        console: bool | None = None,
+        stream: TextIO | None = None,
+        _discard: bool = False,
+    ) -> None:
+        self.node = node
+        self.role = role
+        self.path = path
+        self.clock: Clock = clock or SystemClock()
+        self._writer = None if _discard else _LineWriter(path, stream)
+        self._closed = False
+
+        def stamp(_: Any, __: str, ev: dict[str, Any]) -> dict[str, Any]:
+            ev.setdefault("ts_ms", self.clock.now_ms())
+            ev["node"] = self.node
+            ev["role"] = self.role
+            return ev
+
+        renderer: Any
+        as_console = console if console is not None else (path is None)
+        if as_console:
+            renderer = structlog.dev.ConsoleRenderer(colors=False, sort_keys=False)
+        else:
+            renderer = structlog.processors.JSONRenderer(serializer=_json_dumps)
+        self._log = structlog.wrap_logger(
+            _QueueLogger(self._writer), processors=[stamp, renderer], cache_logger_on_first_use=True
+        )
+
+    @classmethod
+    def null(cls, node: str = "test", role: str = "test") -> EventLog:
+        return cls(node, role, None, _discard=True)
+
+    def emit(self, event: str, **fields: Any) -> None:
+        if not self._closed:
+            self._log.msg(event, **fields)
+
+    def _text(self, level: str, msg: str, kv: dict[str, Any]) -> None:
+        if not self._closed:
+            self._log.msg("log", level=level, msg=msg, **kv)
+
+    def debug(self, msg: str, **kv: Any) -> None:
+        self._text("debug", msg, kv)
+
+    def info(self, msg: str, **kv: Any) -> None:
+        self._text("info", msg, kv)
+
+    def warning(self, msg: str, **kv: Any) -> None:
+        self._text("warning", msg, kv)
+
+    def error(self, msg: str, **kv: Any) -> None:
+        self._text("error", msg, kv)
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._writer is not None:
+                self._writer.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI helpers shared by every role.
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def port_number(text: str) -> int:
+    value = non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0..65535, got {text}")
+    return value
+
+
+def host_port(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return text
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """The flags every role shares: --node, --log-file, --time-scale."""
+    parser.add_argument(
+        "--node", default=None, help="this process's name in the cluster (event field 'node')"
+    )
+    parser.add_argument(
+        "--log-file", default=None, help="write events as JSON lines to this file (default: console)"
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=positive_float,
+        default=1.0,
+        help="multiply every interval and timeout by X (0.05 = 20x faster); default 1",
+    )
+
+
+def announce_ready(text: str) -> None:
+    """Print the readiness line supervisors wait for."""
+    sys.stdout.write(f"READY {text}\n" if text else "READY\n")
+    sys.stdout.flush()
+
+
+def run_async_main(main: Callable[[], Awaitable[int | None]]) -> int:
+    """Run ``main`` on uvloop when available; SIGTERM/SIGINT cancel it so it can shut down gracefully."""
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # uvloop is optional at run time
+        loop_factory = None
+
+    async def wrapper() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, task.cancel)
+            except (NotImplementedError, RuntimeError):
+                pass
+        try:
+            rc = await main()
+        except asyncio.CancelledError:
+            return 0
+        return int(rc or 0)
+
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        try:
+            return runner.run(wrapper())
+        except KeyboardInterrupt:
+            return 130
+
+
+# --------------------------------------------------------------------------------------------------
+# Client identity (RocketMQ's format: ip@instanceName).
+
+
+def new_instance_name() -> str:
+    """``pid#monotonic-ns``: unique per process even when every container's pid is 1."""
+    return f"{os.getpid()}#{time.monotonic_ns()}{time.time_ns() % 1_000_000:06d}"
+
+
+_local_ip: str | None = None
+
+
+def local_ip() -> str:
+    global _local_ip
+    if _local_ip is None:
+        ip = "127.0.0.1"
+        try:
+            for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+                cand = str(info[4][0])
+                if not cand.startswith("127."):
+                    ip = cand
+                    break
+        except OSError:
+            pass
+        _local_ip = ip
+    return _local_ip
+
+
+def build_client_id(instance_name: str | None = None) -> str:
+    return f"{local_ip()}@{instance_name or new_instance_name()}"

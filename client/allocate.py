@@ -1,0 +1,607 @@
+"""RocketMQ's queue allocation strategies, returning exactly what the Java classes return.
+
+Every consumer of a group computes its own share from the same sorted ``mq_all`` and ``cid_all``; if two
+implementations differ by one queue, that queue is consumed twice or not at all. The classes below therefore
+follow ``org.apache.rocketmq.client.consumer.rebalance`` queue for queue and in the same order, including the
+odd cases (fewer queues than consumers, a client missing from ``cid_all`` → empty list, duplicate ids,
+consistent-hash collisions where the later ring entry wins, zero virtual nodes).
+
+Where RocketMQ throws IllegalArgumentException (or NullPointerException for a missing argument) these
+raise ``ValueError`` with a clear message.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from protocol.model import MessageQueue
+
+__all__ = [
+    "DEFAULT_VIRTUAL_NODE_CNT",
+    "STRATEGY_NAMES",
+    "AllocateMachineRoomNearby",
+    "AllocateMessageQueueAveragely",
+    "AllocateMessageQueueAveragelyByCircle",
+    "AllocateMessageQueueByConfig",
+    "AllocateMessageQueueByMachineRoom",
+    "AllocateMessageQueueConsistentHash",
+    "AllocateMessageQueueStrategy",
+    "HashFunction",
+    "MachineRoomResolver",
+    "PrefixMachineRoomResolver",
+    "StaticMachineRoomResolver",
+    "allocate_all",
+    "get_strategy",
+    "java_split",
+    "java_string_key",
+    "md5_hash",
+    "mq_sort_key",
+    "mq_to_string",
+    "sort_cid_all",
+    "sort_mq_all",
+]
+
+DEFAULT_VIRTUAL_NODE_CNT = 10
+_LONG_MIN = -(1 << 63)
+_LONG_MAX = (1 << 63) - 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Java semantics the strategies depend on
+
+
+def java_string_key(s: str) -> bytes:
+    """Sort key giving Java's ``String.compareTo`` order (UTF-16 code units).
+
+    Python compares code points, which differs from Java for characters outside the BMP; big-endian
+    UTF-16 bytes compare exactly like Java's code units (lone surrogates pass through as Java keeps them).
+    """
+    return s.encode("utf-16-be", "surrogatepass")
+
+
+def mq_sort_key(mq: MessageQueue) -> tuple[bytes, bytes, int]:
+    """``MessageQueue.compareTo``: topic, then broker name (Java string order), then queue id."""
+    return (java_string_key(mq.topic), java_string_key(mq.broker_name), mq.queue_id)
+
+
+def sort_mq_all(mq_all: Iterable[MessageQueue]) -> list[MessageQueue]:
+    """``mq_all`` sorted as RebalanceImpl sorts it before allocating."""
+    items = list(mq_all)
+    _check_mqs(items, "mq_all")
+    return sorted(items, key=mq_sort_key)
+
+
+def sort_cid_all(cid_all: Iterable[str]) -> list[str]:
+    """``cid_all`` sorted as RebalanceImpl sorts it (Java string order); duplicates are kept."""
+    items = list(cid_all)
+    _check_cids(items, "cid_all")
+    return sorted(items, key=java_string_key)
+
+
+def java_split(s: str, sep: str) -> list[str]:
+    """Java's ``String.split`` for a literal one-character separator: trailing empty parts are dropped.
+
+    ``"a@"`` → ``["a"]``, ``"@"`` → ``[]``, ``"@b"`` → ``["", "b"]``, and ``""`` → ``[""]`` (no match
+    keeps the input).
+    """
+    if sep not in s:
+        return [s]
+    parts = s.split(sep)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
+def mq_to_string(mq: MessageQueue) -> str:
+    """``MessageQueue.toString()``, the key the consistent-hash strategy routes by."""
+    return f"MessageQueue [topic={mq.topic}, brokerName={mq.broker_name}, queueId={mq.queue_id}]"
+
+
+def md5_hash(key: str) -> int:
+    """RocketMQ's default ring hash: the first 4 bytes of MD5(UTF-8 key) as an unsigned big-endian int.
+
+    Java encodes an unpaired surrogate as ``?``; ``errors="replace"`` does the same.
+    """
+    digest = hashlib.md5(key.encode("utf-8", "replace"), usedforsecurity=False).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Interfaces
+
+
+@runtime_checkable
+class AllocateMessageQueueStrategy(Protocol):
+    """RocketMQ's AllocateMessageQueueStrategy: ``name`` is ``getName()``."""
+
+    @property
+    def name(self) -> str: ...
+
+    def allocate(
+        self,
+        consumer_group: str,
+        current_cid: str,
+        mq_all: Sequence[MessageQueue],
+        cid_all: Sequence[str],
+    ) -> list[MessageQueue]: ...
+
+
+@runtime_checkable
+class MachineRoomResolver(Protocol):
+    """Tells AllocateMachineRoomNearby which room a broker's queue and a client are deployed in."""
+
+    def broker_deploy_in(self, mq: MessageQueue) -> str: ...
+
+    def consumer_deploy_in(self, client_id: str) -> str: ...
+
+
+@runtime_checkable
+class HashFunction(Protocol):
+    """A custom ring hash for AllocateMessageQueueConsistentHash (Java's ``long hash(String)``)."""
+
+    def hash(self, key: str) -> int: ...
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Argument checks
+
+
+def _check_mqs(mqs: Sequence[Any], what: str) -> None:
+    for i, mq in enumerate(mqs):
+        if not isinstance(mq, MessageQueue):
+            raise ValueError(f"{what}[{i}] is not a MessageQueue: {mq!r}")
+
+
+def _check_cids(cids: Sequence[Any], what: str) -> None:
+    for i, cid in enumerate(cids):
+        if not isinstance(cid, str):
+            raise ValueError(f"{what}[{i}] is not a client id string: {cid!r}")
+
+
+def _as_sequence(value: Any, what: str) -> Sequence[Any]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ValueError(f"{what} must be a list, got {type(value).__name__}")
+    return value
+
+
+class _AbstractStrategy:
+    """AbstractAllocateMessageQueueStrategy: the common argument check."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    @staticmethod
+    def _check(current_cid: Any, mq_all: Any, cid_all: Any) -> bool:
+        """Raise for bad arguments; False when ``current_cid`` is not in ``cid_all`` (RocketMQ logs a bug)."""
+        if current_cid is None or current_cid == "":
+            raise ValueError("currentCID is empty")
+        if not isinstance(current_cid, str):
+            raise ValueError(f"currentCID must be a string, got {type(current_cid).__name__}")
+        if mq_all is None or (isinstance(mq_all, Sequence) and len(mq_all) == 0):
+            raise ValueError("mqAll is null or mqAll empty")
+        _check_mqs(_as_sequence(mq_all, "mqAll"), "mqAll")
+        if cid_all is None or (isinstance(cid_all, Sequence) and len(cid_all) == 0):
+            raise ValueError("cidAll is null or cidAll empty")
+        _check_cids(_as_sequence(cid_all, "cidAll"), "cidAll")
+        return current_cid in cid_all
+
+
+class AllocateMessageQueueAveragely(_AbstractStrategy):
+    """AVG: contiguous blocks; the first ``len(mq_all) % len(cid_all)`` clients get one extra queue."""
+
+    name = "AVG"
+
+    def allocate(
+        self,
+        consumer_group: str,
+        current_cid: str,
+        mq_all: Sequence[MessageQueue],
+        cid_all: Sequence[str],
+    ) -> list[MessageQueue]:
+        if not self._check(current_cid, mq_all, cid_all):
+            return []
+        index = list(cid_all).index(current_cid)
+        n, c = len(mq_all), len(cid_all)
+        mod = n % c
+        bigger = mod > 0 and index < mod
+        if n <= c:  # noqa: SIM108 - kept in RocketMQ's shape
+            average = 1
+        else:
+            average = n // c + 1 if bigger else n // c
+        start = index * average if bigger else index * average + mod
+        count = min(average, n - start)
+        return [mq_all[start + i] for i in range(count)]
+
+
+class AllocateMessageQueueAveragelyByCircle(_AbstractStrategy):
+    """AVG_BY_CIRCLE: round robin, client ``i`` gets queues ``i, i + n, i + 2n, ...``."""
+
+    name = "AVG_BY_CIRCLE"
+
+    def allocate(
+        self,
+        consumer_group: str,
+        current_cid: str,
+        mq_all: Sequence[MessageQueue],
+        cid_all: Sequence[str],
+    ) -> list[MessageQueue]:
+        if not self._check(current_cid, mq_all, cid_all):
+            return []
+        index = list(cid_all).index(current_cid)
+        return [mq_all[i] for i in range(index, len(mq_all), len(cid_all))]
+
+
+class AllocateMessageQueueByConfig(_AbstractStrategy):
+    """CONFIG: every client gets the configured list, whatever the group (RocketMQ does no check here)."""
+
+    name = "CONFIG"
+
+    def __init__(self, message_queue_list: Sequence[MessageQueue]) -> None:
+        if message_queue_list is None:
+            raise ValueError("message_queue_list is required for CONFIG")
+        items = list(_as_sequence(message_queue_list, "message_queue_list"))
+        _check_mqs(items, "message_queue_list")
+        self.message_queue_list: tuple[MessageQueue, ...] = tuple(items)
+
+    def __repr__(self) -> str:
+        return f"AllocateMessageQueueByConfig({[mq.short for mq in self.message_queue_list]!r})"
+
+    def allocate(
+        self,
+        consumer_group: str,
+        current_cid: str,
+        mq_all: Sequence[MessageQueue],
+        cid_all: Sequence[str],
+    ) -> list[MessageQueue]:
+        return list(self.message_queue_list)
+
+
+class AllocateMessageQueueByMachineRoom(_AbstractStrategy):
+    """MACHINE_ROOM: only brokers named ``room@broker`` whose room is in ``consumer_idcs`` are shared out.
+
+    The broker name is split like Java's ``split("@")`` (trailing empty parts dropped) and must give exactly
+    two parts, so ``"room@broker@"`` counts and ``"room@"`` or ``"a@b@c"`` do not. Each client gets a block of
+    ``len(selected) // len(cid_all)`` queues, and the first ``len(selected) % len(cid_all)`` clients one more
+    from the tail.
+    """
+
+    name = "MACHINE_ROOM"
+
+    def __init__(self, consumer_idcs: Iterable[str]) -> None:
+        if consumer_idcs is None:
+            raise ValueError("consumer_idcs is required for MACHINE_ROOM")
+        if isinstance(consumer_idcs, (str, bytes)) or not isinstance(consumer_idcs, Iterable):
+            raise ValueError("consumer_idcs must be a collection of room names, not a single string")
+        idcs = list(consumer_idcs)
+        for room in idcs:
+            if not isinstance(room, str):
+                raise ValueError(f"consumer_idcs holds a non-string room {room!r}")
+        self.consumer_idcs: frozenset[str] = frozenset(idcs)
+
+    def __repr__(self) -> str:
+        return f"AllocateMessageQueueByMachineRoom({sorted(self.consumer_idcs)!r})"
+
+    def allocate(
+        self,
+        consumer_group: str,
+        current_cid: str,
+        mq_all: Sequence[MessageQueue],
+        cid_all: Sequence[str],
+    ) -> list[MessageQueue]:
+        if not self._check(current_cid, mq_all, cid_all):
+            return []
+        index = list(cid_all).index(current_cid)
+        selected = []
+        for mq in mq_all:
+            parts = java_split(mq.broker_name, "@")
+            if len(parts) == 2 and parts[0] in self.consumer_idcs:
+                selected.append(mq)
+        c = len(cid_all)
+        block, rem = divmod(len(selected), c)
+        start = block * index
+        result = selected[start : start + block]
+        if rem > index:
+            result.append(selected[index + block * c])
+        return result
+
+
+class AllocateMachineRoomNearby(_AbstractStrategy):
+    """MACHINE_ROOM_NEARBY-<inner>: a room's queues go to the clients of that room; the queues of rooms
+    without any client are shared by all clients, one inner allocation per room.
+
+    Rooms are visited in Java string order (RocketMQ's TreeMap). The resolver must answer a non-empty
+    string for every queue and client; anything else is a ``ValueError``.
+    """
+
+    def __init__(self, strategy: AllocateMessageQueueStrategy, resolver: MachineRoomResolver) -> None:
+        if strategy is None:
+            raise ValueError("allocateMessageQueueStrategy is null")
+        if resolver is None:
+            raise ValueError("machineRoomResolver is null")
+        if not callable(getattr(strategy, "allocate", None)) or not isinstance(
+            getattr(strategy, "name", None), str
+        ):
+            raise ValueError(f"inner strategy {strategy!r} has no allocate() and name")
+        if not callable(getattr(resolver, "broker_deploy_in", None)) or not callable(
+            getattr(resolver, "consumer_deploy_in", None)
+        ):
+            raise ValueError(f"resolver {resolver!r} needs broker_deploy_in(mq) and consumer_deploy_in(cid)")
+        self.strategy = strategy
+        self.resolver = resolver
+
+    @property
+    def name(self) -> str:
+        return f"MACHINE_ROOM_NEARBY-{self.strategy.name}"
+
+    def __repr__(self) -> str:
+        return f"AllocateMachineRoomNearby({self.strategy!r}, {self.resolver!r})"
+
+    @staticmethod
+    def _room(value: Any, what: str) -> str:
+        if not isinstance(value, str) or value == "":
+            shown = "empty" if value == "" else ("null" if value is None else f"not a string ({value!r})")
+            raise ValueError(f"Machine room is {shown} for {what}")
+        return value
+
+    def allocate(
+        self,
+        consumer_group: str,
+        current_cid: str,
+        mq_all: Sequence[MessageQueue],
+        cid_all: Sequence[str],
+    ) -> list[MessageQueue]:
+        if not self._check(current_cid, mq_all, cid_all):
+            return []
+        mr2mq: dict[str, list[MessageQueue]] = {}
+        for mq in mq_all:
+            room = self._room(self.resolver.broker_deploy_in(mq), f"mq {mq_to_string(mq)}")
+            mr2mq.setdefault(room, []).append(mq)
+        mr2c: dict[str, list[str]] = {}
+        for cid in cid_all:
+            room = self._room(self.resolver.consumer_deploy_in(cid), f"consumer id {cid}")
+            mr2c.setdefault(room, []).append(cid)
+
+        result: list[MessageQueue] = []
+        my_room = self._room(self.resolver.consumer_deploy_in(current_cid), f"consumer id {current_cid}")
+        mine = mr2mq.pop(my_room, None)
+        if mine:
+            # RocketMQ passes the room's client list as is; a resolver answering differently for the same id
+            # leaves it missing (Java then gets null and the inner check rejects it).
+            result.extend(self.strategy.allocate(consumer_group, current_cid, mine, mr2c.get(my_room, [])))
+        for room in sorted(mr2mq, key=java_string_key):
+            if room not in mr2c:  # no client in that room: every client shares its queues
+                result.extend(self.strategy.allocate(consumer_group, current_cid, mr2mq[room], cid_all))
+        return result
+
+
+class AllocateMessageQueueConsistentHash(_AbstractStrategy):
+    """CONSISTENT_HASH: a ring of ``virtual_node_cnt`` virtual nodes per client, rebuilt at every call.
+
+    Virtual node keys are ``f"{cid}-{replica}"``; a repeated client id continues the replica numbering after
+    the entries it already owns on the ring. Clients are added in ``cid_all`` order and a hash collision
+    replaces the earlier entry. A queue goes to the first ring entry whose hash is ``>=`` the hash of its
+    ``toString()`` (wrapping to the lowest); with 0 virtual nodes nobody gets anything.
+    """
+
+    name = "CONSISTENT_HASH"
+
+    def __init__(
+        self,
+        virtual_node_cnt: int = DEFAULT_VIRTUAL_NODE_CNT,
+        hash_function: HashFunction | Callable[[str], int] | None = None,
+    ) -> None:
+        if isinstance(virtual_node_cnt, bool) or not isinstance(virtual_node_cnt, int):
+            raise ValueError(f"virtual_node_cnt must be an int, got {virtual_node_cnt!r}")
+        if virtual_node_cnt < 0:
+            raise ValueError(f"illegal virtualNodeCnt :{virtual_node_cnt}")
+        if hash_function is None:
+            self._hash: Callable[[str], int] = md5_hash
+        elif callable(getattr(hash_function, "hash", None)):
+            self._hash = hash_function.hash  # type: ignore[union-attr]
+        elif callable(hash_function):
+            self._hash = hash_function
+        else:
+            raise ValueError(f"hash_function {hash_function!r} has no hash(key) method")
+        self.virtual_node_cnt = virtual_node_cnt
+        self.hash_function = hash_function
+
+    def __repr__(self) -> str:
+        extra = "" if self.hash_function is None else f", {self.hash_function!r}"
+        return f"AllocateMessageQueueConsistentHash({self.virtual_node_cnt}{extra})"
+
+    def _hash_of(self, key: str) -> int:
+        h = self._hash(key)
+        # Java's HashFunction returns a long; anything else cannot be placed on the ring.
+        if isinstance(h, bool) or not isinstance(h, int) or not _LONG_MIN <= h <= _LONG_MAX:
+            raise ValueError(f"hash function returned {h!r} for {key!r}; expected a signed 64-bit int")
+        return h
+
+    def ring(self, cid_all: Sequence[str]) -> dict[int, str]:
+        """The ring as ``{hash: client id}`` after adding ``cid_all`` in order (ConsistentHashRouter)."""
+        ring: dict[int, str] = {}
+        owned: dict[str, int] = {}
+        for cid in cid_all:
+            existing = owned.get(cid, 0)
+            for i in range(self.virtual_node_cnt):
+                h = self._hash_of(f"{cid}-{i + existing}")
+                previous = ring.get(h)
+                if previous is not None:
+                    owned[previous] -= 1
+                ring[h] = cid
+                owned[cid] = owned.get(cid, 0) + 1
+        return ring
+
+    def allocate(
+        self,
+        consumer_group: str,
+        current_cid: str,
+        mq_all: Sequence[MessageQueue],
+        cid_all: Sequence[str],
+    ) -> list[MessageQueue]:
+        if not self._check(current_cid, mq_all, cid_all):
+            return []
+        ring = self.ring(cid_all)
+        if not ring:
+            return []
+        keys = sorted(ring)
+        result = []
+        for mq in mq_all:
+            pos = bisect.bisect_left(keys, self._hash_of(mq_to_string(mq)))  # tailMap is inclusive
+            owner = ring[keys[pos] if pos < len(keys) else keys[0]]
+            if owner == current_cid:
+                result.append(mq)
+        return result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Machine room resolvers
+
+
+class PrefixMachineRoomResolver:
+    """Default resolver: the room is the text before the first ``'@'`` or ``'-'``, whichever comes first.
+
+    ``"room1@broker-a"`` → ``room1``, ``"IDC1-brokerName"`` → ``IDC1``, ``"IDC1-CID-0"`` → ``IDC1``; a name
+    with neither character is its own room. A name starting with one of them resolves to ``""``, which the
+    strategy rejects with ``ValueError``. Note that a RocketMQ client id ``ip@instance`` resolves to its ip.
+    """
+
+    separators = ("@", "-")
+
+    @classmethod
+    def room_of(cls, name: str) -> str:
+        cut = len(name)
+        for sep in cls.separators:
+            pos = name.find(sep)
+            if pos >= 0:
+                cut = min(cut, pos)
+        return name[:cut]
+
+    def broker_deploy_in(self, mq: MessageQueue) -> str:
+        return self.room_of(mq.broker_name)
+
+    def consumer_deploy_in(self, client_id: str) -> str:
+        return self.room_of(client_id)
+
+    def __repr__(self) -> str:
+        return "PrefixMachineRoomResolver()"
+
+
+class StaticMachineRoomResolver:
+    """A resolver from explicit maps: broker name → room and client id → room (``""`` when unknown)."""
+
+    def __init__(self, broker_rooms: Mapping[str, str], consumer_rooms: Mapping[str, str]) -> None:
+        self.broker_rooms = dict(broker_rooms)
+        self.consumer_rooms = dict(consumer_rooms)
+
+    def broker_deploy_in(self, mq: MessageQueue) -> str:
+        return self.broker_rooms.get(mq.broker_name, "")
+
+    def consumer_deploy_in(self, client_id: str) -> str:
+        return self.consumer_rooms.get(client_id, "")
+
+    def __repr__(self) -> str:
+        return f"StaticMachineRoomResolver({self.broker_rooms!r}, {self.consumer_rooms!r})"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Registry
+
+STRATEGY_NAMES: tuple[str, ...] = (
+    "AVG",
+    "AVG_BY_CIRCLE",
+    "CONSISTENT_HASH",
+    "CONFIG",
+    "MACHINE_ROOM",
+    "MACHINE_ROOM_NEARBY",
+)
+
+_NEARBY = "MACHINE_ROOM_NEARBY"
+
+
+def _no_options(name: str, options: Mapping[str, Any]) -> None:
+    if options:
+        raise ValueError(f"strategy {name} takes no options, got {', '.join(sorted(options))}")
+
+
+def _pop_options(name: str, options: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"strategy {name} does not take {', '.join(unknown)} (options: {', '.join(allowed) or 'none'})"
+        )
+    return options
+
+
+def get_strategy(name: str, **options: Any) -> AllocateMessageQueueStrategy:
+    """A strategy by its RocketMQ name (case-insensitive).
+
+    Options: ``CONSISTENT_HASH``: ``virtual_node_cnt`` (default 10), ``hash_function``;
+    ``CONFIG``: ``message_queue_list`` (required); ``MACHINE_ROOM``: ``consumer_idcs`` (required);
+    ``MACHINE_ROOM_NEARBY``: ``inner`` (a name or a strategy, default ``"AVG"``;
+    ``"MACHINE_ROOM_NEARBY-<inner>"`` names it too), ``resolver`` (default
+    :class:`PrefixMachineRoomResolver`); any other option goes to the inner strategy.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"strategy name must be a string, got {name!r}")
+    key = name.strip().upper()
+    if key.startswith(_NEARBY + "-"):
+        if "inner" in options:
+            raise ValueError(f"{name!r} already names the inner strategy; do not pass inner= as well")
+        options = {**options, "inner": key[len(_NEARBY) + 1 :]}
+        key = _NEARBY
+    if key == "AVG":
+        _no_options(key, options)
+        return AllocateMessageQueueAveragely()
+    if key == "AVG_BY_CIRCLE":
+        _no_options(key, options)
+        return AllocateMessageQueueAveragelyByCircle()
+    if key == "CONSISTENT_HASH":
+        opts = _pop_options(key, options, ("virtual_node_cnt", "hash_function"))
+        return AllocateMessageQueueConsistentHash(
+            opts.get("virtual_node_cnt", DEFAULT_VIRTUAL_NODE_CNT), opts.get("hash_function")
+        )
+    if key == "CONFIG":
+        opts = _pop_options(key, options, ("message_queue_list",))
+        if "message_queue_list" not in opts:
+            raise ValueError("strategy CONFIG needs message_queue_list (the queues every client takes)")
+        return AllocateMessageQueueByConfig(opts["message_queue_list"])
+    if key == "MACHINE_ROOM":
+        opts = _pop_options(key, options, ("consumer_idcs",))
+        if "consumer_idcs" not in opts:
+            raise ValueError(
+                "strategy MACHINE_ROOM needs consumer_idcs (the rooms of brokers named room@broker)"
+            )
+        return AllocateMessageQueueByMachineRoom(opts["consumer_idcs"])
+    if key == _NEARBY:
+        rest = dict(options)
+        inner = rest.pop("inner", "AVG")
+        resolver = rest.pop("resolver", None) or PrefixMachineRoomResolver()
+        if isinstance(inner, str):
+            if inner.strip().upper().startswith(_NEARBY):
+                raise ValueError("MACHINE_ROOM_NEARBY cannot wrap itself")
+            inner_strategy = get_strategy(inner, **rest)
+        else:
+            _no_options(f"{_NEARBY} with a strategy instance", rest)
+            inner_strategy = inner
+        return AllocateMachineRoomNearby(inner_strategy, resolver)
+    raise ValueError(f"unknown allocation strategy {name!r}; known: {', '.join(STRATEGY_NAMES)}")
+
+
+def allocate_all(
+    strategy: AllocateMessageQueueStrategy,
+    group: str,
+    mq_all: Iterable[MessageQueue],
+    cid_all: Iterable[str],
+) -> dict[str, list[MessageQueue]]:
+    """What every client of the group gets, each computed as RebalanceImpl does on that client.
+
+    ``mq_all`` and ``cid_all`` are sorted first (MessageQueue.compareTo and String order). The keys follow the
+    sorted ``cid_all``; a repeated id appears once. Raises ``ValueError`` for an empty ``mq_all`` or
+    ``cid_all`` (RocketMQ's strategies throw there and the round is skipped).
+    """
+    mqs = sort_mq_all(mq_all)
+    cids = sort_cid_all(cid_all)
+    return {cid: strategy.allocate(group, cid, mqs, cids) for cid in dict.fromkeys(cids)}

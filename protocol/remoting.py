@@ -9,10 +9,11 @@ pauses beyond that, which pushes back on the peer instead of queueing without bo
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from protocol.codes import Flag, ResponseCode, code_name
 from protocol.command import (
@@ -112,6 +113,7 @@ class Connection(asyncio.Protocol):
         self._max_inflight = max_inflight
         self._inflight = 0
         self._reading_paused = False
+        self._backlog: collections.deque[RemotingCommand] = collections.deque()
         self._transport: asyncio.Transport | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._opaque = itertools.count(1)
@@ -125,13 +127,13 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports do not subclass asyncio.Transport, so no isinstance check here.
+        self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         self.remote_addr = _fmt_addr(peer)
         self.local_addr = _fmt_addr(sock)
-        transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
+        self._transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
         if self._on_open is not None:
             self._on_open(self)
 
@@ -182,10 +184,14 @@ class Connection(asyncio.Protocol):
 
     # -- requests from the peer -------------------------------------------------------------------
     def _start_request(self, cmd: RemotingCommand) -> None:
+        if self._inflight >= self._max_inflight:
+            # Over the bound: park the request and stop reading, so the peer's sends back up.
+            self._backlog.append(cmd)
+            if not self._reading_paused and self._transport is not None:
+                self._reading_paused = True
+                self._transport.pause_reading()
+            return
         self._inflight += 1
-        if self._inflight >= self._max_inflight and not self._reading_paused and self._transport:
-            self._reading_paused = True
-            self._transport.pause_reading()
         task = asyncio.get_running_loop().create_task(self._run_request(cmd))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -194,10 +200,12 @@ class Connection(asyncio.Protocol):
         try:
             resp = await self._dispatcher.handle(self, cmd)
             if resp is not None and not cmd.is_oneway:
-                self._write(resp)
+                self.send_response(resp)
         finally:
             self._inflight -= 1
-            if self._reading_paused and self._inflight < self._max_inflight // 2 and self._transport:
+            if self._backlog and not self.closed:
+                self._start_request(self._backlog.popleft())
+            if self._reading_paused and not self._backlog and self._transport is not None:
                 self._reading_paused = False
                 self._transport.resume_reading()
 

@@ -1,0 +1,173 @@
+"""The frame codec and model types against PROTOCOL.md, without sockets."""
+
+from __future__ import annotations
+
+import struct
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import (
+    CommandError,
+    FrameDecoder,
+    FrameError,
+    InvalidParameter,
+    RemotingCommand,
+    encode_frame,
+    field_int,
+)
+from protocol.model import (
+    ConsumerData,
+    ConsumeType,
+    HeartbeatData,
+    Message,
+    MessageModel,
+    MessageQueue,
+    SubscriptionData,
+    WireError,
+    java_string_hash,
+)
+
+
+def frame(obj: object) -> bytes:
+    payload = msgpack.packb(obj, use_bin_type=True)
+    return struct.pack(">I", len(payload)) + payload
+
+
+def test_codes_have_rocketmq_values() -> None:
+    expected_requests = {
+        "SEND_MESSAGE": 10, "PULL_MESSAGE": 11, "QUERY_CONSUMER_OFFSET": 14, "UPDATE_CONSUMER_OFFSET": 15,
+        "UPDATE_AND_CREATE_TOPIC": 17, "SEARCH_OFFSET_BY_TIMESTAMP": 29, "GET_MAX_OFFSET": 30,
+        "GET_MIN_OFFSET": 31, "HEART_BEAT": 34, "UNREGISTER_CLIENT": 35, "CONSUMER_SEND_MSG_BACK": 36,
+        "GET_CONSUMER_LIST_BY_GROUP": 38, "NOTIFY_CONSUMER_IDS_CHANGED": 40, "LOCK_BATCH_MQ": 41,
+        "UNLOCK_BATCH_MQ": 42, "REGISTER_BROKER": 103, "UNREGISTER_BROKER": 104,
+        "GET_ROUTEINFO_BY_TOPIC": 105, "GET_CONSUMER_CONNECTION_LIST": 203,
+    }  # fmt: skip
+    for name, value in expected_requests.items():
+        assert RequestCode[name] == value
+    expected_responses = {
+        "SUCCESS": 0, "SYSTEM_ERROR": 1, "SYSTEM_BUSY": 2, "REQUEST_CODE_NOT_SUPPORTED": 3,
+        "MESSAGE_ILLEGAL": 13, "SERVICE_NOT_AVAILABLE": 14, "NO_PERMISSION": 16, "TOPIC_NOT_EXIST": 17,
+        "PULL_NOT_FOUND": 19, "PULL_RETRY_IMMEDIATELY": 20, "PULL_OFFSET_MOVED": 21, "QUERY_NOT_FOUND": 22,
+        "SUBSCRIPTION_NOT_EXIST": 24, "SUBSCRIPTION_NOT_LATEST": 25, "SUBSCRIPTION_GROUP_NOT_EXIST": 26,
+        "INVALID_PARAMETER": 29, "CONSUMER_NOT_ONLINE": 206,
+    }  # fmt: skip
+    for name, value in expected_responses.items():
+        assert ResponseCode[name] == value
+
+
+def test_round_trip_and_flags() -> None:
+    req = RemotingCommand.request(RequestCode.HEART_BEAT, {"a": 1, "b": "x"}, {"k": b"\x00\x01"})
+    req.opaque = 7
+    (decoded,) = FrameDecoder().feed(encode_frame(req))
+    assert decoded == req
+    assert not decoded.is_response and not decoded.is_oneway
+    resp = decoded.response(ResponseCode.SYSTEM_ERROR, "nope")
+    assert resp.opaque == 7 and resp.is_response and resp.remark == "nope"
+    oneway = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, oneway=True)
+    assert oneway.is_oneway
+    assert isinstance(FrameDecoder().feed(encode_frame(req))[0].body["k"], bytes)
+
+
+def test_optional_keys_default_and_unknown_keys_ignored() -> None:
+    (cmd,) = FrameDecoder().feed(frame({"code": 34, "opaque": 3, "whatever": [1, 2]}))
+    assert cmd.flag == 0 and cmd.version == 1 and cmd.ext == {} and cmd.body is None and cmd.remark is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        struct.pack(">I", 0),
+        struct.pack(">I", 1024 + 1),
+        frame([1, 2, 3]),
+        frame({"opaque": 1}),
+        frame({"code": "34", "opaque": 1}),
+        frame({"code": 34}),
+        frame({"code": 34, "opaque": True}),
+        frame({"code": 34, "opaque": 1, "ext": [1]}),
+        struct.pack(">I", 3) + b"\xc1\xc1\xc1",
+    ],
+    ids=["zero", "too-big", "array", "no-code", "str-code", "no-opaque", "bool-opaque", "ext-list", "junk"],
+)
+def test_invalid_frames_raise(data: bytes) -> None:
+    with pytest.raises(FrameError):
+        FrameDecoder(max_frame_bytes=1024).feed(data)
+
+
+@given(st.lists(st.binary(min_size=0, max_size=50), min_size=1, max_size=6), st.data())
+def test_decoder_reassembles_any_split(bodies: list[bytes], data: st.DataObject) -> None:
+    stream = b""
+    sent = []
+    for i, b in enumerate(bodies):
+        cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"i": i}, {"body": b})
+        cmd.opaque = i
+        sent.append(cmd)
+        stream += encode_frame(cmd)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=8)))
+    dec = FrameDecoder()
+    got: list[RemotingCommand] = []
+    prev = 0
+    for c in [*cuts, len(stream)]:
+        got += dec.feed(stream[prev:c])
+        prev = c
+    assert got == sent
+    assert dec.buffered == 0
+
+
+def test_typed_field_access_names_the_field() -> None:
+    cmd = RemotingCommand.request(14, {"queueId": "0", "topic": "T", "flag": 1})
+    with pytest.raises(InvalidParameter, match="queueId: expected int, got str"):
+        cmd.ext_int("queueId")
+    with pytest.raises(InvalidParameter, match="consumerGroup: missing"):
+        cmd.ext_str("consumerGroup")
+    with pytest.raises(InvalidParameter, match="flag: expected bool"):
+        cmd.ext_bool("flag")
+    assert cmd.ext_int("missing", default=5) == 5
+    with pytest.raises(InvalidParameter, match=r"x\.n: expected int, got bool"):
+        field_int({"n": True}, "n", "x")
+    with pytest.raises(InvalidParameter, match="body"):
+        cmd.body_map()
+    assert CommandError(17, "no topic").code == 17
+
+
+def test_message_queue_order_str_and_wire() -> None:
+    a0 = MessageQueue("T", "broker-a", 0)
+    a10 = MessageQueue("T", "broker-a", 10)
+    b2 = MessageQueue("T", "broker-b", 2)
+    s1 = MessageQueue("S", "broker-z", 99)
+    assert sorted([b2, a10, s1, a0]) == [s1, a0, a10, b2]
+    assert str(a10) == "MessageQueue [topic=T, brokerName=broker-a, queueId=10]"
+    assert MessageQueue.from_wire(a10.to_wire()) == a10
+    assert hash(a10) == hash(MessageQueue("T", "broker-a", 10))
+    assert a0.short == "broker-a:0"
+    with pytest.raises(WireError, match="queueId"):
+        MessageQueue.from_wire({"topic": "T", "brokerName": "b", "queueId": "1"})
+
+
+def test_subscription_and_heartbeat_wire() -> None:
+    assert java_string_hash("") == 0
+    assert java_string_hash("ab") == 97 * 31 + 98
+    assert java_string_hash("TagA") == 2598919  # "TagA".hashCode() in Java
+    sub = SubscriptionData.build("T", " tagA || tagB ", 5)
+    assert sub.tags_set == ["tagA", "tagB"] and sub.matches("tagA") and not sub.matches("tagC")
+    assert SubscriptionData.build("T", "*", 1).matches(None)
+    hb = HeartbeatData(
+        "1.2.3.4@1#2",
+        consumer_data_set=[ConsumerData("g", ConsumeType.CONSUME_PASSIVELY, MessageModel.CLUSTERING,
+                                        subscription_data_set=[sub])],
+    )  # fmt: skip
+    back = HeartbeatData.from_wire(hb.to_wire())
+    assert back == hb
+    bad = hb.to_wire()
+    bad["consumerDataSet"][0]["messageModel"] = "SOMETIMES"
+    with pytest.raises(WireError, match=r"consumerDataSet\[0\].messageModel"):
+        HeartbeatData.from_wire(bad)
+
+
+def test_message_wire() -> None:
+    m = Message("id", "T", "broker-a", 1, 5, b"x", "tagA", None, 1, 2, 0, {"k": "v"})
+    assert Message.from_wire(m.to_wire()) == m
+    assert m.queue == MessageQueue("T", "broker-a", 1)

@@ -1,0 +1,233 @@
+"""Remoting over real loopback sockets: dispatch, errors, pushes, concurrency, close callbacks."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import msgpack
+import pytest
+
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import CommandError, FrameDecoder, RemotingCommand, encode_frame
+from protocol.remoting import (
+    Connection,
+    RemotingClient,
+    RemotingConnectionError,
+    RemotingServer,
+    RemotingTimeoutError,
+)
+
+
+async def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    return cmd.response(body={"echo": cmd.body, "n": cmd.ext_int("n", default=0)})
+
+
+@pytest.fixture
+async def server():
+    srv = RemotingServer(max_frame_bytes=1 << 16)
+    srv.register(RequestCode.HEART_BEAT, echo)
+    await srv.start()
+    yield srv
+    await srv.close()
+
+
+@pytest.fixture
+async def client():
+    c = RemotingClient(connect_timeout_s=1.0)
+    yield c
+    await c.close()
+
+
+async def raw_request(addr: str, data: bytes, *, read: bool = True) -> list[RemotingCommand] | None:
+    host, port = addr.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(data)
+    await writer.drain()
+    out: list[RemotingCommand] | None = None
+    if read:
+        dec = FrameDecoder()
+        out = []
+        async with asyncio.timeout(2):
+            while not out:
+                chunk = await reader.read(65536)
+                if not chunk:
+                    break
+                out += dec.feed(chunk)
+    writer.close()
+    return out
+
+
+async def test_request_response_and_errors(server: RemotingServer, client: RemotingClient) -> None:
+    r = await client.invoke(server.address, RemotingCommand.request(34, {"n": 3}, [1, b"x"]), 2)
+    assert r.code == ResponseCode.SUCCESS and r.body == {"echo": [1, b"x"], "n": 3}
+    r = await client.invoke(server.address, RemotingCommand.request(34, {"n": "3"}), 2)
+    assert r.code == ResponseCode.INVALID_PARAMETER and "n" in (r.remark or "")
+    r = await client.invoke(server.address, RemotingCommand.request(7777), 2)
+    assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+
+async def test_handler_exceptions_become_responses(server: RemotingServer, client: RemotingClient) -> None:
+    async def boom(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        raise RuntimeError("kaput")
+
+    async def refuse(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        raise CommandError(ResponseCode.TOPIC_NOT_EXIST, "topic X not exist")
+
+    server.register(1, boom)
+    server.register(2, refuse)
+    r = await client.invoke(server.address, RemotingCommand.request(1), 2)
+    assert r.code == ResponseCode.SYSTEM_ERROR and "kaput" in (r.remark or "")
+    r = await client.invoke(server.address, RemotingCommand.request(2), 2)
+    assert (r.code, r.remark) == (ResponseCode.TOPIC_NOT_EXIST, "topic X not exist")
+
+
+async def test_slow_request_does_not_hold_up_the_next(server: RemotingServer, client: RemotingClient) -> None:
+    release = asyncio.Event()
+
+    async def slow(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await release.wait()
+        return cmd.response()
+
+    server.register(5, slow)
+    slow_call = asyncio.ensure_future(client.invoke(server.address, RemotingCommand.request(5), 5))
+    await asyncio.sleep(0.05)
+    fast = await client.invoke(server.address, RemotingCommand.request(34), 2)
+    assert fast.code == 0 and not slow_call.done()
+    release.set()
+    assert (await slow_call).code == 0
+
+
+async def test_inflight_bound_pushes_back() -> None:
+    srv = RemotingServer(max_inflight=2)
+    running = 0
+    peak = 0
+    gate = asyncio.Event()
+
+    async def slow(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await gate.wait()
+        running -= 1
+        return cmd.response()
+
+    srv.register(5, slow)
+    await srv.start()
+    cli = RemotingClient()
+    try:
+        calls = [
+            asyncio.ensure_future(cli.invoke(srv.address, RemotingCommand.request(5), 5)) for _ in range(6)
+        ]
+        await asyncio.sleep(0.2)
+        assert peak == 2
+        gate.set()
+        assert [c.code for c in await asyncio.gather(*calls)] == [0] * 6
+    finally:
+        await cli.close()
+        await srv.close()
+
+
+async def test_oneway_gets_no_response(server: RemotingServer) -> None:
+    got: list[int] = []
+
+    async def record(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        got.append(cmd.ext_int("n"))
+        return cmd.response()
+
+    server.register(15, record)
+    oneway = RemotingCommand.request(15, {"n": 1}, oneway=True)
+    oneway.opaque = 1
+    unknown_oneway = RemotingCommand.request(999, oneway=True)
+    unknown_oneway.opaque = 2
+    probe = RemotingCommand.request(34, {"n": 9})
+    probe.opaque = 3
+    out = await raw_request(
+        server.address, encode_frame(oneway) + encode_frame(unknown_oneway) + encode_frame(probe)
+    )
+    assert out is not None and [c.opaque for c in out] == [3]
+    assert got == [1]
+
+
+async def test_bad_frame_closes_only_that_connection(server: RemotingServer, client: RemotingClient) -> None:
+    assert (await client.invoke(server.address, RemotingCommand.request(34), 2)).code == 0
+    for bad in (struct.pack(">I", 0), struct.pack(">I", (1 << 16) + 1), b"\x00\x00\x00\x02\x92\x01"):
+        out = await raw_request(server.address, bad)
+        assert out == []  # closed without an answer
+    payload = msgpack.packb({"code": 34})
+    assert await raw_request(server.address, struct.pack(">I", len(payload)) + payload) == []
+    assert (await client.invoke(server.address, RemotingCommand.request(34, {"n": 1}), 2)).body["n"] == 1
+
+
+async def test_server_pushes_to_client_and_close_callbacks(server: RemotingServer) -> None:
+    opened: list[Connection] = []
+    closed_server: list[Connection] = []
+    closed_client: list[str] = []
+    notified: list[str] = []
+    server.on_connection_opened(opened.append)
+    server.on_connection_closed(closed_server.append)
+    cli = RemotingClient()
+    cli.on_connection_closed(closed_client.append)
+
+    async def on_notify(conn: Connection, cmd: RemotingCommand) -> None:
+        notified.append(cmd.ext_str("consumerGroup"))
+        return None
+
+    cli.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, on_notify)
+    await cli.invoke(server.address, RemotingCommand.request(34), 2)
+    assert len(opened) == 1
+    (conn,) = opened
+    await conn.invoke_oneway(RemotingCommand.request(40, {"consumerGroup": "g1"}))
+    for _ in range(50):
+        if notified:
+            break
+        await asyncio.sleep(0.01)
+    assert notified == ["g1"]
+    # server closes -> the client sees it, and the next call reconnects
+    conn.close()
+    await conn.wait_closed()
+    for _ in range(50):
+        if closed_client:
+            break
+        await asyncio.sleep(0.01)
+    assert closed_client == [server.address] and closed_server == [conn]
+    assert (await cli.invoke(server.address, RemotingCommand.request(34), 2)).code == 0
+    assert len(opened) == 2
+    await cli.close()
+    for _ in range(50):
+        if len(closed_server) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert len(closed_server) == 2
+
+
+async def test_timeout_and_connect_errors(server: RemotingServer, client: RemotingClient) -> None:
+    async def never(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await asyncio.sleep(10)
+        return cmd.response()
+
+    server.register(6, never)
+    with pytest.raises(RemotingTimeoutError):
+        await client.invoke(server.address, RemotingCommand.request(6), 0.1)
+    # the connection stays usable after a timeout
+    assert (await client.invoke(server.address, RemotingCommand.request(34), 2)).code == 0
+    srv2 = RemotingServer()
+    await srv2.start()
+    addr = srv2.address
+    await srv2.close()
+    with pytest.raises(RemotingConnectionError):
+        await client.invoke(addr, RemotingCommand.request(34), 1)
+    with pytest.raises(RemotingConnectionError):
+        await client.invoke("no-port", RemotingCommand.request(34), 1)
+
+
+async def test_pending_request_fails_when_connection_drops(
+    server: RemotingServer, client: RemotingClient
+) -> None:
+    async def drop(conn: Connection, cmd: RemotingCommand) -> None:
+        conn.close()
+        return None
+
+    server.register(8, drop)
+    with pytest.raises(RemotingConnectionError):
+        await client.invoke(server.address, RemotingCommand.request(8), 2)

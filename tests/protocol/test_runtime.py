@@ -1,0 +1,50 @@
+"""Shared runtime: event lines, time scale, CLI flags."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from protocol.runtime import EventLog, ManualClock, TimeScale, add_common_args, build_client_id
+
+
+def test_event_lines_have_required_fields(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "n.jsonl"
+    clock = ManualClock(1000)
+    log = EventLog("consumer-1", "consumer", str(path), clock=clock)
+    log.emit("mq_added", group="g", client_id="c", topic="T", broker="b", queue_id=1, next_offset=0)
+    clock.advance(5)
+    log.warning("pull failed", code=24)
+    log.close()
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines[0] == {
+        "ts_ms": 1000, "event": "mq_added", "node": "consumer-1", "role": "consumer", "group": "g",
+        "client_id": "c", "topic": "T", "broker": "b", "queue_id": 1, "next_offset": 0,
+    }  # fmt: skip
+    assert lines[1]["event"] == "log" and lines[1]["level"] == "warning" and lines[1]["ts_ms"] == 1005
+    log.emit("after_close")  # ignored, no crash
+
+
+def test_time_scale() -> None:
+    ts = TimeScale(0.05)
+    assert ts.seconds(20_000) == pytest.approx(1.0)
+    assert ts.ms(120_000) == 6000
+    with pytest.raises(ValueError):
+        TimeScale(0)
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "abc", "nan", "inf"])
+def test_common_args_reject_bad_time_scale(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    p = argparse.ArgumentParser()
+    add_common_args(p)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--time-scale", bad])
+    assert "--time-scale" in capsys.readouterr().err
+
+
+def test_client_ids_differ_per_call() -> None:
+    a, b = build_client_id(), build_client_id()
+    assert a != b and "@" in a and "#" in a.split("@", 1)[1]

@@ -13,7 +13,7 @@ import collections
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from protocol.codes import Flag, ResponseCode, code_name
 from protocol.command import (
@@ -30,6 +30,36 @@ from protocol.model import WireError
 _log = logging.getLogger("protocol.remoting")
 
 Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+class Codec(Protocol):
+    """Turns bytes into commands and back for one connection (stateful: it may remember requests).
+
+    The default is the msgpack framing of PROTOCOL.md; RocketMQ's own remoting format plugs in here
+    so the same handlers serve both.
+    """
+
+    def feed(self, data: bytes) -> list[RemotingCommand]: ...
+
+    def encode(self, cmd: RemotingCommand) -> bytes: ...
+
+
+class MsgpackCodec:
+    """PROTOCOL.md's framing: 4-byte length + msgpack map."""
+
+    __slots__ = ("_decoder",)
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._decoder = FrameDecoder(max_frame_bytes)
+
+    def feed(self, data: bytes) -> list[RemotingCommand]:
+        return self._decoder.feed(data)
+
+    def encode(self, cmd: RemotingCommand) -> bytes:
+        return encode_frame(cmd)
+
+
+CodecFactory = Callable[[int], Codec]
 ConnectionCallback = Callable[["Connection"], None]
 
 _WRITE_HIGH_WATER = 4 * 1024 * 1024
@@ -102,6 +132,7 @@ class Connection(asyncio.Protocol):
         on_open: Callable[[Connection], None] | None = None,
         on_close: Callable[[Connection], None] | None = None,
         log: Any = None,
+        codec: Codec | None = None,
     ) -> None:
         self.id = next(_conn_ids)
         self.attrs: dict[str, Any] = {}
@@ -109,7 +140,7 @@ class Connection(asyncio.Protocol):
         self.local_addr = ""
         self.closed = False
         self._dispatcher = dispatcher
-        self._decoder = FrameDecoder(max_frame_bytes)
+        self.codec: Codec = codec if codec is not None else MsgpackCodec(max_frame_bytes)
         self._max_inflight = max_inflight
         self._inflight = 0
         self._reading_paused = False
@@ -139,7 +170,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            commands = self._decoder.feed(data)
+            commands = self.codec.feed(data)
         except FrameError as exc:
             self._warn("closing connection after a bad frame", reason=str(exc))
             self.close()
@@ -213,7 +244,7 @@ class Connection(asyncio.Protocol):
     def _write(self, cmd: RemotingCommand) -> None:
         if self._transport is None or self._transport.is_closing():
             raise RemotingConnectionError(f"connection to {self.remote_addr} is closed")
-        self._transport.write(encode_frame(cmd))
+        self._transport.write(self.codec.encode(cmd))
 
     def send_response(self, resp: RemotingCommand) -> bool:
         """Write a response produced outside a handler (e.g. a long-poll answered later)."""
@@ -312,8 +343,10 @@ class RemotingServer:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_inflight: int = 256,
         log: Any = None,
+        codec_factory: CodecFactory | None = None,
     ) -> None:
         self.host = host
+        self.codec_factory: CodecFactory = codec_factory or MsgpackCodec
         self._port = port
         self.max_frame_bytes = max_frame_bytes
         self.max_inflight = max_inflight
@@ -329,6 +362,12 @@ class RemotingServer:
 
     def set_default_handler(self, handler: Handler) -> None:
         self._dispatcher.default_handler = handler
+
+    def share_handlers_with(self, other: RemotingServer) -> None:
+        """Serve ``other``'s handlers and connection callbacks (a second port with another codec)."""
+        self._dispatcher = other._dispatcher
+        self._opened = other._opened
+        self._closed = other._closed
 
     def on_connection_opened(self, cb: ConnectionCallback) -> None:
         self._opened.append(cb)
@@ -357,6 +396,7 @@ class RemotingServer:
             on_open=self._conn_opened,
             on_close=self._conn_closed,
             log=self._log,
+            codec=self.codec_factory(self.max_frame_bytes),
         )
 
     async def start(self) -> None:

@@ -1,0 +1,896 @@
+"""Experiment files: parse and validate a TOML experiment, and expand its nemesis schedule.
+
+Everything here is pure: no processes, no sockets, no clock. A bad file raises
+``ExperimentError`` whose message names the file, the line of the offending key and
+the problem, so nothing starts from a file that cannot run as written.
+
+Times in an experiment file (``duration``, ``at``, ``every``, ``for``, ``down``, latencies)
+are RocketMQ seconds: the lab runs them ``time_scale`` times faster on the wall clock,
+like every timer of the emulator. Rates (messages per second) are wall-clock rates.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+import re
+import tomllib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROCESS_ACTIONS = ("kill", "stop", "start", "restart", "pause", "resume")
+NETWORK_ACTIONS = ("latency", "blackhole", "reset", "heal")
+BROKER_ACTIONS = ("fault", "fault-clear", "policy")
+ACTIONS = PROCESS_ACTIONS + NETWORK_ACTIONS + BROKER_ACTIONS
+SELECTORS = ("random", "next", "all")
+ROLES = ("namesrv", "broker", "producer", "consumer")
+# The names the consumer accepts for --strategy (RocketMQ's AllocateMessageQueueStrategy names, shortened).
+KNOWN_STRATEGIES = (
+    "AVG",
+    "AVG_BY_CIRCLE",
+    "CONSISTENT_HASH",
+    "CONFIG",
+    "MACHINE_ROOM",
+    "MACHINE_ROOM_NEARBY",
+)
+CONSUME_FROM = ("first", "last", "timestamp")
+MAX_BROKERS = 26
+_MAX_BODY = 4 * 1024 * 1024
+NAMESRV_NODE = "namesrv"
+
+# Actions undone after `for` seconds, and by what.
+_UNDO = {
+    "pause": "resume",
+    "stop": "start",
+    "kill": "start",
+    "latency": "heal",
+    "blackhole": "heal",
+    "reset": "heal",
+}
+
+
+class ExperimentError(ValueError):
+    """One or more problems in an experiment file; ``problems`` holds (line, message) pairs."""
+
+    def __init__(self, source: str, problems: list[tuple[int | None, str]]) -> None:
+        self.source = source
+        self.problems = sorted(problems, key=lambda p: (p[0] or 0, p[1]))
+        lines = [f"{source}:{line}: {msg}" if line else f"{source}: {msg}" for line, msg in self.problems]
+        super().__init__("\n".join(lines))
+
+
+# --------------------------------------------------------------------------------------------
+# Where each key is written: a small scanner over the TOML text, good enough to point at a line.
+
+
+def _split_key(text: str) -> tuple[str, ...]:
+    parts: list[str] = []
+    buf = ""
+    quote = ""
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                buf += ch
+        elif ch in "\"'":
+            quote = ch
+        elif ch == ".":
+            parts.append(buf.strip())
+            buf = ""
+        else:
+            buf += ch
+    parts.append(buf.strip())
+    return tuple(parts)
+
+
+def _strip_comment(line: str) -> str:
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == "\\" and quote == '"':
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            return line[:i]
+    return line
+
+
+_TABLE_ARRAY = re.compile(r"^\[\[\s*(.+?)\s*\]\]$")
+_TABLE = re.compile(r"^\[\s*([^\[\]]+?)\s*\]$")
+_BARE_OR_QUOTED = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
+_KEY = re.compile(rf"^({_BARE_OR_QUOTED}(?:\s*\.\s*{_BARE_OR_QUOTED})*)\s*=")
+_INLINE_KEY = re.compile(r"[{,]\s*([A-Za-z0-9_-]+)\s*=")
+
+
+class KeyLines:
+    """Maps a key path such as ``("nemesis", 2, "target")`` to the line where it is written."""
+
+    def __init__(self, text: str) -> None:
+        self.lines: dict[tuple[Any, ...], int] = {}
+        counters: dict[tuple[Any, ...], int] = {}
+        current: tuple[Any, ...] = ()
+        depth = 0  # open brackets of a multi-line value
+        in_multiline = ""
+        for lineno, raw in enumerate(text.splitlines(), 1):
+            if in_multiline:
+                if in_multiline in raw:
+                    in_multiline = ""
+                continue
+            line = _strip_comment(raw).strip()
+            if depth > 0:
+                depth += line.count("[") + line.count("{") - line.count("]") - line.count("}")
+                continue
+            if not line:
+                continue
+            m = _TABLE_ARRAY.match(line)
+            if m:
+                parts = _split_key(m.group(1))
+                path = (*self._resolve(parts[:-1], counters), parts[-1])
+                idx = counters.get(path, 0)
+                counters[path] = idx + 1
+                current = (*path, idx)
+                self.lines.setdefault(path, lineno)
+                self.lines[current] = lineno
+                continue
+            m = _TABLE.match(line)
+            if m:
+                current = self._resolve(_split_key(m.group(1)), counters)
+                self.lines.setdefault(current, lineno)
+                continue
+            m = _KEY.match(line)
+            if not m:
+                continue
+            key = (*current, *_split_key(m.group(1)))
+            for i in range(len(current) + 1, len(key) + 1):
+                self.lines.setdefault(key[:i], lineno)
+            value = line[m.end() :].strip()
+            for quote in ('"""', "'''"):
+                if value.startswith(quote) and value.count(quote) == 1:
+                    in_multiline = quote
+            if not in_multiline:
+                depth = value.count("[") + value.count("{") - value.count("]") - value.count("}")
+                depth = max(depth, 0)
+            for inner in _INLINE_KEY.finditer(value):
+                self.lines.setdefault((*key, inner.group(1)), lineno)
+
+    @staticmethod
+    def _resolve(path: tuple[str, ...], counters: dict[tuple[Any, ...], int]) -> tuple[Any, ...]:
+        # [a.b] under [[a]] belongs to the latest element of the array a
+        out: tuple[Any, ...] = ()
+        for part in path:
+            out = (*out, part)
+            if out in counters:
+                out = (*out, counters[out] - 1)
+        return out
+
+    def line_of(self, path: Iterable[Any]) -> int | None:
+        p = tuple(path)
+        while p:
+            if p in self.lines:
+                return self.lines[p]
+            p = p[:-1]
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# The validated model
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    queues: int  # in total, spread evenly over the brokers
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    group: str
+    topic: str
+    count: int
+    strategy: str
+    orderly: bool
+    broadcast: bool
+    consume_ms: int
+    consume_from: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    rate: float  # messages per wall-clock second, per producer
+    count: int  # messages per producer
+    size: int  # payload bytes
+    topics: tuple[str, ...]
+    producers: int  # producer processes per topic
+    start: float  # lab seconds after the cluster is up
+    nodes: tuple[tuple[str, str], ...]  # (node, topic)
+
+
+@dataclass(frozen=True)
+class Policies:
+    notify_on_channel_expired: bool = False
+    release_locks_on_close: bool = False
+
+    def broker_flags(self) -> list[str]:
+        flags = []
+        if self.notify_on_channel_expired:
+            flags.append("--notify-on-channel-expired")
+        if self.release_locks_on_close:
+            flags.append("--release-locks-on-close")
+        return flags
+
+
+@dataclass(frozen=True)
+class NemesisSpec:
+    index: int  # 1-based position in the file
+    line: int | None
+    action: str
+    target: str  # a node name or "<role>:<selector>"
+    group: str | None
+    at: tuple[float, ...]
+    every: float | None
+    start: float | None
+    until: float | None
+    times: int | None
+    random_count: int | None
+    for_s: float | None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node: str
+    role: str
+    group: str | None = None
+    topic: str | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One nemesis action of the expanded schedule, at ``t`` lab seconds after the cluster is up."""
+
+    t: float
+    action: str
+    target: str
+    target_role: str
+    group: str | None
+    params: dict[str, Any]
+    source: int  # index of the [[nemesis]] entry
+
+    def describe(self) -> str:
+        extra = " ".join(f"{k}={v}" for k, v in sorted(self.params.items()) if k != "fault_id")
+        return f"{self.action} {self.target}" + (f" ({extra})" if extra else "")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    question: str
+    source: str
+    text: str
+    time_scale: float
+    duration: float
+    seed: int
+    drain_timeout: float
+    brokers: tuple[str, ...]
+    durable: bool
+    topics: tuple[TopicSpec, ...]
+    consumers: tuple[ConsumerSpec, ...]
+    workload: WorkloadSpec | None
+    policies: Policies
+    nemeses: tuple[NemesisSpec, ...]
+
+    def wall(self, lab_seconds: float) -> float:
+        return lab_seconds * self.time_scale
+
+    def nodes(self) -> dict[str, NodeInfo]:
+        out = {NAMESRV_NODE: NodeInfo(NAMESRV_NODE, "namesrv")}
+        for b in self.brokers:
+            out[b] = NodeInfo(b, "broker")
+        if self.workload:
+            for node, topic in self.workload.nodes:
+                out[node] = NodeInfo(node, "producer", None, topic)
+        for c in self.consumers:
+            for node in c.nodes:
+                out[node] = NodeInfo(node, "consumer", c.group, c.topic)
+        return out
+
+    def network_targets(self) -> set[str]:
+        """Client nodes that need a fault proxy because a network nemesis may target them."""
+        nodes = self.nodes()
+        out: set[str] = set()
+        for n in self.nemeses:
+            if n.action in NETWORK_ACTIONS:
+                out.update(_candidates(n.target, n.group, nodes))
+        return out
+
+    def topic_queues_per_broker(self, topic: str) -> int:
+        spec = next(t for t in self.topics if t.name == topic)
+        return spec.queues // len(self.brokers)
+
+    def schedule(self) -> list[Step]:
+        return expand_schedule(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "question": self.question,
+            "source": self.source,
+            "time_scale": self.time_scale,
+            "duration": self.duration,
+            "seed": self.seed,
+            "drain_timeout": self.drain_timeout,
+            "brokers": list(self.brokers),
+            "durable": self.durable,
+            "topics": [{"name": t.name, "queues": t.queues} for t in self.topics],
+            "consumers": [
+                {
+                    "group": c.group,
+                    "topic": c.topic,
+                    "count": c.count,
+                    "strategy": c.strategy,
+                    "orderly": c.orderly,
+                    "broadcast": c.broadcast,
+                    "consume_ms": c.consume_ms,
+                    "consume_from": c.consume_from,
+                    "nodes": list(c.nodes),
+                }
+                for c in self.consumers
+            ],
+            "workload": None
+            if self.workload is None
+            else {
+                "rate": self.workload.rate,
+                "count": self.workload.count,
+                "size": self.workload.size,
+                "topics": list(self.workload.topics),
+                "producers": self.workload.producers,
+                "start": self.workload.start,
+            },
+            "policies": {
+                "notify_on_channel_expired": self.policies.notify_on_channel_expired,
+                "release_locks_on_close": self.policies.release_locks_on_close,
+            },
+            "schedule": [
+                {"t": s.t, "action": s.action, "target": s.target, "group": s.group, "params": s.params}
+                for s in self.schedule()
+            ],
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+
+
+_REQUIRED: Any = object()
+
+
+class _Problems:
+    def __init__(self, lines: KeyLines) -> None:
+        self.lines = lines
+        self.items: list[tuple[int | None, str]] = []
+
+    def add(self, path: tuple[Any, ...], msg: str) -> None:
+        self.items.append((self.lines.line_of(path), msg))
+
+
+def _where(path: tuple[Any, ...]) -> str:
+    out = ""
+    for p in path:
+        if isinstance(p, int):
+            out += f"[{p + 1}]"
+        else:
+            out += ("." if out else "") + p
+    return out
+
+
+class _Table:
+    def __init__(self, data: dict[str, Any], path: tuple[Any, ...], problems: _Problems) -> None:
+        self.data = data
+        self.path = path
+        self.problems = problems
+        self.used: set[str] = set()
+
+    def err(self, key: str | None, msg: str) -> None:
+        path = (*self.path, key) if key else self.path
+        self.problems.add(path, f"{_where(path)}: {msg}")
+
+    def get(
+        self,
+        key: str,
+        kind: str,
+        default: Any = _REQUIRED,
+        check: Callable[[Any], str | None] | None = None,
+    ) -> Any:
+        self.used.add(key)
+        if key not in self.data:
+            if default is _REQUIRED:
+                self.err(None, f"missing required key '{key}'")
+            return None if default is _REQUIRED else default
+        value = self.data[key]
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "number": isinstance(value, int | float) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+            "bool": isinstance(value, bool),
+            "str-list": isinstance(value, list) and all(isinstance(v, str) for v in value),
+            "number-list": isinstance(value, int | float | list)
+            and not isinstance(value, bool)
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in _as_list(value)),
+            "any": True,
+        }[kind]
+        if not ok:
+            names = {
+                "int": "an integer",
+                "number": "a number",
+                "str": "a string",
+                "bool": "true or false",
+                "str-list": "a list of strings",
+                "number-list": "a number or a list of numbers",
+            }
+            self.err(key, f"must be {names[kind]}, got {_show(value)}")
+            return None if default is _REQUIRED else default
+        if check is not None:
+            problem = check(value)
+            if problem:
+                self.err(key, problem)
+                return None if default is _REQUIRED else default
+        return value
+
+    def table(self, key: str) -> _Table | None:
+        self.used.add(key)
+        if key not in self.data:
+            return None
+        value = self.data[key]
+        if not isinstance(value, dict):
+            self.err(key, f"must be a table ([{key}]), got {_show(value)}")
+            return None
+        return _Table(value, (*self.path, key), self.problems)
+
+    def tables(self, key: str) -> list[_Table]:
+        self.used.add(key)
+        if key not in self.data:
+            return []
+        value = self.data[key]
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            self.err(key, f"must be an array of tables ([[{key}]]), got {_show(value)}")
+            return []
+        return [_Table(v, (*self.path, key, i), self.problems) for i, v in enumerate(value)]
+
+    def finish(self) -> None:
+        for key in self.data:
+            if key not in self.used:
+                hint = difflib.get_close_matches(key, sorted(self.used), n=1)
+                known = ", ".join(sorted(self.used))
+                more = f" (did you mean '{hint[0]}'?)" if hint else f" (known keys: {known})"
+                self.err(key, f"unknown key '{key}'{more}")
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _show(value: Any) -> str:
+    kind = type(value).__name__
+    names = {"dict": "table", "list": "array", "str": "string", "float": "number", "int": "integer"}
+    kind = names.get(kind, kind)
+    text = repr(value)
+    return f"{kind} {text if len(text) < 40 else text[:37] + '...'}"
+
+
+def _positive(v: Any) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def _non_negative(v: Any) -> str | None:
+    return None if v >= 0 else "must be >= 0"
+
+
+def _all_non_negative(v: Any) -> str | None:
+    return None if min(_as_list(v), default=0) >= 0 else "must be >= 0"
+
+
+def _name(v: str) -> str | None:
+    if not re.fullmatch(r"[A-Za-z0-9_%|-]{1,127}", v):
+        return "must be 1-127 characters of letters, digits, '_', '-', '%' or '|'"
+    return None
+
+
+def _one_of(options: Iterable[str]) -> Callable[[Any], str | None]:
+    opts = tuple(options)
+
+    def check(v: Any) -> str | None:
+        return None if v in opts else f"must be one of {', '.join(opts)}; got {v!r}"
+
+    return check
+
+
+def broker_names(count: int) -> tuple[str, ...]:
+    return tuple(f"broker-{chr(ord('a') + i)}" for i in range(count))
+
+
+def request_code(value: int | str) -> int | None:
+    """A request code given as a number or as its RocketMQ name (``PULL_MESSAGE``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value >= 0 else None
+    try:
+        from protocol.codes import RequestCode
+    except ImportError:  # pragma: no cover - protocol is part of the package
+        return None
+    try:
+        return int(RequestCode[str(value).upper()])
+    except KeyError:
+        return None
+
+
+def parse_error_spec(text: str) -> tuple[int, str]:
+    """``"1:boom"`` -> (1, "boom"); the remark may be empty; raises ValueError on a bad spec."""
+    code, sep, remark = text.partition(":")
+    try:
+        num = int(code.strip())
+    except ValueError:
+        raise ValueError(f"error {text!r} must be CODE or CODE:REMARK with an integer code") from None
+    if num < 0:
+        raise ValueError(f"error {text!r}: the code must be >= 0")
+    return num, remark if sep else ""
+
+
+def load(path: str | Path) -> Experiment:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ExperimentError(str(p), [(None, f"cannot read the file: {e.strerror or e}")]) from None
+    except UnicodeDecodeError:
+        raise ExperimentError(str(p), [(None, "the file is not UTF-8 text")]) from None
+    return parse(text, source=str(p), default_name=p.stem)
+
+
+def parse(text: str, source: str = "<experiment>", default_name: str = "experiment") -> Experiment:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e))
+        line = int(m.group(1)) if m else None
+        col = f" (column {m.group(2)})" if m else ""
+        raise ExperimentError(source, [(line, f"not valid TOML: {msg}{col}")]) from None
+    problems = _Problems(KeyLines(text))
+    exp = _build(data, text, source, default_name, problems)
+    if problems.items or exp is None:
+        raise ExperimentError(source, problems.items or [(None, "invalid experiment")])
+    # Expanding the schedule checks what depends on several keys at once.
+    return exp
+
+
+def _build(
+    data: dict[str, Any], text: str, source: str, default_name: str, pr: _Problems
+) -> Experiment | None:
+    root = _Table(data, (), pr)
+    name = root.get("name", "str", default_name, _name)
+    question = root.get("question", "str", "")
+    time_scale = root.get("time_scale", "number", 1.0, _positive)
+    duration = root.get("duration", "number", _REQUIRED, _positive)
+    seed = root.get("seed", "int", 0)
+    drain_timeout = root.get("drain_timeout", "number", 300, _positive)
+
+    cluster = root.table("cluster")
+    n_brokers, durable = 1, False
+    if cluster:
+        n_brokers = cluster.get(
+            "brokers", "int", 1, lambda v: None if 1 <= v <= MAX_BROKERS else f"must be 1..{MAX_BROKERS}"
+        )
+        durable = cluster.get("durable", "bool", False)
+        cluster.finish()
+    brokers = broker_names(n_brokers)
+
+    pol = root.table("policies")
+    policies = Policies()
+    if pol:
+        policies = Policies(
+            notify_on_channel_expired=pol.get("notify_on_channel_expired", "bool", False),
+            release_locks_on_close=pol.get("release_locks_on_close", "bool", False),
+        )
+        pol.finish()
+
+    topics: list[TopicSpec] = []
+    seen_topics: set[str] = set()
+    for t in root.tables("topics"):
+        tname = t.get("name", "str", _REQUIRED, _name)
+        queues = t.get("queues", "int", _REQUIRED, _positive)
+        t.finish()
+        if tname is None or queues is None:
+            continue
+        if tname in seen_topics:
+            t.err("name", f"topic {tname!r} is declared twice")
+        if queues % n_brokers:
+            t.err("queues", f"{queues} queues cannot be spread evenly over {n_brokers} brokers")
+        seen_topics.add(tname)
+        topics.append(TopicSpec(tname, queues))
+    if not topics and "topics" not in data:
+        root.err(None, "at least one [[topics]] table is required")
+
+    consumers: list[ConsumerSpec] = []
+    number = 0
+    for c in root.tables("consumers"):
+        group = c.get("group", "str", _REQUIRED, _name)
+        topic = c.get("topic", "str", _REQUIRED)
+        count = c.get("count", "int", 1, _positive)
+        strategy = c.get("strategy", "str", "AVG", _one_of(KNOWN_STRATEGIES))
+        orderly = c.get("orderly", "bool", False)
+        broadcast = c.get("broadcast", "bool", False)
+        consume_ms = c.get("consume_ms", "int", 0, _non_negative)
+        consume_from = c.get("consume_from", "str", "first", _one_of(CONSUME_FROM))
+        c.finish()
+        if topic is not None and topic not in seen_topics:
+            c.err("topic", f"topic {topic!r} is not declared in [[topics]]")
+        if group is None or topic is None or count is None:
+            continue
+        nodes = tuple(f"consumer-{number + i + 1}" for i in range(count))
+        number += count
+        consumers.append(
+            ConsumerSpec(group, topic, count, strategy, orderly, broadcast, consume_ms, consume_from, nodes)
+        )
+
+    workload = None
+    w = root.table("workload")
+    if w:
+        rate = w.get("rate", "number", _REQUIRED, _positive)
+        count = w.get("count", "int", _REQUIRED, _positive)
+        size = w.get("size", "int", 128, lambda v: None if 1 <= v <= _MAX_BODY else f"must be 1..{_MAX_BODY}")
+        wtopics = w.get("topics", "str-list", [t.name for t in topics])
+        producers = w.get("producers", "int", 1, _positive)
+        start = w.get("start", "number", 0.0, _non_negative)
+        w.finish()
+        for t in wtopics or []:
+            if t not in seen_topics:
+                w.err("topics", f"topic {t!r} is not declared in [[topics]]")
+        if rate is not None and count is not None:
+            pnodes: list[tuple[str, str]] = []
+            for t in wtopics or []:
+                for _ in range(producers or 1):
+                    pnodes.append((f"producer-{len(pnodes) + 1}", t))
+            workload = WorkloadSpec(
+                float(rate), count, size, tuple(wtopics or ()), producers or 1, float(start), tuple(pnodes)
+            )
+
+    nemeses: list[NemesisSpec] = []
+    for i, n in enumerate(root.tables("nemesis")):
+        spec = _nemesis(n, i + 1, pr)
+        if spec is not None:
+            nemeses.append(spec)
+
+    root.finish()
+    if pr.items or duration is None or time_scale is None:
+        return None
+    exp = Experiment(
+        name=name,
+        question=question,
+        source=source,
+        text=text,
+        time_scale=float(time_scale),
+        duration=float(duration),
+        seed=seed,
+        drain_timeout=float(drain_timeout),
+        brokers=brokers,
+        durable=durable,
+        topics=tuple(topics),
+        consumers=tuple(consumers),
+        workload=workload,
+        policies=policies,
+        nemeses=tuple(nemeses),
+    )
+    _check_nemeses(exp, pr)
+    return exp
+
+
+_SCHEDULE_KEYS = ("at", "every", "random")
+
+
+def _nemesis(n: _Table, index: int, pr: _Problems) -> NemesisSpec | None:
+    action = n.get("action", "str", _REQUIRED, _one_of(ACTIONS))
+    target = n.get("target", "str", _REQUIRED)
+    group = n.get("group", "str", None)
+    at = n.get("at", "number-list", None, _all_non_negative)
+    every = n.get("every", "number", None, _positive)
+    start = n.get("from", "number", None, _non_negative)
+    until = n.get("until", "number", None, _positive)
+    times = n.get("times", "int", None, _positive)
+    random_count = n.get("random", "int", None, _positive)
+    for_s = n.get("for", "number", None, _positive)
+    params: dict[str, Any] = {}
+    if action in ("restart",):
+        params["mode"] = n.get("mode", "str", "stop", _one_of(("stop", "kill")))
+        params["down"] = n.get("down", "number", 0.0, _non_negative)
+    if action in NETWORK_ACTIONS:
+        params["broker"] = n.get("broker", "str", "all")
+    if action == "latency":
+        params["ms"] = n.get("ms", "number", _REQUIRED, _positive)
+        params["jitter_ms"] = n.get("jitter_ms", "number", 0, _non_negative)
+    if action == "fault":
+        code = n.get("code", "any", _REQUIRED)
+        if code is not None and request_code(code) is None:
+            n.err("code", f'must be a request code number or name (11 or "PULL_MESSAGE"), got {code!r}')
+        params["code"] = request_code(code) if code is not None else None
+        errors = n.get("errors", "str-list", [])
+        parsed = []
+        for e in errors or []:
+            try:
+                parsed.append(parse_error_spec(e))
+            except ValueError as exc:
+                n.err("errors", str(exc))
+        params["errors"] = parsed
+        params["count"] = n.get("count", "int", None, _positive)
+        params["latency_ms"] = n.get("latency_ms", "number", 0, _non_negative)
+        params["drop"] = n.get("drop", "bool", False)
+        params["client"] = n.get("client", "str", None)
+        if not parsed and not params["latency_ms"] and not params["drop"]:
+            n.err(None, "a fault needs at least one of 'errors', 'latency_ms' or 'drop'")
+    if action == "policy":
+        for key in ("notify_on_channel_expired", "release_locks_on_close"):
+            v = n.get(key, "bool", None)
+            if v is not None:
+                params[key] = v
+        if not params:
+            n.err(None, "a policy action needs notify_on_channel_expired and/or release_locks_on_close")
+    n.finish()
+    given = [k for k in _SCHEDULE_KEYS if k in n.data]
+    if len(given) != 1:
+        n.err(None, "give exactly one of 'at', 'every' or 'random' (seconds)")
+    if "every" not in n.data and "random" not in n.data:
+        for k in ("from", "until"):
+            if k in n.data:
+                n.err(k, f"'{k}' only goes with 'every' or 'random'")
+    if "times" in n.data and "every" not in n.data:
+        n.err("times", "'times' only goes with 'every'")
+    if for_s is not None and action not in (*_UNDO, "fault"):
+        n.err("for", f"'for' is not supported by {action!r} (only by {', '.join((*_UNDO, 'fault'))})")
+    if action is None or target is None:
+        return None
+    return NemesisSpec(
+        index=index,
+        line=pr.lines.line_of(n.path),
+        action=action,
+        target=target,
+        group=group,
+        at=tuple(float(x) for x in _as_list(at)) if at is not None else (),
+        every=float(every) if every is not None else None,
+        start=float(start) if start is not None else None,
+        until=float(until) if until is not None else None,
+        times=times,
+        random_count=random_count,
+        for_s=float(for_s) if for_s is not None else None,
+        params=params,
+    )
+
+
+def _candidates(target: str, group: str | None, nodes: dict[str, NodeInfo]) -> list[str]:
+    if ":" not in target:
+        return [target] if target in nodes else []
+    role, _, _sel = target.partition(":")
+    out = [
+        n
+        for n, info in nodes.items()
+        if info.role == role and (group is None or role != "consumer" or info.group == group)
+    ]
+    return sorted(out, key=_node_order)
+
+
+def _node_order(node: str) -> tuple[str, int]:
+    m = re.fullmatch(r"(.*?)-(\d+)", node)
+    return (m.group(1), int(m.group(2))) if m else (node, 0)
+
+
+def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
+    nodes = exp.nodes()
+    groups = {c.group for c in exp.consumers}
+    for n in exp.nemeses:
+        path = ("nemesis", n.index - 1)
+
+        def err(key: str | None, msg: str, path: tuple[Any, ...] = path) -> None:
+            p = (*path, key) if key else path
+            pr.add(p, f"{_where(p)}: {msg}")
+
+        if n.group is not None and n.group not in groups:
+            err("group", f"no [[consumers]] table has group {n.group!r}")
+        if ":" in n.target:
+            role, _, sel = n.target.partition(":")
+            if role not in ROLES or sel not in SELECTORS:
+                err(
+                    "target",
+                    f"target {n.target!r} must be a node name or ROLE:SELECTOR with ROLE one of "
+                    f"{', '.join(ROLES)} and SELECTOR one of {', '.join(SELECTORS)}",
+                )
+                continue
+            if n.group is not None and role != "consumer" and n.action not in ("fault", "fault-clear"):
+                err("group", "'group' selects consumers; the target is not a consumer")
+            if not _candidates(n.target, n.group, nodes):
+                err("target", f"no node matches {n.target!r}" + (f" in group {n.group!r}" if n.group else ""))
+                continue
+            roles = {role}
+        else:
+            if n.target not in nodes:
+                known = ", ".join(sorted(nodes, key=_node_order))
+                err("target", f"unknown node {n.target!r} (nodes of this experiment: {known})")
+                continue
+            roles = {nodes[n.target].role}
+        if n.action in NETWORK_ACTIONS and not roles <= {"consumer", "producer"}:
+            err("target", f"{n.action!r} acts on a client's link to a broker: target a consumer or producer")
+        if n.action in BROKER_ACTIONS and roles != {"broker"}:
+            err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")
+        if n.action in NETWORK_ACTIONS:
+            b = n.params.get("broker", "all")
+            if b != "all" and b not in exp.brokers:
+                err("broker", f'unknown broker {b!r} (brokers: {", ".join(exp.brokers)}, or "all")')
+        if n.action == "fault" and n.params.get("client") is not None:
+            c = n.params["client"]
+            if c not in nodes or nodes[c].role not in ("consumer", "producer"):
+                err("client", f"'client' must name a consumer or producer node, got {c!r}")
+        for t in n.at:
+            if t >= exp.duration:
+                err("at", f"at = {t:g} is not before the end of the experiment (duration = {exp.duration:g})")
+        if n.until is not None and n.start is not None and n.until <= n.start:
+            err("until", "'until' must be after 'from'")
+        if n.every is not None and (n.start if n.start is not None else n.every) >= exp.duration:
+            err("every", "the first occurrence is not before the end of the experiment")
+
+
+# --------------------------------------------------------------------------------------------
+# Schedule expansion
+
+
+def _times(n: NemesisSpec, exp: Experiment) -> list[float]:
+    if n.at:
+        return sorted(n.at)
+    end = min(n.until if n.until is not None else exp.duration, exp.duration)
+    if n.every is not None:
+        out = []
+        t = n.start if n.start is not None else n.every
+        while t < end - 1e-9 and (n.times is None or len(out) < n.times):
+            out.append(round(t, 6))
+            t += n.every
+        return out
+    if n.random_count is not None:
+        lo = n.start if n.start is not None else 0.0
+        rng = random.Random(f"{exp.seed}:nemesis:{n.index}:times")
+        return sorted(round(rng.uniform(lo, end), 3) for _ in range(n.random_count))
+    return []
+
+
+def expand_schedule(exp: Experiment) -> list[Step]:
+    """The experiment's nemesis actions in time order; deterministic for a given seed."""
+    nodes = exp.nodes()
+    steps: list[Step] = []
+    for n in exp.nemeses:
+        rng = random.Random(f"{exp.seed}:nemesis:{n.index}:targets")
+        candidates = _candidates(n.target, n.group, nodes)
+        selector = n.target.partition(":")[2] if ":" in n.target else None
+        for k, t in enumerate(_times(n, exp)):
+            if selector == "random":
+                targets = [rng.choice(candidates)]
+            elif selector == "next":
+                targets = [candidates[k % len(candidates)]]
+            else:
+                targets = candidates
+            for target in targets:
+                info = nodes[target]
+                group = info.group if info.role == "consumer" else None
+                params = dict(n.params)
+                if n.action == "fault":
+                    if n.group is not None:
+                        params["group"] = n.group
+                    if n.for_s is not None:
+                        params["for"] = n.for_s
+                steps.append(Step(t, n.action, target, info.role, group, params, n.index))
+                undo = _UNDO.get(n.action)
+                if n.for_s is not None and undo:
+                    undo_params = {"broker": params["broker"]} if "broker" in params else {}
+                    steps.append(Step(t + n.for_s, undo, target, info.role, group, undo_params, n.index))
+    steps.sort(key=lambda s: (s.t, s.source))
+    return steps

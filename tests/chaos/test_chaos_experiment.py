@@ -1,0 +1,221 @@
+"""Experiment files: validation messages name the line; schedules expand deterministically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos import experiment as ex
+
+BASE = """\
+name = "t"
+question = "q?"
+time_scale = 0.05
+duration = 600
+seed = 7
+
+[cluster]
+brokers = 2
+
+[[topics]]
+name = "TopicA"
+queues = 8
+
+[[consumers]]
+group = "g1"
+topic = "TopicA"
+count = 4
+
+[workload]
+rate = 50
+count = 100
+"""
+
+
+def problems(text: str) -> list[tuple[int | None, str]]:
+    with pytest.raises(ex.ExperimentError) as info:
+        ex.parse(text, source="x.toml")
+    return info.value.problems
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_base_parses_with_nodes_and_defaults() -> None:
+    e = ex.parse(BASE)
+    assert e.brokers == ("broker-a", "broker-b")
+    assert e.consumers[0].nodes == ("consumer-1", "consumer-2", "consumer-3", "consumer-4")
+    assert e.consumers[0].strategy == "AVG"
+    assert e.workload is not None and e.workload.nodes == (("producer-1", "TopicA"),)
+    assert e.topic_queues_per_broker("TopicA") == 4
+    nodes = e.nodes()
+    assert nodes["consumer-3"].role == "consumer" and nodes["consumer-3"].group == "g1"
+    assert nodes["namesrv"].role == "namesrv" and nodes["broker-b"].role == "broker"
+    assert e.wall(600) == pytest.approx(30.0)
+
+
+def test_unknown_key_names_its_line_and_suggests() -> None:
+    text = BASE.replace("count = 4", 'count = 4\nstratgy = "AVG"')
+    [(line, msg)] = problems(text)
+    assert line == line_of(text, "stratgy")
+    assert "unknown key 'stratgy'" in msg and "did you mean 'strategy'" in msg
+
+
+def test_wrong_type_and_bad_value_each_name_their_line() -> None:
+    text = BASE.replace("brokers = 2", 'brokers = "two"').replace("queues = 8", "queues = 0")
+    got = problems(text)
+    expected = "cluster.brokers: must be an integer, got string 'two'"
+    assert (line_of(text, 'brokers = "two"'), expected) in got
+    assert any(line == line_of(text, "queues = 0") and "must be > 0" in msg for line, msg in got)
+
+
+def test_toml_syntax_error_reports_line() -> None:
+    text = BASE + "\n[[nemesis]]\naction = kill\n"
+    [(line, msg)] = problems(text)
+    assert line == line_of(text, "action = kill")
+    assert msg.startswith("not valid TOML")
+
+
+def test_message_format_includes_source_and_line() -> None:
+    text = BASE.replace("seed = 7", "seed = 7.5")
+    with pytest.raises(ex.ExperimentError) as info:
+        ex.parse(text, source="exp.toml")
+    line = line_of(text, "seed = 7.5")
+    assert str(info.value) == f"exp.toml:{line}: seed: must be an integer, got number 7.5"
+
+
+def test_missing_required_key_points_at_table() -> None:
+    text = BASE.replace('group = "g1"\n', "")
+    [(line, msg)] = problems(text)
+    assert line == line_of(text, "[[consumers]]")
+    assert "consumers[1]: missing required key 'group'" in msg
+
+
+def test_queues_must_spread_evenly_and_topic_must_exist() -> None:
+    text = BASE.replace("queues = 8", "queues = 7").replace('topic = "TopicA"', 'topic = "TopicB"')
+    got = problems(text)
+    q_line, t_line = line_of(text, "queues = 7"), line_of(text, 'topic = "TopicB"')
+    assert any("cannot be spread evenly over 2 brokers" in m and line == q_line for line, m in got)
+    assert any("'TopicB' is not declared" in m and line == t_line for line, m in got)
+
+
+NEMESES = """
+[[nemesis]]
+action = "kill"
+target = "consumer-2"
+at = 100
+
+[[nemesis]]
+action = "pause"
+target = "consumer:random"
+group = "g1"
+random = 3
+from = 50
+until = 500
+for = 30
+
+[[nemesis]]
+action = "restart"
+target = "consumer:next"
+every = 120
+times = 3
+
+[[nemesis]]
+action = "latency"
+target = "consumer-1"
+broker = "broker-b"
+ms = 200
+at = [10, 20]
+for = 5
+
+[[nemesis]]
+action = "fault"
+target = "broker-a"
+code = "PULL_MESSAGE"
+errors = ["1:boom", "2"]
+count = 2
+group = "g1"
+at = 300
+"""
+
+
+def test_schedule_expansion_is_deterministic_and_complete() -> None:
+    e = ex.parse(BASE + NEMESES)
+    steps = e.schedule()
+    assert steps == ex.parse(BASE + NEMESES).schedule()
+    assert [s.t for s in steps] == sorted(s.t for s in steps)
+    kills = [s for s in steps if s.action == "kill"]
+    assert [(s.t, s.target, s.group, s.target_role) for s in kills] == [(100, "consumer-2", "g1", "consumer")]
+    pauses = [s for s in steps if s.action == "pause"]
+    resumes = [s for s in steps if s.action == "resume"]
+    assert len(pauses) == 3 and len(resumes) == 3
+    assert all(50 <= s.t < 500 for s in pauses)
+    assert sorted(s.t + 30 for s in pauses) == sorted(s.t for s in resumes)
+    assert all(s.target.startswith("consumer-") for s in pauses)
+    restarts = [s for s in steps if s.action == "restart"]
+    assert [(s.t, s.target) for s in restarts] == [
+        (120, "consumer-1"),
+        (240, "consumer-2"),
+        (360, "consumer-3"),
+    ]
+    assert restarts[0].params == {"mode": "stop", "down": 0.0}
+    lat = [s for s in steps if s.action in ("latency", "heal")]
+    assert [(s.t, s.action) for s in lat] == [(10, "latency"), (15, "heal"), (20, "latency"), (25, "heal")]
+    assert lat[1].params == {"broker": "broker-b"}
+    [fault] = [s for s in steps if s.action == "fault"]
+    assert fault.params["code"] == 11 and fault.params["errors"] == [(1, "boom"), (2, "")]
+    assert fault.params["group"] == "g1" and fault.target_role == "broker"
+    assert e.network_targets() == {"consumer-1"}
+
+
+def test_random_schedule_depends_on_seed() -> None:
+    a = [s for s in ex.parse(BASE + NEMESES).schedule() if s.action == "pause"]
+    other = ex.parse(BASE.replace("seed = 7", "seed = 8") + NEMESES)
+    b = [s for s in other.schedule() if s.action == "pause"]
+    assert [(s.t, s.target) for s in a] != [(s.t, s.target) for s in b]
+
+
+@pytest.mark.parametrize(
+    ("snippet", "needle", "expected"),
+    [
+        ('action = "explode"\ntarget = "consumer-1"\nat = 1', "explode", "must be one of kill, stop"),
+        ('action = "kill"\ntarget = "consumer-9"\nat = 1', "consumer-9", "unknown node 'consumer-9'"),
+        ('action = "kill"\ntarget = "consumer:any"\nat = 1', "consumer:any", "ROLE:SELECTOR"),
+        ('action = "kill"\ntarget = "consumer-1"\nat = 700', "at = 700", "not before the end"),
+        ('action = "kill"\ntarget = "consumer-1"\nat = 1\nevery = 5', "[[nemesis]]", "exactly one of"),
+        ('action = "latency"\ntarget = "broker-a"\nms = 5\nat = 1', "broker-a", "target a consumer"),
+        (
+            'action = "fault"\ntarget = "consumer-1"\ncode = 11\ndrop = true\nat = 2',
+            "consumer-1",
+            "is sent to a broker",
+        ),
+        ('action = "fault"\ntarget = "broker-a"\ncode = "NOPE"\ndrop = true\nat = 1', "NOPE", "request code"),
+        ('action = "fault"\ntarget = "broker-a"\ncode = 11\nerrors = ["x:y"]\nat = 1', "errors", "integer"),
+        ('action = "kill"\ntarget = "consumer-1"\nat = 1\nfor = 5\ncolour = 1', "colour", "unknown key"),
+        ('action = "resume"\ntarget = "consumer-1"\nat = 1\nfor = 5', "for = 5", "'for' is not supported"),
+        ('action = "kill"\ntarget = "consumer:random"\ngroup = "nope"\nat = 1', "nope", "no [[consumers]]"),
+    ],
+)
+def test_bad_nemesis_entries(snippet: str, needle: str, expected: str) -> None:
+    text = BASE + "\n[[nemesis]]\n" + snippet + "\n"
+    got = problems(text)
+    assert any(expected in msg for _, msg in got), got
+    assert any(line == line_of(text, needle) for line, _ in got), (got, line_of(text, needle))
+
+
+def test_key_lines_handles_arrays_inline_tables_and_multiline_values() -> None:
+    text = 'a = [\n  1,\n  2,\n]\n[[t]]\nx = 1\n[[t]]\ny = { z = 1 }\n[t.sub]\nw = """\nq = 1\n"""\nk = 2\n'
+    kl = ex.KeyLines(text)
+    assert kl.line_of(("a",)) == 1
+    assert kl.line_of(("t", 0, "x")) == 6
+    assert kl.line_of(("t", 1, "y", "z")) == 8
+    assert kl.line_of(("t", 1, "sub", "w")) == 10
+    assert kl.line_of(("t", 1, "sub", "k")) == 13
+    assert kl.line_of(("t", 1, "nothing")) == 7
+
+
+def test_load_reports_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(ex.ExperimentError, match="cannot read the file"):
+        ex.load(tmp_path / "missing.toml")

@@ -1,0 +1,82 @@
+"""Helpers for the chaos tests: a stand-in role process, an event collector, process-state probes."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+STANDIN = textwrap.dedent(
+    '''
+    """A stand-in role: the common flags, a JSON-lines log, READY, graceful SIGTERM."""
+    import argparse, json, os, signal, sys, time
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--node"); p.add_argument("--log-file"); p.add_argument("--time-scale", type=float)
+    p.add_argument("--ready", default="addr"); p.add_argument("--delay", type=float, default=0.0)
+    p.add_argument("--exit-after", type=float, default=None); p.add_argument("--fail", action="store_true")
+    p.add_argument("--ignore-term", action="store_true"); p.add_argument("--spawn-child", action="store_true")
+    a = p.parse_args()
+
+    def emit(event, **kw):
+        with open(a.log_file, "a") as f:
+            f.write(json.dumps({"ts_ms": int(time.time() * 1000), "event": event, "node": a.node,
+                                "role": "standin", "pid": os.getpid(), **kw}) + "\\n")
+
+    def on_term(*_):
+        if a.ignore_term:
+            return
+        emit("graceful_stop")
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    emit("started", time_scale=a.time_scale)
+    if a.fail:
+        print("boom: cannot start", flush=True)
+        sys.exit(3)
+    if a.spawn_child:
+        import subprocess
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        emit("child", child_pid=child.pid)
+    time.sleep(a.delay)
+    if a.ready != "none":
+        print("READY " + (f"{a.node}@{os.getpid()}" if a.ready == "cid" else "127.0.0.1:1"), flush=True)
+    deadline = time.time() + (a.exit_after if a.exit_after is not None else 60)
+    while time.time() < deadline:
+        time.sleep(0.05)
+    emit("done")
+    '''
+)
+
+
+class Events:
+    """Collects emitted events like an EventLog would."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self.items.append({"event": event, **fields})
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        return [e for e in self.items if e["event"] == event]
+
+
+def proc_state(pid: int) -> str | None:
+    """The kernel's one-letter state of a process (R, S, T, Z, ...), None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def gone(pid: int, timeout_s: float = 5.0) -> bool:
+    """True once the process no longer exists (a zombie counts as gone only after it is reaped)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc_state(pid) is None:
+            return True
+        time.sleep(0.02)
+    return False

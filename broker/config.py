@@ -1,0 +1,105 @@
+"""Broker and name-server configuration: one frozen dataclass per role with RocketMQ's defaults.
+
+Every interval and timeout is given in RocketMQ's milliseconds and read through ``scaled`` so that a
+single ``time_scale`` speeds the whole process up without changing the ratios between its timers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.command import DEFAULT_MAX_FRAME_BYTES
+
+# RocketMQ's messageDelayLevel: "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
+DELAY_LEVELS_MS: tuple[int, ...] = (
+    1_000,
+    5_000,
+    10_000,
+    30_000,
+    60_000,
+    120_000,
+    180_000,
+    240_000,
+    300_000,
+    360_000,
+    420_000,
+    480_000,
+    540_000,
+    600_000,
+    1_200_000,
+    1_800_000,
+    3_600_000,
+    7_200_000,
+)
+
+
+def _scale(ms: int, factor: float) -> int:
+    return max(1, round(ms * factor))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    broker_name: str = "broker-a"
+    cluster_name: str = "DefaultCluster"
+    broker_id: int = 0  # always a master: the emulator has no replicas
+    host: str = "127.0.0.1"
+    port: int = 10911
+    # Port published in the route (REGISTER_BROKER brokerAddr) when it differs from the listening port,
+    # e.g. a fault proxy in front of the broker. None: the listening port.
+    advertised_port: int | None = None
+    time_scale: float = 1.0
+    store_dir: str | None = None
+    namesrv: str = "embedded"
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    auto_create_topic: bool = True
+    default_topic_queue_nums: int = 4  # defaultTopicQueueNums
+    max_message_size: int = 4 * 1024 * 1024  # maxMessageSize
+    notify_consumer_ids_changed: bool = True  # notifyConsumerIdsChangedEnable; --disable-notify
+    # What-if policies, off by default (RocketMQ's behaviour).
+    notify_on_channel_expired: bool = False
+    release_locks_on_close: bool = False
+    # RocketMQ's intervals (ms, unscaled).
+    channel_expired_timeout_ms: int = 120_000
+    scan_not_active_channel_interval_ms: int = 10_000
+    lock_max_live_time_ms: int = 60_000
+    register_broker_interval_ms: int = 30_000
+    hold_check_interval_ms: int = 5_000  # PullRequestHoldService's wait when long polling is on
+    # Pull limits (maxTransferCountOnMessageInMemory / maxTransferBytesOnMessageInMemory) and the most
+    # consume-queue entries one pull scans when a tag filter skips messages (maxFilterMessageCount).
+    max_transfer_count: int = 32
+    max_transfer_bytes: int = 256 * 1024
+    max_filter_scan: int = 16_000
+    retry_queue_nums: int = 1
+    default_max_reconsume_times: int = 16
+    delay_levels_ms: tuple[int, ...] = DELAY_LEVELS_MS
+
+    def scaled(self, ms: int) -> int:
+        return _scale(ms, self.time_scale)
+
+    def scaled_s(self, ms: int) -> float:
+        return self.scaled(ms) / 1000.0
+
+    @property
+    def channel_expired_timeout(self) -> int:
+        return self.scaled(self.channel_expired_timeout_ms)
+
+    @property
+    def lock_max_live_time(self) -> int:
+        return self.scaled(self.lock_max_live_time_ms)
+
+    @property
+    def scaled_delay_levels(self) -> tuple[int, ...]:
+        return tuple(self.scaled(ms) for ms in self.delay_levels_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class NamesrvConfig:
+    host: str = "127.0.0.1"
+    port: int = 9876
+    time_scale: float = 1.0
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    broker_channel_expired_ms: int = 120_000  # BROKER_CHANNEL_EXPIRED_TIME
+    scan_not_active_broker_interval_ms: int = 10_000
+
+    def scaled(self, ms: int) -> int:
+        return _scale(ms, self.time_scale)

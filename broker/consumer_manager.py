@@ -1,0 +1,243 @@
+"""Consumer membership (RocketMQ's ConsumerManager / ConsumerGroupInfo), sans-IO.
+
+Registrations are keyed by connection id, as RocketMQ keys them by Netty channel. Every method takes
+the time as an argument; the caller decides what to do with the results (notify, close, log).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
+
+
+@dataclass(slots=True)
+class ClientChannelInfo:
+    conn_id: int
+    client_id: str
+    client_addr: str
+    last_update_ms: int  # monotonic: the liveness clock that expiry reads
+    last_update_wall_ms: int  # for GET_CONSUMER_CONNECTION_LIST's lastUpdateTimestamp
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInconsistency:
+    """A heartbeat named a different topic set than the one another live member last sent."""
+
+    group: str
+    client_id: str
+    topics: list[str]
+    previous_topics: list[str]
+    previous_client_id: str
+
+
+@dataclass(slots=True)
+class RegisterResult:
+    changed: bool  # a new channel or a change in the topic set: notify the group
+    new_channel: bool
+    topics_changed: bool
+    inconsistency: SubscriptionInconsistency | None = None
+    replaced_client_id: str | None = None  # the connection re-registered under another client id
+
+
+@dataclass(slots=True)
+class ConsumerGroupInfo:
+    group_name: str
+    consume_type: ConsumeType = ConsumeType.CONSUME_PASSIVELY
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+    channels: dict[int, ClientChannelInfo] = field(default_factory=dict)
+    subscription_table: dict[str, SubscriptionData] = field(default_factory=dict)
+    # Client id whose heartbeat last set the topic set; lets us tell a member that disagrees with
+    # another live member (the seed scenario) from one client changing its own subscription.
+    subscription_owner: str | None = None
+    last_update_ms: int = 0
+
+    def update_channel(
+        self,
+        info: ClientChannelInfo,
+        consume_type: ConsumeType,
+        message_model: MessageModel,
+        consume_from_where: ConsumeFromWhere,
+    ) -> tuple[bool, str | None]:
+        """Register or refresh a channel. Returns (new channel, client id it replaced)."""
+        # The latest heartbeat's group-level settings win, as in RocketMQ.
+        self.consume_type = consume_type
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        self.last_update_ms = info.last_update_ms
+        old = self.channels.get(info.conn_id)
+        if old is None:
+            self.channels[info.conn_id] = info
+            return True, None
+        replaced = None
+        if old.client_id != info.client_id:
+            # RocketMQ logs an error and replaces the entry, but does not count it as a new channel.
+            replaced = old.client_id
+            self.channels[info.conn_id] = info
+        else:
+            old.last_update_ms = info.last_update_ms
+            old.last_update_wall_ms = info.last_update_wall_ms
+            old.client_addr = info.client_addr
+        return False, replaced
+
+    def update_subscription(self, subs: list[SubscriptionData]) -> bool:
+        """RocketMQ's overwrite: add missing topics, replace newer versions, drop unnamed topics.
+
+        Returns True when the topic set changed (a newer version alone is not a change).
+        """
+        updated = False
+        named: set[str] = set()
+        for sub in subs:
+            named.add(sub.topic)
+            old = self.subscription_table.get(sub.topic)
+            if old is None:
+                self.subscription_table[sub.topic] = sub
+                updated = True
+            elif sub.sub_version > old.sub_version:
+                self.subscription_table[sub.topic] = sub
+        for topic in [t for t in self.subscription_table if t not in named]:
+            del self.subscription_table[topic]
+            updated = True
+        return updated
+
+    def find_subscription(self, topic: str) -> SubscriptionData | None:
+        return self.subscription_table.get(topic)
+
+    def all_client_ids(self) -> list[str]:
+        return [c.client_id for c in self.channels.values()]
+
+    def has_client(self, client_id: str) -> bool:
+        return any(c.client_id == client_id for c in self.channels.values())
+
+    def remove_channel(self, conn_id: int) -> ClientChannelInfo | None:
+        return self.channels.pop(conn_id, None)
+
+
+class ConsumerManager:
+    def __init__(self) -> None:
+        self.groups: dict[str, ConsumerGroupInfo] = {}
+
+    def find(self, group: str) -> ConsumerGroupInfo | None:
+        return self.groups.get(group)
+
+    def register_consumer(
+        self,
+        group: str,
+        info: ClientChannelInfo,
+        consume_type: ConsumeType,
+        message_model: MessageModel,
+        consume_from_where: ConsumeFromWhere,
+        subs: list[SubscriptionData],
+    ) -> RegisterResult:
+        gi = self.groups.get(group)
+        if gi is None:
+            gi = ConsumerGroupInfo(group, consume_type, message_model, consume_from_where)
+            self.groups[group] = gi
+        new_channel, replaced = gi.update_channel(info, consume_type, message_model, consume_from_where)
+
+        inconsistency = None
+        new_topics = {s.topic for s in subs}
+        old_topics = set(gi.subscription_table)
+        owner = gi.subscription_owner
+        if (
+            new_topics != old_topics
+            and owner is not None
+            and owner != info.client_id
+            and gi.has_client(owner)
+        ):
+            inconsistency = SubscriptionInconsistency(
+                group, info.client_id, sorted(new_topics), sorted(old_topics), owner
+            )
+        topics_changed = gi.update_subscription(subs)
+        gi.subscription_owner = info.client_id
+        return RegisterResult(
+            new_channel or topics_changed, new_channel, topics_changed, inconsistency, replaced
+        )
+
+    def unregister_consumer(self, group: str, conn_id: int) -> ClientChannelInfo | None:
+        """Remove the connection's registration in the group (and the group when it empties)."""
+        gi = self.groups.get(group)
+        if gi is None:
+            return None
+        removed = gi.remove_channel(conn_id)
+        if not gi.channels:
+            del self.groups[group]
+        return removed
+
+    def do_channel_close_event(self, conn_id: int) -> list[tuple[str, ClientChannelInfo]]:
+        """A connection closed: remove it from every group. Returns (group, removed) pairs."""
+        removed: list[tuple[str, ClientChannelInfo]] = []
+        for group, gi in list(self.groups.items()):
+            info = gi.remove_channel(conn_id)
+            if info is not None:
+                removed.append((group, info))
+                if not gi.channels:
+                    del self.groups[group]
+        return removed
+
+    def scan_not_active_channel(
+        self, now_ms: int, channel_expired_timeout_ms: int
+    ) -> list[tuple[str, ClientChannelInfo]]:
+        """Remove registrations not refreshed within the timeout; the caller closes their connections."""
+        expired: list[tuple[str, ClientChannelInfo]] = []
+        for group, gi in list(self.groups.items()):
+            for conn_id, info in list(gi.channels.items()):
+                if now_ms - info.last_update_ms > channel_expired_timeout_ms:
+                    del gi.channels[conn_id]
+                    expired.append((group, info))
+            if not gi.channels:
+                del self.groups[group]
+        return expired
+
+    def conn_ids(self, group: str) -> list[int]:
+        gi = self.groups.get(group)
+        return list(gi.channels) if gi is not None else []
+
+    def client_id_of(self, group: str, conn_id: int) -> str | None:
+        gi = self.groups.get(group)
+        if gi is None:
+            return None
+        info = gi.channels.get(conn_id)
+        return info.client_id if info is not None else None
+
+    def channel_count(self) -> int:
+        return sum(len(g.channels) for g in self.groups.values())
+
+
+class ProducerManager:
+    """Producer groups per connection; kept only for status and UNREGISTER_CLIENT."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, dict[int, ClientChannelInfo]] = {}
+
+    def register_producer(self, group: str, info: ClientChannelInfo) -> bool:
+        chans = self.groups.setdefault(group, {})
+        new = info.conn_id not in chans
+        chans[info.conn_id] = info
+        return new
+
+    def unregister_producer(self, group: str, conn_id: int) -> bool:
+        chans = self.groups.get(group)
+        if chans is None or chans.pop(conn_id, None) is None:
+            return False
+        if not chans:
+            del self.groups[group]
+        return True
+
+    def do_channel_close_event(self, conn_id: int) -> None:
+        for group, chans in list(self.groups.items()):
+            chans.pop(conn_id, None)
+            if not chans:
+                del self.groups[group]
+
+    def scan_not_active_channel(self, now_ms: int, timeout_ms: int) -> list[tuple[str, ClientChannelInfo]]:
+        expired: list[tuple[str, ClientChannelInfo]] = []
+        for group, chans in list(self.groups.items()):
+            for conn_id, info in list(chans.items()):
+                if now_ms - info.last_update_ms > timeout_ms:
+                    del chans[conn_id]
+                    expired.append((group, info))
+            if not chans:
+                del self.groups[group]
+        return expired

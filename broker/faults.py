@@ -1,0 +1,185 @@
+"""Request-level fault injection (admin codes 9000-9004), sans-IO.
+
+A fault matches requests by code, optionally only those of one group and/or client id, and answers
+them with a sequence of errors, delays them, or drops their responses. It applies to ``count`` requests
+or for ``durationMs`` (whichever ends first); with neither, to ``len(errors)`` requests when errors are
+given, else until cleared. Durations come from the request and are not time-scaled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.codes import ADMIN_CODE_RANGE
+from protocol.command import InvalidParameter, field_bool, field_int, field_list, field_str
+
+
+@dataclass(frozen=True, slots=True)
+class FaultError:
+    code: int
+    remark: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"code": self.code, "remark": self.remark}
+
+
+@dataclass(slots=True)
+class Fault:
+    fault_id: int
+    request_code: int
+    group: str | None = None
+    client_id: str | None = None
+    errors: list[FaultError] = field(default_factory=list)
+    latency_ms: int = 0
+    drop: bool = False
+    count: int | None = None
+    duration_ms: int | None = None
+    created_ms: int = 0  # monotonic
+    applied: int = 0
+
+    @property
+    def limit(self) -> int | None:
+        if self.count is not None:
+            return self.count
+        if self.duration_ms is None and self.errors:
+            return len(self.errors)
+        return None
+
+    def exhausted(self, now_ms: int) -> bool:
+        limit = self.limit
+        if limit is not None and self.applied >= limit:
+            return True
+        return self.duration_ms is not None and now_ms - self.created_ms >= self.duration_ms
+
+    def matches(self, code: int, group: str | None, client_id: str | None) -> bool:
+        if code != self.request_code:
+            return False
+        if self.group is not None and group != self.group:
+            return False
+        return self.client_id is None or client_id == self.client_id
+
+    def to_wire(self, now_ms: int | None = None) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "faultId": self.fault_id,
+            "requestCode": self.request_code,
+            "group": self.group,
+            "clientId": self.client_id,
+            "errors": [e.to_wire() for e in self.errors],
+            "latencyMs": self.latency_ms,
+            "drop": self.drop,
+            "count": self.count,
+            "durationMs": self.duration_ms,
+            "applied": self.applied,
+        }
+        if now_ms is not None and self.duration_ms is not None:
+            d["remainingMs"] = max(0, self.created_ms + self.duration_ms - now_ms)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class FaultAction:
+    fault_id: int
+    error: FaultError | None
+    latency_ms: int
+    drop: bool
+
+
+def parse_fault_spec(body: Any) -> dict[str, Any]:
+    """Validate an ADMIN_FAULT_ADD body; raises InvalidParameter naming the field."""
+    if not isinstance(body, dict):
+        raise InvalidParameter("body", "expected a map" if body is not None else "missing")
+    code = field_int(body, "requestCode", "body")
+    if code in ADMIN_CODE_RANGE:
+        raise InvalidParameter("body.requestCode", "admin codes cannot be faulted")
+    errors: list[FaultError] = []
+    for i, e in enumerate(field_list(body, "errors", "body", [])):
+        where = f"body.errors[{i}]"
+        if not isinstance(e, dict):
+            raise InvalidParameter(where, "expected a map")
+        errors.append(
+            FaultError(field_int(e, "code", where), field_str(e, "remark", where, "injected fault"))
+        )
+    latency = field_int(body, "latencyMs", "body", 0)
+    if latency < 0:
+        raise InvalidParameter("body.latencyMs", "must be >= 0")
+    drop = field_bool(body, "drop", "body", False)
+    count = field_int(body, "count", "body", None)
+    if count is not None and count <= 0:
+        raise InvalidParameter("body.count", "must be > 0")
+    duration = field_int(body, "durationMs", "body", None)
+    if duration is not None and duration <= 0:
+        raise InvalidParameter("body.durationMs", "must be > 0")
+    if not errors and latency == 0 and not drop:
+        raise InvalidParameter("body", "a fault needs errors, latencyMs or drop")
+    return {
+        "request_code": code,
+        "group": field_str(body, "group", "body", None),
+        "client_id": field_str(body, "clientId", "body", None),
+        "errors": errors,
+        "latency_ms": latency,
+        "drop": drop,
+        "count": count,
+        "duration_ms": duration,
+    }
+
+
+class FaultTable:
+    def __init__(self) -> None:
+        self.faults: dict[int, Fault] = {}
+        self._next_id = 1
+        self.codes: set[int] = set()  # request codes with at least one fault: the dispatch fast path
+
+    def __len__(self) -> int:
+        return len(self.faults)
+
+    def add(self, spec: dict[str, Any], now_ms: int) -> Fault:
+        fault = Fault(self._next_id, created_ms=now_ms, **spec)
+        self._next_id += 1
+        self.faults[fault.fault_id] = fault
+        self._recount()
+        return fault
+
+    def clear(self, fault_id: int | None = None) -> list[Fault]:
+        if fault_id is None:
+            removed = list(self.faults.values())
+            self.faults.clear()
+        else:
+            f = self.faults.pop(fault_id, None)
+            removed = [f] if f is not None else []
+        self._recount()
+        return removed
+
+    def sweep(self, now_ms: int) -> list[Fault]:
+        """Remove faults that are used up or past their duration."""
+        done = [f for f in self.faults.values() if f.exhausted(now_ms)]
+        for f in done:
+            del self.faults[f.fault_id]
+        if done:
+            self._recount()
+        return done
+
+    def needs_identity(self, code: int) -> bool:
+        """Whether matching ``code`` needs the request's group / client id."""
+        return any(
+            f.request_code == code and (f.group is not None or f.client_id is not None)
+            for f in self.faults.values()
+        )
+
+    def match(
+        self, code: int, group: str | None, client_id: str | None, now_ms: int
+    ) -> tuple[FaultAction | None, list[Fault]]:
+        """The action for one request (the oldest matching fault applies), and faults that ended."""
+        ended = self.sweep(now_ms)
+        for f in self.faults.values():
+            if not f.matches(code, group, client_id):
+                continue
+            error = f.errors[min(f.applied, len(f.errors) - 1)] if f.errors else None
+            f.applied += 1
+            action = FaultAction(f.fault_id, error, f.latency_ms, f.drop)
+            ended.extend(self.sweep(now_ms))
+            return action, ended
+        return None, ended
+
+    def _recount(self) -> None:
+        self.codes = {f.request_code for f in self.faults.values()}

@@ -1,0 +1,94 @@
+"""Held pulls (RocketMQ's PullRequestHoldService), sans-IO.
+
+A pull that finds nothing new is held per queue until a matching message arrives on that queue or its
+suspend time runs out. The caller owns the waiting (``waiter`` is opaque here) and re-runs the pull.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.model import tag_matches
+
+
+@dataclass(eq=False, slots=True)
+class HeldPull:
+    topic: str
+    queue_id: int
+    offset: int  # the queueOffset the pull asked for
+    tags_set: list[str]  # the pull's filter; empty = everything
+    deadline_ms: int  # monotonic
+    conn_id: int = 0
+    waiter: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class PullRequestHoldService:
+    def __init__(self) -> None:
+        self.pull_request_table: dict[tuple[str, int], list[HeldPull]] = {}
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def suspend_pull_request(self, req: HeldPull) -> None:
+        self.pull_request_table.setdefault((req.topic, req.queue_id), []).append(req)
+        self._count += 1
+
+    def notify_message_arriving(
+        self, topic: str, queue_id: int, max_offset: int, tags: str | None
+    ) -> list[HeldPull]:
+        """A message with ``tags`` made the queue's max offset ``max_offset``: the pulls it wakes."""
+        held = self.pull_request_table.get((topic, queue_id))
+        if not held:
+            return []
+        woken: list[HeldPull] = []
+        kept: list[HeldPull] = []
+        for req in held:
+            if max_offset > req.offset and tag_matches(req.tags_set, tags):
+                woken.append(req)
+            else:
+                kept.append(req)
+        self._store(topic, queue_id, kept, len(woken))
+        return woken
+
+    def check_hold_request(self, now_ms: int) -> list[HeldPull]:
+        """Pulls whose suspend time has run out (RocketMQ checks every 5 s and on arrival)."""
+        expired: list[HeldPull] = []
+        for (topic, queue_id), held in list(self.pull_request_table.items()):
+            kept = [r for r in held if now_ms < r.deadline_ms]
+            if len(kept) != len(held):
+                expired.extend(r for r in held if now_ms >= r.deadline_ms)
+                self._store(topic, queue_id, kept, len(held) - len(kept))
+        return expired
+
+    def remove_connection(self, conn_id: int) -> list[HeldPull]:
+        removed: list[HeldPull] = []
+        for (topic, queue_id), held in list(self.pull_request_table.items()):
+            kept = [r for r in held if r.conn_id != conn_id]
+            if len(kept) != len(held):
+                removed.extend(r for r in held if r.conn_id == conn_id)
+                self._store(topic, queue_id, kept, len(held) - len(kept))
+        return removed
+
+    def remove(self, req: HeldPull) -> bool:
+        held = self.pull_request_table.get((req.topic, req.queue_id))
+        if not held or req not in held:
+            return False
+        kept = [r for r in held if r is not req]
+        self._store(req.topic, req.queue_id, kept, 1)
+        return True
+
+    def pop_all(self) -> list[HeldPull]:
+        out = [r for held in self.pull_request_table.values() for r in held]
+        self.pull_request_table.clear()
+        self._count = 0
+        return out
+
+    def _store(self, topic: str, queue_id: int, kept: list[HeldPull], removed: int) -> None:
+        self._count -= removed
+        if kept:
+            self.pull_request_table[(topic, queue_id)] = kept
+        else:
+            self.pull_request_table.pop((topic, queue_id), None)

@@ -1,0 +1,318 @@
+"""``rmq-admin``: talk to a broker's admin codes (fault injection 9000-9002, policies 9003, status 9004)
+and create topics (UPDATE_AND_CREATE_TOPIC). ``AdminClient`` is the same thing for programs.
+
+Exit codes: 0 done, 1 the broker answered with an error, 2 bad usage, 3 the broker could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.remoting import RemotingClient, RemotingError
+from protocol.runtime import host_port
+
+PERM_READ_WRITE = 6
+
+
+class AdminError(Exception):
+    """The broker answered an admin request with an error response."""
+
+    def __init__(self, request: str, code: int, remark: str | None) -> None:
+        try:
+            name = ResponseCode(code).name
+        except ValueError:
+            name = str(code)
+        super().__init__(f"{request}: broker answered {name} ({code})" + (f": {remark}" if remark else ""))
+        self.code = code
+        self.remark = remark
+
+
+def parse_error(text: str) -> dict[str, Any]:
+    """``CODE`` or ``CODE:REMARK`` -> ``{"code": CODE, "remark": REMARK}`` (argparse type)."""
+    code, sep, remark = text.partition(":")
+    try:
+        num = int(code.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected CODE or CODE:REMARK with an integer CODE, got {text!r}"
+        ) from None
+    if num < 0:
+        raise argparse.ArgumentTypeError(f"the response code must be >= 0, got {num}")
+    return {"code": num, "remark": remark if sep else "injected fault"}
+
+
+def parse_request_code(text: str) -> int:
+    """A request code as a number (``11``) or a name (``PULL_MESSAGE``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            return int(RequestCode[text.strip().upper()])
+        except KeyError:
+            raise argparse.ArgumentTypeError(
+                f"unknown request code {text!r} (a number or e.g. PULL_MESSAGE)"
+            ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"request code must be >= 0, got {value}")
+    return value
+
+
+def _on_off(text: str) -> bool:
+    v = text.strip().lower()
+    if v in ("on", "true", "yes", "1"):
+        return True
+    if v in ("off", "false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+
+
+def _non_negative(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _positive(text: str) -> int:
+    v = _non_negative(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return v
+
+
+class AdminClient:
+    """Admin requests to brokers (and route look-ups at a name server) over one RemotingClient."""
+
+    def __init__(self, client: RemotingClient | None = None, timeout_s: float = 5.0) -> None:
+        self._own = client is None
+        self.client = client or RemotingClient(connect_timeout_s=timeout_s)
+        self.timeout_s = timeout_s
+
+    async def close(self) -> None:
+        if self._own:
+            await self.client.close()
+
+    async def __aenter__(self) -> AdminClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(
+        self, addr: str, code: int, ext: dict[str, Any] | None = None, body: Any = None
+    ) -> RemotingCommand:
+        resp = await self.client.invoke(addr, RemotingCommand.request(code, ext, body), self.timeout_s)
+        if resp.code != ResponseCode.SUCCESS:
+            try:
+                name = RequestCode(code).name
+            except ValueError:
+                name = str(code)
+            raise AdminError(name, resp.code, resp.remark)
+        return resp
+
+    async def fault_add(
+        self,
+        addr: str,
+        *,
+        request_code: int,
+        errors: Sequence[dict[str, Any] | tuple[int, str]] = (),
+        count: int | None = None,
+        group: str | None = None,
+        client_id: str | None = None,
+        latency_ms: int = 0,
+        drop: bool = False,
+        duration_ms: int | None = None,
+    ) -> int:
+        errs = [e if isinstance(e, dict) else {"code": e[0], "remark": e[1]} for e in errors]
+        body = {
+            "requestCode": int(request_code),
+            "group": group,
+            "clientId": client_id,
+            "errors": errs,
+            "latencyMs": int(latency_ms),
+            "drop": bool(drop),
+            "count": count,
+            "durationMs": duration_ms,
+        }
+        resp = await self._call(addr, RequestCode.ADMIN_FAULT_ADD, body=body)
+        fault_id = resp.ext.get("faultId")
+        return int(fault_id) if isinstance(fault_id, int) else -1
+
+    async def fault_clear(self, addr: str, fault_id: int | None = None) -> None:
+        await self._call(
+            addr, RequestCode.ADMIN_FAULT_CLEAR, {"faultId": fault_id} if fault_id is not None else {}
+        )
+
+    async def fault_list(self, addr: str) -> list[dict[str, Any]]:
+        resp = await self._call(addr, RequestCode.ADMIN_FAULT_LIST)
+        body = resp.body if isinstance(resp.body, dict) else {}
+        faults = body.get("faults", [])
+        return list(faults) if isinstance(faults, list) else []
+
+    async def policy_set(
+        self,
+        addr: str,
+        *,
+        notify_on_channel_expired: bool | None = None,
+        release_locks_on_close: bool | None = None,
+    ) -> None:
+        ext: dict[str, Any] = {}
+        if notify_on_channel_expired is not None:
+            ext["notifyOnChannelExpired"] = notify_on_channel_expired
+        if release_locks_on_close is not None:
+            ext["releaseLocksOnChannelClose"] = release_locks_on_close
+        await self._call(addr, RequestCode.ADMIN_POLICY_SET, ext)
+
+    async def status(self, addr: str) -> dict[str, Any]:
+        resp = await self._call(addr, RequestCode.ADMIN_BROKER_STATUS)
+        return resp.body if isinstance(resp.body, dict) else {"body": resp.body}
+
+    async def topic_create(self, addr: str, topic: str, queues: int, perm: int = PERM_READ_WRITE) -> None:
+        ext = {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": perm}
+        await self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+
+    async def route(self, namesrv: str, topic: str) -> dict[str, Any] | None:
+        """The name server's route for ``topic``, or None when it does not know the topic (yet)."""
+        resp = await self.client.invoke(
+            namesrv,
+            RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}),
+            self.timeout_s,
+        )
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise AdminError("GET_ROUTEINFO_BY_TOPIC", resp.code, resp.remark)
+        return resp.body if isinstance(resp.body, dict) else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rmq-admin",
+        description="Admin requests to a broker: fault injection, what-if policies, status, topics.",
+    )
+    p.add_argument(
+        "--broker", required=True, type=host_port, metavar="HOST:PORT", help="the broker to talk to"
+    )
+    p.add_argument("--timeout", type=float, default=5.0, metavar="S", help="request timeout in seconds (5)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    fault = sub.add_parser("fault", help="inject, list and clear request-level faults")
+    fsub = fault.add_subparsers(dest="fault_command", required=True, metavar="add|clear|list")
+    add = fsub.add_parser(
+        "add",
+        help="answer matching requests with errors, delay them or drop their responses",
+        description="Matches requests by --code (and --group / --client-id when given). Applies to --count "
+        "requests, or for --duration-ms, or (errors only) to as many requests as errors were given.",
+    )
+    add.add_argument(
+        "--code", required=True, type=parse_request_code, help="request code, e.g. 11 or PULL_MESSAGE"
+    )
+    add.add_argument(
+        "--error",
+        action="append",
+        type=parse_error,
+        default=[],
+        metavar="CODE[:REMARK]",
+        help='an error response, answered in turn (repeatable), e.g. 1:"boom"',
+    )
+    add.add_argument("--count", type=_positive, default=None, help="how many matching requests it applies to")
+    add.add_argument("--group", default=None, help="only requests of this consumer group")
+    add.add_argument("--client-id", default=None, help="only requests of this client id")
+    add.add_argument("--latency-ms", type=_non_negative, default=0, help="delay before answering (ms)")
+    add.add_argument("--drop", action="store_true", help="send no response at all")
+    add.add_argument("--duration-ms", type=_positive, default=None, help="how long the fault lasts (ms)")
+    clear = fsub.add_parser("clear", help="remove one fault (--id) or all")
+    clear.add_argument("--id", type=_positive, default=None, dest="fault_id")
+    fsub.add_parser("list", help="the broker's active faults as JSON")
+
+    pol = sub.add_parser("policy", help="switch the what-if policies (off = RocketMQ's behaviour)")
+    pol.add_argument("--notify-on-channel-expired", type=_on_off, default=None, metavar="on|off")
+    pol.add_argument("--release-locks-on-close", type=_on_off, default=None, metavar="on|off")
+
+    sub.add_parser("status", help="the broker's counts (topics, messages, groups, connections) as JSON")
+
+    topic = sub.add_parser("topic", help="topics")
+    tsub = topic.add_subparsers(dest="topic_command", required=True, metavar="create")
+    create = tsub.add_parser("create", help="create or update a topic on this broker")
+    create.add_argument("--topic", required=True)
+    create.add_argument("--queues", required=True, type=_positive, help="read and write queue count")
+    create.add_argument("--perm", type=int, default=PERM_READ_WRITE, choices=(2, 4, 6), help="6 = read+write")
+    return p
+
+
+async def _run(args: argparse.Namespace) -> int:
+    async with AdminClient(timeout_s=args.timeout) as admin:
+        b = args.broker
+        if args.command == "fault":
+            if args.fault_command == "add":
+                fid = await admin.fault_add(
+                    b,
+                    request_code=args.code,
+                    errors=args.error,
+                    count=args.count,
+                    group=args.group,
+                    client_id=args.client_id,
+                    latency_ms=args.latency_ms,
+                    drop=args.drop,
+                    duration_ms=args.duration_ms,
+                )
+                print(f"fault {fid} added")
+            elif args.fault_command == "clear":
+                await admin.fault_clear(b, args.fault_id)
+                print("cleared " + (f"fault {args.fault_id}" if args.fault_id else "all faults"))
+            else:
+                print(json.dumps(await admin.fault_list(b), indent=2, sort_keys=True))
+        elif args.command == "policy":
+            await admin.policy_set(
+                b,
+                notify_on_channel_expired=args.notify_on_channel_expired,
+                release_locks_on_close=args.release_locks_on_close,
+            )
+            print("policy updated")
+        elif args.command == "status":
+            print(json.dumps(await admin.status(b), indent=2, sort_keys=True, default=str))
+        elif args.command == "topic":
+            await admin.topic_create(b, args.topic, args.queues, args.perm)
+            print(f"topic {args.topic} created with {args.queues} queues")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (
+        args.command == "fault"
+        and args.fault_command == "add"
+        and not (args.error or args.latency_ms or args.drop)
+    ):
+        parser.error("fault add needs at least one of --error, --latency-ms or --drop")
+    if (
+        args.command == "policy"
+        and args.notify_on_channel_expired is None
+        and args.release_locks_on_close is None
+    ):
+        parser.error("policy needs --notify-on-channel-expired and/or --release-locks-on-close")
+    try:
+        return asyncio.run(_run(args))
+    except AdminError as e:
+        print(f"rmq-admin: {e}", file=sys.stderr)
+        return 1
+    except (RemotingError, OSError) as e:
+        print(f"rmq-admin: cannot reach broker {args.broker}: {e}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The per-connection codec that lets real RocketMQ clients talk to the same handlers as our own.
+
+It plugs into ``RemotingServer(codec_factory=...)``: ``feed`` turns native frames into typed commands and
+``encode`` turns commands back into native frames. It remembers the request code of every request in flight
+in both directions (by opaque), because native answers are shaped by the request they answer (a pull's
+messages, a route's addresses) and carry no code of their own.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+from protocol.command import DEFAULT_MAX_FRAME_BYTES, RemotingCommand
+from protocol.native.frame import NativeFrameDecoder
+from protocol.native.message_ext import StoreHost
+from protocol.native.translate import (
+    TranslateContext,
+    encode_native,
+    request_from_native,
+    request_to_native,
+    response_from_native,
+    response_to_native,
+)
+
+# Requests that never got an answer (a handler that returned nothing) must not pile up.
+MAX_TRACKED_REQUESTS = 65536
+
+
+class NativeCodec:
+    """RocketMQ's remoting format for one connection."""
+
+    __slots__ = ("_decoder", "_incoming", "_outgoing", "context")
+
+    def __init__(
+        self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, context: TranslateContext | None = None
+    ) -> None:
+        self._decoder = NativeFrameDecoder(max_frame_bytes)
+        self.context = context or TranslateContext()
+        # opaque -> request code, for requests from the peer and for requests to it
+        self._incoming: OrderedDict[int, int] = OrderedDict()
+        self._outgoing: OrderedDict[int, int] = OrderedDict()
+
+    def feed(self, data: bytes) -> list[RemotingCommand]:
+        out: list[RemotingCommand] = []
+        for frame in self._decoder.feed(data):
+            if frame.is_response:
+                out.append(response_from_native(self._outgoing.pop(frame.opaque, None), frame))
+                continue
+            cmd = request_from_native(frame)
+            if not cmd.is_oneway:
+                _remember(self._incoming, cmd.opaque, frame.code)
+            out.append(cmd)
+        return out
+
+    def encode(self, cmd: RemotingCommand) -> bytes:
+        if cmd.is_response:
+            frame = response_to_native(self._incoming.pop(cmd.opaque, None), cmd, self.context)
+        else:
+            if not cmd.is_oneway:
+                _remember(self._outgoing, cmd.opaque, cmd.code)
+            frame = request_to_native(cmd)
+        return encode_native(frame)
+
+
+def _remember(table: OrderedDict[int, int], opaque: int, code: int) -> None:
+    table[opaque] = code
+    table.move_to_end(opaque)
+    while len(table) > MAX_TRACKED_REQUESTS:
+        table.popitem(last=False)
+
+
+def port_rewriter(primary_port: int, native_port: int) -> Callable[[str], str]:
+    """Rewrites ``host:<primary_port>`` to ``host:<native_port>``; other addresses stay as they are."""
+
+    def rewrite(addr: str) -> str:
+        host, sep, port = addr.rpartition(":")
+        if sep and port == str(primary_port):
+            return f"{host}:{native_port}"
+        return addr
+
+    return rewrite
+
+
+def native_codec_factory(
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    *,
+    store_host: str | None = None,
+    rewrite_broker_addr: Callable[[str], str] | None = None,
+) -> NativeCodec:
+    """A codec for one connection; usable as ``codec_factory`` as it is, or partially applied with
+    the address real clients reach this broker at (``store_host``, "ip:port", written into pulled
+    messages) and how route addresses of the primary port map to native ones."""
+    ctx = TranslateContext()
+    if store_host is not None:
+        ctx.store_host = StoreHost.parse(store_host)
+    if rewrite_broker_addr is not None:
+        ctx.rewrite_broker_addr = rewrite_broker_addr
+    return NativeCodec(max_frame_bytes, ctx)

@@ -1,0 +1,39 @@
+"""A second listening port that speaks RocketMQ's native remoting format to the same handlers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.native.codec import NativeCodec, native_codec_factory, port_rewriter
+from protocol.remoting import RemotingServer
+from protocol.runtime import local_ip
+
+
+async def start_native_port(primary: RemotingServer, host: str, port: int, log: Any = None) -> RemotingServer:
+    """Start a server on ``host:port`` (0 = any free port) serving ``primary``'s handlers and connection
+    callbacks with the native codec; returns it (close it with ``await server.close()``).
+
+    Route answers given on it name the native port wherever the primary's port appears, so real clients
+    that looked the topic up here come back to this port.
+    """
+    server = RemotingServer(
+        host,
+        port,
+        max_frame_bytes=primary.max_frame_bytes,
+        max_inflight=primary.max_inflight,
+        log=log,
+    )
+    advertised = host if host not in ("0.0.0.0", "", "::") else local_ip()
+
+    def factory(max_frame_bytes: int) -> NativeCodec:
+        # Bound per connection: the port is known only once the server listens.
+        return native_codec_factory(
+            max_frame_bytes,
+            store_host=f"{advertised}:{server.port}",
+            rewrite_broker_addr=port_rewriter(primary.port, server.port),
+        )
+
+    server.codec_factory = factory
+    server.share_handlers_with(primary)
+    await server.start()
+    return server

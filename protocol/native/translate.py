@@ -1,0 +1,547 @@
+"""Translation between RocketMQ's native commands and the project's typed commands (sans-IO).
+
+Requests from real clients: extFields (strings, numbers or booleans) become typed ``ext`` per a schema for
+each request code; JSON bodies become the body maps of PROTOCOL.md (enums given as integers by the C++
+client become names); SEND_MESSAGE_V2's one-letter header names become SEND_MESSAGE's; PULL_MESSAGE's
+``sysFlag`` bits decide whether ``commitOffset``, ``suspendTimeoutMillis`` and ``subscription`` count, as
+RocketMQ's broker decides. Answers go back the other way: every ext value as a string, bodies as JSON, and
+pulled messages as concatenated MessageExt records.
+
+A value that cannot be converted is passed on unchanged, so the handler's typed access answers
+INVALID_PARAMETER naming the field instead of the connection being dropped.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from protocol.codes import Flag, RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.model import retry_topic
+from protocol.native.frame import NativeFrame, encode_frame
+from protocol.native.message_ext import (
+    COMPRESSED_FLAG,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    MessageRecord,
+    StoreHost,
+    encode_record,
+    pack_physical_offset,
+    string_to_properties,
+    unpack_physical_offset,
+)
+
+INT: Final = "int"
+STR: Final = "str"
+BOOL: Final = "bool"
+
+# ClientRPCHook's fields, sent by some clients on every request; the emulator has no ACL.
+RPC_HOOK_FIELDS: Final = frozenset({"AccessKey", "SecretKey", "Signature", "OnsChannel", "SecurityToken"})
+
+_OFFSET_FIELDS = {"topic": STR, "queueId": INT}
+
+# Header fields of each request RocketMQ clients send (the *RequestHeader classes), with their types.
+REQUEST_SCHEMAS: Final[dict[int, dict[str, str]]] = {
+    RequestCode.SEND_MESSAGE: {
+        "producerGroup": STR,
+        "topic": STR,
+        "defaultTopic": STR,
+        "defaultTopicQueueNums": INT,
+        "queueId": INT,
+        "sysFlag": INT,
+        "bornTimestamp": INT,
+        "flag": INT,
+        "properties": STR,
+        "reconsumeTimes": INT,
+        "unitMode": BOOL,
+        "batch": BOOL,
+        "maxReconsumeTimes": INT,
+        "brokerName": STR,
+    },
+    RequestCode.PULL_MESSAGE: {
+        "consumerGroup": STR,
+        "topic": STR,
+        "queueId": INT,
+        "queueOffset": INT,
+        "maxMsgNums": INT,
+        "sysFlag": INT,
+        "commitOffset": INT,
+        "suspendTimeoutMillis": INT,
+        "subscription": STR,
+        "subVersion": INT,
+        "expressionType": STR,
+        "maxMsgBytes": INT,
+    },
+    RequestCode.QUERY_CONSUMER_OFFSET: {
+        "consumerGroup": STR,
+        "topic": STR,
+        "queueId": INT,
+        "setZeroIfNotFound": BOOL,
+    },
+    RequestCode.UPDATE_CONSUMER_OFFSET: {
+        "consumerGroup": STR,
+        "topic": STR,
+        "queueId": INT,
+        "commitOffset": INT,
+    },
+    RequestCode.UPDATE_AND_CREATE_TOPIC: {
+        "topic": STR,
+        "defaultTopic": STR,
+        "readQueueNums": INT,
+        "writeQueueNums": INT,
+        "perm": INT,
+        "topicFilterType": STR,
+        "topicSysFlag": INT,
+        "order": BOOL,
+    },
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: {**_OFFSET_FIELDS, "timestamp": INT},
+    RequestCode.GET_MAX_OFFSET: dict(_OFFSET_FIELDS),
+    RequestCode.GET_MIN_OFFSET: dict(_OFFSET_FIELDS),
+    RequestCode.UNREGISTER_CLIENT: {"clientID": STR, "producerGroup": STR, "consumerGroup": STR},
+    RequestCode.CONSUMER_SEND_MSG_BACK: {
+        "group": STR,
+        "offset": INT,
+        "delayLevel": INT,
+        "originMsgId": STR,
+        "originTopic": STR,
+        "unitMode": BOOL,
+        "maxReconsumeTimes": INT,
+    },
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: {"consumerGroup": STR},
+    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: {"consumerGroup": STR},
+    RequestCode.REGISTER_BROKER: {
+        "brokerName": STR,
+        "brokerAddr": STR,
+        "clusterName": STR,
+        "haServerAddr": STR,
+        "brokerId": INT,
+    },
+    RequestCode.UNREGISTER_BROKER: {
+        "brokerName": STR,
+        "brokerAddr": STR,
+        "clusterName": STR,
+        "brokerId": INT,
+    },
+    RequestCode.GET_ROUTEINFO_BY_TOPIC: {"topic": STR},
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: {"consumerGroup": STR},
+}
+
+# SendMessageRequestHeaderV2's one-letter names.
+SEND_V2_NAMES: Final = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
+}
+
+# PullSysFlag bits.
+PULL_COMMIT_OFFSET: Final = 0x1
+PULL_SUSPEND: Final = 0x2
+PULL_SUBSCRIPTION: Final = 0x4
+
+# Enum ordinals as the C++ client writes them in HEART_BEAT.
+_CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+_MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+_CONSUME_FROM = {
+    0: "CONSUME_FROM_LAST_OFFSET",
+    1: "CONSUME_FROM_LAST_OFFSET",  # CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST (deprecated)
+    2: "CONSUME_FROM_LAST_OFFSET",  # CONSUME_FROM_MIN_OFFSET (deprecated; clients treat it as LAST)
+    3: "CONSUME_FROM_LAST_OFFSET",  # CONSUME_FROM_MAX_OFFSET (deprecated; clients treat it as LAST)
+    4: "CONSUME_FROM_FIRST_OFFSET",
+    5: "CONSUME_FROM_TIMESTAMP",
+}
+_DEPRECATED_CONSUME_FROM = {
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST": "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_MIN_OFFSET": "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET": "CONSUME_FROM_LAST_OFFSET",
+}
+
+_INT_RE = re.compile(r"-?\d+")
+# fastjson writes maps with number keys unquoted ({0:"addr"}); quote them before a retry.
+_BARE_KEY_RE = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+
+
+@dataclass(slots=True)
+class TranslateContext:
+    """What the translation of one connection needs to know about the server it runs in."""
+
+    store_host: StoreHost = field(default_factory=lambda: StoreHost(b"\x7f\x00\x00\x01", 0))
+    # Maps a broker address in a route to the address real clients must use (the native port).
+    rewrite_broker_addr: Callable[[str], str] = lambda addr: addr
+
+
+# -- values ------------------------------------------------------------------------------------------------
+
+
+def convert_value(value: Any, kind: str) -> Any:
+    """A native ext value as ``kind``; unconvertible values come back unchanged (the handler reports them)."""
+    if kind == INT:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and _INT_RE.fullmatch(value.strip()):
+            return int(value.strip())
+        return value
+    if kind == BOOL:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            low = value.strip().lower()
+            if low in ("true", "1"):
+                return True
+            if low in ("false", "0"):
+                return False
+        if isinstance(value, int):
+            return value != 0
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value
+
+
+def typed_ext(ext: Mapping[str, Any], schema: Mapping[str, str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in ext.items():
+        if name in RPC_HOOK_FIELDS:
+            continue
+        kind = schema.get(name) if schema else None
+        if kind is None:
+            out[name] = value
+            continue
+        # Clients write absent numbers and flags as empty strings (the C++ client does).
+        if isinstance(value, str) and value == "" and kind != STR:
+            continue
+        out[name] = convert_value(value, kind)
+    return out
+
+
+def ext_to_native(ext: Mapping[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in ext.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            out[name] = "true" if value else "false"
+        elif isinstance(value, (str, int, float)):
+            out[name] = str(value)
+        else:
+            out[name] = json.dumps(value, default=_json_default)
+    return out
+
+
+# -- JSON bodies -------------------------------------------------------------------------------------------
+
+
+def parse_json_body(body: bytes | None) -> Any:
+    """A JSON body as Python values; None when there is no body or it is not JSON."""
+    if not body:
+        return None
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return json.loads(_BARE_KEY_RE.sub(r'\1"\2"\3', text))
+    except ValueError:
+        return None
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")  # fastjson writes byte[] as base64
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def json_body(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_json_default).encode("utf-8")
+
+
+def _enum_name(value: Any, names: Mapping[int, str] | tuple[str, ...]) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and _INT_RE.fullmatch(value):
+        value = int(value)
+    if isinstance(value, int):
+        if isinstance(names, tuple):
+            return names[value] if 0 <= value < len(names) else value
+        return names.get(value, value)
+    return value
+
+
+def normalize_heartbeat(body: Any) -> Any:
+    """HEART_BEAT body: enum ordinals to names, numbers in strings to ints.
+
+    The C++ client writes the enums as ordinals and ``subVersion`` as a string; JS and Java write names."""
+    if not isinstance(body, dict):
+        return body
+    consumers = body.get("consumerDataSet")
+    if isinstance(consumers, list):
+        for cd in consumers:
+            if not isinstance(cd, dict):
+                continue
+            if "consumeType" in cd:
+                cd["consumeType"] = _enum_name(cd["consumeType"], _CONSUME_TYPES)
+            if "messageModel" in cd:
+                cd["messageModel"] = _enum_name(cd["messageModel"], _MESSAGE_MODELS)
+            if "consumeFromWhere" in cd:
+                cfw = _enum_name(cd["consumeFromWhere"], _CONSUME_FROM)
+                if isinstance(cfw, str):
+                    cfw = _DEPRECATED_CONSUME_FROM.get(cfw, cfw)
+                cd["consumeFromWhere"] = cfw
+            if "unitMode" in cd:
+                cd["unitMode"] = convert_value(cd["unitMode"], BOOL)
+            subs = cd.get("subscriptionDataSet")
+            if isinstance(subs, list):
+                for sd in subs:
+                    if not isinstance(sd, dict):
+                        continue
+                    if "subVersion" in sd:
+                        sd["subVersion"] = convert_value(sd["subVersion"], INT)
+                    if isinstance(sd.get("codeSet"), list):
+                        sd["codeSet"] = [convert_value(c, INT) for c in sd["codeSet"]]
+    for key in ("consumerDataSet", "producerDataSet"):
+        if body.get(key) is None:
+            body[key] = []
+    return body
+
+
+def normalize_lock_body(body: Any) -> Any:
+    if not isinstance(body, dict):
+        return body
+    body.setdefault("onlyThisBroker", False)
+    body["onlyThisBroker"] = convert_value(body["onlyThisBroker"], BOOL)
+    mqs = body.get("mqSet")
+    if isinstance(mqs, list):
+        for mq in mqs:
+            if isinstance(mq, dict) and "queueId" in mq:
+                mq["queueId"] = convert_value(mq["queueId"], INT)
+    return body
+
+
+# -- requests from real clients ----------------------------------------------------------------------------
+
+
+def _send_request(ext: dict[str, Any], raw_body: bytes | None) -> tuple[dict[str, Any], Any]:
+    props_text = ext.pop("properties", None)
+    props = string_to_properties(props_text) if isinstance(props_text, str) else {}
+    body = raw_body or b""
+    sys_flag = ext.get("sysFlag")
+    if isinstance(sys_flag, int) and not isinstance(sys_flag, bool) and sys_flag & COMPRESSED_FLAG:
+        try:
+            body = zlib.decompress(body)
+        except zlib.error:
+            pass  # stored as sent; the consumer sees what the producer sent
+    if props.get(PROPERTY_TAGS):
+        ext["tags"] = props[PROPERTY_TAGS]
+    if props.get(PROPERTY_KEYS):
+        ext["keys"] = props[PROPERTY_KEYS]
+    return ext, {"body": body, "properties": props}
+
+
+def _pull_request(ext: dict[str, Any]) -> dict[str, Any]:
+    sys_flag = ext.get("sysFlag")
+    if isinstance(sys_flag, int) and not isinstance(sys_flag, bool):
+        # RocketMQ's broker reads these three only when their bit is set.
+        if not sys_flag & PULL_COMMIT_OFFSET:
+            ext["commitOffset"] = 0
+        if not sys_flag & PULL_SUSPEND:
+            ext["suspendTimeoutMillis"] = 0
+        if not sys_flag & PULL_SUBSCRIPTION:
+            ext.pop("subscription", None)
+    return ext
+
+
+def _send_back_request(ext: dict[str, Any]) -> dict[str, Any]:
+    offset = ext.get("offset")
+    if isinstance(offset, int) and not isinstance(offset, bool):
+        group = ext.get("group")
+        candidates = [ext.get("originTopic") or "", retry_topic(group) if isinstance(group, str) else ""]
+        found = unpack_physical_offset(offset, candidates)
+        if found is not None:
+            topic, queue_id, queue_offset = found
+            ext["originTopic"] = topic
+            ext["queueId"] = queue_id
+            ext["offset"] = queue_offset
+    return ext
+
+
+def request_from_native(frame: NativeFrame) -> RemotingCommand:
+    """A request (or one-way request) from a real client as the handlers expect it."""
+    code = frame.code
+    raw_ext = dict(frame.ext)
+    if code == RequestCode.SEND_MESSAGE_V2:
+        code = int(RequestCode.SEND_MESSAGE)
+        raw_ext = {SEND_V2_NAMES.get(k, k): v for k, v in raw_ext.items()}
+    ext = typed_ext(raw_ext, REQUEST_SCHEMAS.get(code))
+    body: Any
+    if code == RequestCode.SEND_MESSAGE:
+        ext, body = _send_request(ext, frame.body)
+    elif code == RequestCode.PULL_MESSAGE:
+        ext, body = _pull_request(ext), None
+    elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
+        ext, body = _send_back_request(ext), None
+    elif code == RequestCode.HEART_BEAT:
+        parsed = parse_json_body(frame.body)
+        body = normalize_heartbeat(parsed) if parsed is not None else frame.body
+    elif code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
+        parsed = parse_json_body(frame.body)
+        body = normalize_lock_body(parsed) if parsed is not None else frame.body
+    else:
+        parsed = parse_json_body(frame.body)
+        body = parsed if parsed is not None else frame.body
+    flag = frame.flag & (Flag.RESPONSE | Flag.ONEWAY)
+    return RemotingCommand(code, frame.opaque, flag, frame.remark, ext, body)
+
+
+def response_from_native(request_code: int | None, frame: NativeFrame) -> RemotingCommand:
+    """A real client's answer to a request the server sent it."""
+    parsed = parse_json_body(frame.body)
+    body = parsed if parsed is not None else frame.body
+    ext = typed_ext(frame.ext, None)
+    return RemotingCommand(frame.code, frame.opaque, frame.flag | Flag.RESPONSE, frame.remark, ext, body)
+
+
+# -- answers to real clients -------------------------------------------------------------------------------
+
+
+def _route_body(body: Any, ctx: TranslateContext) -> Any:
+    if not isinstance(body, dict):
+        return body
+    out = dict(body)
+    brokers = []
+    for bd in out.get("brokerDatas") or []:
+        if not isinstance(bd, dict):
+            continue
+        bd = dict(bd)
+        native = bd.pop("nativeAddrs", None)
+        addrs = native if isinstance(native, dict) and native else bd.get("brokerAddrs") or {}
+        if not (isinstance(native, dict) and native):
+            addrs = {str(k): ctx.rewrite_broker_addr(str(v)) for k, v in addrs.items()}
+        bd["brokerAddrs"] = {str(k): str(v) for k, v in addrs.items()}
+        brokers.append(bd)
+    out["brokerDatas"] = brokers
+    queues = []
+    for qd in out.get("queueDatas") or []:
+        if isinstance(qd, dict):
+            qd = dict(qd)
+            qd.setdefault("topicSysFlag", 0)
+            queues.append(qd)
+    out["queueDatas"] = queues
+    out.setdefault("filterServerTable", {})
+    return out
+
+
+def _message_record(msg: Mapping[str, Any], ctx: TranslateContext) -> bytes:
+    topic = str(msg.get("topic") or "")
+    queue_id = int(msg.get("queueId") or 0)
+    queue_offset = int(msg.get("queueOffset") or 0)
+    body = msg.get("body") or b""
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    props = {str(k): str(v) for k, v in (msg.get("properties") or {}).items()}
+    if msg.get("tags"):
+        props[PROPERTY_TAGS] = str(msg["tags"])
+    if msg.get("keys"):
+        props[PROPERTY_KEYS] = str(msg["keys"])
+    msg_id = msg.get("msgId")
+    if msg_id and not props.get(PROPERTY_UNIQ_KEY):
+        # Clients show UNIQ_KEY as the message id: make it the broker's, as our own clients see it.
+        props[PROPERTY_UNIQ_KEY] = str(msg_id)
+    physical = pack_physical_offset(topic, queue_id, queue_offset)
+    record = MessageRecord(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        body=bytes(body),
+        properties=props,
+        born_timestamp=int(msg.get("bornTimestamp") or 0),
+        store_timestamp=int(msg.get("storeTimestamp") or 0),
+        reconsume_times=int(msg.get("reconsumeTimes") or 0),
+        physical_offset=physical if physical is not None else queue_offset,
+        born_host=StoreHost(ctx.store_host.ip, 0),
+        store_host=ctx.store_host,
+    )
+    return encode_record(record)
+
+
+def _pull_body(body: Any, ctx: TranslateContext) -> bytes | None:
+    if isinstance(body, dict) and isinstance(body.get("messages"), list):
+        return b"".join(_message_record(m, ctx) for m in body["messages"] if isinstance(m, dict))
+    if isinstance(body, (bytes, bytearray)):
+        return bytes(body)
+    return None
+
+
+def _body_to_native(body: Any) -> bytes | None:
+    if body is None:
+        return None
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    return json_body(body)
+
+
+def response_to_native(request_code: int | None, cmd: RemotingCommand, ctx: TranslateContext) -> NativeFrame:
+    """Our answer to a real client's request, in the form that client reads."""
+    ext = dict(cmd.ext)
+    body: bytes | None
+    if request_code == RequestCode.PULL_MESSAGE:
+        ext.setdefault("suggestWhichBrokerId", 0)
+        for name in ("nextBeginOffset", "minOffset", "maxOffset"):
+            ext.setdefault(name, 0)
+        body = _pull_body(cmd.body, ctx) if cmd.code == ResponseCode.SUCCESS else None
+    elif request_code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+        body = _body_to_native(_route_body(cmd.body, ctx))
+    else:
+        body = _body_to_native(cmd.body)
+    return NativeFrame(
+        code=cmd.code,
+        opaque=cmd.opaque,
+        flag=(cmd.flag | Flag.RESPONSE) & ~Flag.ONEWAY,
+        remark=cmd.remark,
+        ext=ext_to_native(ext),
+        body=body,
+    )
+
+
+def request_to_native(cmd: RemotingCommand) -> NativeFrame:
+    """A request the server pushes to a real client (NOTIFY_CONSUMER_IDS_CHANGED and the like)."""
+    return NativeFrame(
+        code=cmd.code,
+        opaque=cmd.opaque,
+        flag=cmd.flag & Flag.ONEWAY,
+        remark=cmd.remark,
+        ext=ext_to_native(cmd.ext),
+        body=_body_to_native(cmd.body),
+    )
+
+
+def encode_native(frame: NativeFrame) -> bytes:
+    return encode_frame(frame)

@@ -1,0 +1,285 @@
+"""MQClientAPI: one async method per RPC the clients make (PROTOCOL.md field names and codes).
+
+Each method builds the request, invokes it over the shared RemotingClient and turns the answer into a
+value or an exception (MQBrokerError for error codes; RemotingError subclasses for transport failures),
+as RocketMQ's MQClientAPIImpl does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from client.errors import MQBrokerError, OffsetNotFoundError
+from client.rebalance_core import PullStatus, pull_status
+from client.route import TopicRouteData
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand, field_int, field_list, field_str
+from protocol.model import HeartbeatData, Message, MessageQueue
+from protocol.remoting import RemotingClient
+
+# PullSysFlag bits
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+
+
+@dataclass(slots=True)
+class PullResult:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[Message] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """RocketMQ's SendResult (only SEND_OK exists here: the broker stores before it answers)."""
+
+    send_status: str
+    msg_id: str
+    message_queue: MessageQueue
+    queue_offset: int
+
+    @property
+    def broker_name(self) -> str:
+        return self.message_queue.broker_name
+
+    @property
+    def queue_id(self) -> int:
+        return self.message_queue.queue_id
+
+
+def _check(resp: RemotingCommand, addr: str) -> RemotingCommand:
+    if resp.code != ResponseCode.SUCCESS:
+        raise MQBrokerError(resp.code, resp.remark, addr)
+    return resp
+
+
+class MQClientAPI:
+    def __init__(self, remoting: RemotingClient) -> None:
+        self.remoting = remoting
+
+    async def _invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        return await self.remoting.invoke(addr, cmd, timeout_s)
+
+    # -- name server ----------------------------------------------------------------------------------
+    async def get_topic_route(self, namesrv: str, topic: str, timeout_s: float) -> TopicRouteData | None:
+        """None when the name server does not know the topic (TOPIC_NOT_EXIST)."""
+        cmd = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        resp = await self._invoke(namesrv, cmd, timeout_s)
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        _check(resp, namesrv)
+        return TopicRouteData.from_wire(resp.body)
+
+    # -- membership -----------------------------------------------------------------------------------
+    async def send_heartbeat(self, addr: str, hb: HeartbeatData, timeout_s: float) -> None:
+        cmd = RemotingCommand.request(RequestCode.HEART_BEAT, body=hb.to_wire())
+        _check(await self._invoke(addr, cmd, timeout_s), addr)
+
+    async def unregister_client(
+        self,
+        addr: str,
+        client_id: str,
+        *,
+        producer_group: str | None = None,
+        consumer_group: str | None = None,
+        timeout_s: float,
+    ) -> None:
+        ext: dict[str, Any] = {"clientID": client_id}
+        if producer_group is not None:
+            ext["producerGroup"] = producer_group
+        if consumer_group is not None:
+            ext["consumerGroup"] = consumer_group
+        cmd = RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, ext)
+        _check(await self._invoke(addr, cmd, timeout_s), addr)
+
+    async def get_consumer_id_list(self, addr: str, group: str, timeout_s: float) -> list[str]:
+        cmd = RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        resp = _check(await self._invoke(addr, cmd, timeout_s), addr)
+        if not isinstance(resp.body, dict):
+            raise MQBrokerError(ResponseCode.SYSTEM_ERROR, "consumer list response without a body", addr)
+        ids = field_list(resp.body, "consumerIdList", "body")
+        return [c for c in ids if isinstance(c, str)]
+
+    # -- offsets --------------------------------------------------------------------------------------
+    async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue, timeout_s: float) -> int:
+        ext = {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id}
+        resp = await self._invoke(
+            addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, ext), timeout_s
+        )
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            raise OffsetNotFoundError(resp.remark, addr)
+        _check(resp, addr)
+        return field_int(resp.ext, "offset", "ext")
+
+    async def update_consumer_offset_oneway(
+        self, addr: str, group: str, mq: MessageQueue, offset: int
+    ) -> None:
+        ext = {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "commitOffset": offset}
+        await self.remoting.invoke_oneway(
+            addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+        )
+
+    async def get_max_offset(self, addr: str, mq: MessageQueue, timeout_s: float) -> int:
+        ext = {"topic": mq.topic, "queueId": mq.queue_id}
+        resp = _check(
+            await self._invoke(addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, ext), timeout_s),
+            addr,
+        )
+        return field_int(resp.ext, "offset", "ext")
+
+    async def search_offset(self, addr: str, mq: MessageQueue, timestamp_ms: int, timeout_s: float) -> int:
+        ext = {"topic": mq.topic, "queueId": mq.queue_id, "timestamp": timestamp_ms}
+        cmd = RemotingCommand.request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext)
+        resp = _check(await self._invoke(addr, cmd, timeout_s), addr)
+        return field_int(resp.ext, "offset", "ext")
+
+    # -- pull -----------------------------------------------------------------------------------------
+    async def pull_message(
+        self,
+        addr: str,
+        *,
+        group: str,
+        mq: MessageQueue,
+        queue_offset: int,
+        max_msg_nums: int,
+        sys_flag: int,
+        commit_offset: int,
+        suspend_timeout_ms: int,
+        subscription: str | None,
+        sub_version: int,
+        timeout_s: float,
+    ) -> PullResult:
+        ext: dict[str, Any] = {
+            "consumerGroup": group,
+            "topic": mq.topic,
+            "queueId": mq.queue_id,
+            "queueOffset": queue_offset,
+            "maxMsgNums": max_msg_nums,
+            "sysFlag": sys_flag,
+            "commitOffset": commit_offset,
+            "suspendTimeoutMillis": suspend_timeout_ms,
+            "subVersion": sub_version,
+            "expressionType": "TAG",
+        }
+        if subscription is not None:
+            ext["subscription"] = subscription
+        resp = await self._invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), timeout_s)
+        status = pull_status(resp.code)
+        if status is None:
+            raise MQBrokerError(resp.code, resp.remark, addr)
+        msgs: list[Message] = []
+        if status is PullStatus.FOUND and isinstance(resp.body, dict):
+            for i, raw in enumerate(field_list(resp.body, "messages", "body", [])):
+                msgs.append(Message.from_wire(raw, f"body.messages[{i}]"))
+        return PullResult(
+            status,
+            field_int(resp.ext, "nextBeginOffset", "ext"),
+            field_int(resp.ext, "minOffset", "ext", 0),
+            field_int(resp.ext, "maxOffset", "ext", 0),
+            msgs,
+        )
+
+    # -- orderly locks --------------------------------------------------------------------------------
+    @staticmethod
+    def _lock_body(group: str, client_id: str, mqs: Iterable[MessageQueue]) -> dict[str, Any]:
+        return {
+            "consumerGroup": group,
+            "clientId": client_id,
+            "onlyThisBroker": False,
+            "mqSet": [mq.to_wire() for mq in sorted(mqs)],
+        }
+
+    async def lock_batch_mq(
+        self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue], timeout_s: float
+    ) -> set[MessageQueue]:
+        cmd = RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, body=self._lock_body(group, client_id, mqs))
+        resp = _check(await self._invoke(addr, cmd, timeout_s), addr)
+        if not isinstance(resp.body, dict):
+            return set()
+        return {
+            MessageQueue.from_wire(raw, f"body.lockOKMQSet[{i}]")
+            for i, raw in enumerate(field_list(resp.body, "lockOKMQSet", "body", []))
+        }
+
+    async def unlock_batch_mq(
+        self,
+        addr: str,
+        group: str,
+        client_id: str,
+        mqs: Iterable[MessageQueue],
+        timeout_s: float,
+        *,
+        oneway: bool,
+    ) -> None:
+        body = self._lock_body(group, client_id, mqs)
+        if oneway:
+            await self.remoting.invoke_oneway(
+                addr, RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, body=body)
+            )
+            return
+        cmd = RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, body=body)
+        _check(await self._invoke(addr, cmd, timeout_s), addr)
+
+    # -- consume results ------------------------------------------------------------------------------
+    async def consumer_send_msg_back(
+        self,
+        addr: str,
+        msg: Message,
+        group: str,
+        delay_level: int,
+        max_reconsume_times: int,
+        timeout_s: float,
+    ) -> None:
+        ext = {
+            "group": group,
+            "originTopic": msg.topic,
+            "queueId": msg.queue_id,
+            "offset": msg.queue_offset,
+            "originMsgId": msg.msg_id,
+            "delayLevel": delay_level,
+            "maxReconsumeTimes": max_reconsume_times,
+        }
+        cmd = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext)
+        _check(await self._invoke(addr, cmd, timeout_s), addr)
+
+    # -- produce --------------------------------------------------------------------------------------
+    async def send_message(
+        self,
+        addr: str,
+        *,
+        producer_group: str,
+        mq: MessageQueue,
+        body: bytes,
+        tags: str | None,
+        keys: str | None,
+        properties: dict[str, str] | None,
+        born_timestamp: int,
+        timeout_s: float,
+    ) -> SendResult:
+        ext: dict[str, Any] = {
+            "producerGroup": producer_group,
+            "topic": mq.topic,
+            "queueId": mq.queue_id,
+            "bornTimestamp": born_timestamp,
+        }
+        if tags is not None:
+            ext["tags"] = tags
+        if keys is not None:
+            ext["keys"] = keys
+        payload: dict[str, Any] = {"body": body}
+        if properties:
+            payload["properties"] = dict(properties)
+        cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, payload)
+        resp = _check(await self._invoke(addr, cmd, timeout_s), addr)
+        queue_id = field_int(resp.ext, "queueId", "ext", mq.queue_id)
+        return SendResult(
+            "SEND_OK",
+            field_str(resp.ext, "msgId", "ext"),
+            MessageQueue(mq.topic, mq.broker_name, queue_id),
+            field_int(resp.ext, "queueOffset", "ext"),
+        )

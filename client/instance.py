@@ -1,0 +1,521 @@
+"""MQClientInstance: one per client id, shared by the consumers and producers of that id.
+
+It owns the connections (one RemotingClient), the route and broker-address tables, the scheduled tasks
+of RocketMQ's MQClientInstance (route refresh every 30 s, heartbeats every 30 s, offset persistence every
+5 s), the RebalanceService and the PullMessageService, and answers NOTIFY_CONSUMER_IDS_CHANGED by waking
+the RebalanceService. Everything runs under one TaskGroup so shutdown cancels it as a unit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
+
+from client.api import MQClientAPI
+from client.config import ClientConfig
+from client.errors import MQClientError
+from client.process_queue import PullRequest
+from client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
+from protocol.codes import RequestCode
+from protocol.command import RemotingCommand
+from protocol.model import ConsumerData, HeartbeatData, ProducerData
+from protocol.remoting import Connection, RemotingClient
+from protocol.runtime import Clock, EventLog, SystemClock, build_client_id
+
+
+class ConsumerInner(Protocol):
+    """What MQClientInstance needs from a registered consumer (RocketMQ's MQConsumerInner)."""
+
+    group: str
+
+    def consumer_data(self) -> ConsumerData: ...
+
+    def subscribed_topics(self) -> set[str]: ...
+
+    def update_topic_subscribe_info(self, topic: str, route: TopicRouteData) -> None: ...
+
+    def is_subscribe_topic_need_update(self, topic: str) -> bool: ...
+
+    async def do_rebalance(self) -> bool: ...
+
+    async def persist_consumer_offset(self) -> None: ...
+
+    def pull_message(self, request: PullRequest) -> None: ...
+
+
+class ProducerInner(Protocol):
+    group: str
+
+    def publish_topics(self) -> set[str]: ...
+
+    def update_topic_publish_info(self, topic: str, info: TopicPublishInfo) -> None: ...
+
+
+class RebalanceService:
+    """Runs doRebalance every ``wait_interval`` and whenever woken; wakeups during a round coalesce."""
+
+    def __init__(self, instance: MQClientInstance) -> None:
+        self.instance = instance
+        self._wakeup = asyncio.Event()
+        self.rounds = 0
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        cfg = self.instance.config
+        wait_ms = getattr(cfg, "rebalance_wait_interval", 20_000)
+        min_ms = getattr(cfg, "rebalance_min_interval", 1_000)
+        retry_5x = bool(getattr(cfg, "rebalance_retry_when_unbalanced", False))
+        clock = self.instance.clock
+        real_wait = cfg.seconds(wait_ms)
+        last = clock.monotonic_ms()
+        while True:
+            try:
+                async with asyncio.timeout(real_wait):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                pass
+            self._wakeup.clear()
+            if retry_5x:
+                # >=5.2: rounds are never closer than minInterval; an unbalanced round retries after it
+                elapsed = clock.monotonic_ms() - last
+                if elapsed < cfg.ms(min_ms):
+                    real_wait = (cfg.ms(min_ms) - elapsed) / 1000.0
+                    continue
+            balanced = await self.instance.do_rebalance()
+            self.rounds += 1
+            if retry_5x:
+                real_wait = cfg.seconds(wait_ms if balanced else min_ms)
+                last = clock.monotonic_ms()
+
+
+class PullMessageService:
+    """A queue of PullRequests served one at a time; each pull's RPC runs as its own task."""
+
+    def __init__(self, instance: MQClientInstance) -> None:
+        self.instance = instance
+        self._queue: asyncio.Queue[PullRequest] = asyncio.Queue()
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._stopped = False
+
+    def execute_pull_request_immediately(self, request: PullRequest) -> None:
+        if not self._stopped:
+            self._queue.put_nowait(request)
+
+    def execute_pull_request_later(self, request: PullRequest, delay_ms: float) -> None:
+        """``delay_ms`` is already scaled."""
+        if self._stopped:
+            return
+        if delay_ms <= 0:
+            self.execute_pull_request_immediately(request)
+            return
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            self.execute_pull_request_immediately(request)
+
+        handle = loop.call_later(delay_ms / 1000.0, fire)
+        self._timers.add(handle)
+
+    def execute_task_later(self, fn: Callable[[], Coroutine[Any, Any, None]], delay_ms: float) -> None:
+        if self._stopped:
+            return
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            if not self._stopped:
+                self.instance.spawn(fn())
+
+        handle = loop.call_later(max(0.0, delay_ms) / 1000.0, fire)
+        self._timers.add(handle)
+
+    def stop(self) -> None:
+        self._stopped = True
+        for h in list(self._timers):
+            h.cancel()
+        self._timers.clear()
+
+    async def run(self) -> None:
+        while True:
+            request = await self._queue.get()
+            consumer = self.instance.consumer_table.get(request.consumer_group)
+            if consumer is None:
+                continue  # group unregistered: the request dies, as in RocketMQ
+            try:
+                consumer.pull_message(request)
+            except Exception as exc:  # a bug in one pull must not stop the service
+                self.instance.log.error(
+                    "pull_message failed", error=repr(exc), mq=request.message_queue.short
+                )
+
+
+class MQClientInstance:
+    """The shared client runtime of one client id."""
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        client_id: str | None = None,
+        log: EventLog | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config
+        self.client_id = client_id or build_client_id(config.instance_name)
+        self.log = log or EventLog.null()
+        self.clock = clock or SystemClock()
+        self.remoting = RemotingClient(log=self.log)
+        self.api = MQClientAPI(self.remoting)
+        self.consumer_table: dict[str, ConsumerInner] = {}
+        self.producer_table: dict[str, ProducerInner] = {}
+        self.topic_route_table: dict[str, TopicRouteData] = {}
+        self.broker_addr_table: dict[str, dict[int, str]] = {}
+        self.rebalance_service = RebalanceService(self)
+        self.pull_service = PullMessageService(self)
+        self._heartbeat_lock = asyncio.Lock()
+        self._route_lock = asyncio.Lock()
+        self._tg: asyncio.TaskGroup | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._started = False
+        self._random = random.Random()
+        self.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify_consumer_ids_changed)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        ready = asyncio.get_running_loop().create_future()
+        self._runner = asyncio.create_task(self._run(ready), name=f"mq-client-{self.client_id}")
+        await ready
+        self._started = True
+
+    async def _run(self, ready: asyncio.Future[None]) -> None:
+        cfg = self.config
+        async with asyncio.TaskGroup() as tg:
+            self._tg = tg
+            tg.create_task(
+                self._periodic(
+                    cfg.poll_name_server_first_delay,
+                    cfg.poll_name_server_interval,
+                    self.update_topic_route_info_from_name_server_all,
+                )
+            )
+            tg.create_task(
+                self._periodic(cfg.heartbeat_first_delay, cfg.heartbeat_broker_interval, self._heartbeat_task)
+            )
+            tg.create_task(
+                self._periodic(
+                    cfg.persist_consumer_offset_first_delay,
+                    cfg.persist_consumer_offset_interval,
+                    self.persist_all_consumer_offset,
+                )
+            )
+            tg.create_task(self._guarded(self.pull_service.run(), "pull service"))
+            tg.create_task(self._guarded(self.rebalance_service.run(), "rebalance service"))
+            ready.set_result(None)
+
+    async def _periodic(self, first_ms: int, period_ms: int, fn: Callable[[], Awaitable[Any]]) -> None:
+        await asyncio.sleep(self.config.seconds(first_ms))
+        while True:
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.log.error("scheduled task failed", task=getattr(fn, "__name__", "?"), error=repr(exc))
+            await asyncio.sleep(self.config.seconds(period_ms))
+
+    async def _guarded(self, coro: Awaitable[Any], what: str) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.error("client task failed", task=what, error=repr(exc))
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], what: str = "task") -> asyncio.Task[None] | None:
+        """Run ``coro`` under the instance's TaskGroup; errors are logged, never propagated."""
+        if self._tg is None or self._runner is None or self._runner.done():
+            coro.close()
+            return None
+        return self._tg.create_task(self._guarded(coro, what))
+
+    async def shutdown(self) -> None:
+        """Stop every task and close the connections (after the last consumer/producer left)."""
+        self.pull_service.stop()
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._runner
+        await self.remoting.close()
+        self._started = False
+        MQClientManager.remove(self.client_id)
+
+    # -- registration ---------------------------------------------------------------------------------
+    def register_consumer(self, group: str, consumer: ConsumerInner) -> None:
+        if group in self.consumer_table:
+            raise MQClientError(f"the consumer group[{group}] has been created before, specify another name")
+        self.consumer_table[group] = consumer
+
+    def unregister_consumer_local(self, group: str) -> None:
+        self.consumer_table.pop(group, None)
+
+    def register_producer(self, group: str, producer: ProducerInner) -> None:
+        if group in self.producer_table:
+            raise MQClientError(f"the producer group[{group}] has been created before, specify another name")
+        self.producer_table[group] = producer
+
+    def unregister_producer_local(self, group: str) -> None:
+        self.producer_table.pop(group, None)
+
+    async def unregister_client(
+        self, *, producer_group: str | None = None, consumer_group: str | None = None
+    ) -> None:
+        """UNREGISTER_CLIENT to every broker address we know, one after another (sync, 3 s each)."""
+        timeout = self.config.seconds(self.config.mq_client_api_timeout)
+        for broker_name, addrs in sorted(self.broker_addr_table.items()):
+            for bid, addr in sorted(addrs.items()):
+                try:
+                    await self.api.unregister_client(
+                        addr,
+                        self.client_id,
+                        producer_group=producer_group,
+                        consumer_group=consumer_group,
+                        timeout_s=timeout,
+                    )
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    self.log.warning(
+                        "unregister client failed", broker=broker_name, broker_id=bid, error=repr(exc)
+                    )
+
+    # -- notifications --------------------------------------------------------------------------------
+    async def _on_notify_consumer_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
+        group = cmd.ext.get("consumerGroup")
+        self.log.emit(
+            "notify_received",
+            client_id=self.client_id,
+            group=str(group) if group is not None else "",
+            broker_addr=conn.remote_addr,
+        )
+        # RocketMQ wakes the rebalance of every group of this instance, not only the notified one.
+        self.rebalance_service.wakeup()
+        return None
+
+    def rebalance_immediately(self) -> None:
+        self.rebalance_service.wakeup()
+
+    def rebalance_later(self, delay_ms: float) -> None:
+        async def later() -> None:
+            await asyncio.sleep(self.config.seconds(delay_ms))
+            self.rebalance_service.wakeup()
+
+        self.spawn(later(), "rebalance later")
+
+    async def do_rebalance(self) -> bool:
+        balanced = True
+        for group, consumer in list(self.consumer_table.items()):
+            try:
+                if not await consumer.do_rebalance():
+                    balanced = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.log.error("doRebalance failed", group=group, error=repr(exc))
+                balanced = False
+        return balanced
+
+    async def persist_all_consumer_offset(self) -> None:
+        for consumer in list(self.consumer_table.values()):
+            await consumer.persist_consumer_offset()
+
+    # -- routes ---------------------------------------------------------------------------------------
+    async def update_topic_route_info_from_name_server_all(self) -> None:
+        topics: set[str] = set()
+        for consumer in self.consumer_table.values():
+            topics |= consumer.subscribed_topics()
+        for producer in self.producer_table.values():
+            topics |= producer.publish_topics()
+        for topic in sorted(topics):
+            await self.update_topic_route_info_from_name_server(topic)
+
+    async def update_topic_route_info_from_name_server(self, topic: str) -> bool:
+        """Fetch the topic's route; on a change update broker addresses and every consumer's and
+        producer's view. False when the name server does not know the topic or cannot be reached."""
+        async with self._route_lock:
+            timeout = self.config.seconds(self.config.mq_client_api_timeout)
+            try:
+                route = await self.api.get_topic_route(self.config.namesrv_addr, topic, timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.log.warning("route update failed", topic=topic, error=repr(exc))
+                return False
+            if route is None:
+                return False
+            old = self.topic_route_table.get(topic)
+            changed = old != route
+            if not changed:
+                changed = any(c.is_subscribe_topic_need_update(topic) for c in self.consumer_table.values())
+            if changed:
+                for bd in route.broker_datas:
+                    self.broker_addr_table[bd.broker_name] = dict(bd.broker_addrs)
+                self.topic_route_table[topic] = route
+                for producer in self.producer_table.values():
+                    if topic in producer.publish_topics():
+                        producer.update_topic_publish_info(
+                            topic, TopicPublishInfo(topic, route.publish_queues(topic), route)
+                        )
+                for consumer in self.consumer_table.values():
+                    if topic in consumer.subscribed_topics():
+                        consumer.update_topic_subscribe_info(topic, route)
+            return True
+
+    def clean_offline_broker(self) -> None:
+        live: set[str] = set()
+        for route in self.topic_route_table.values():
+            for bd in route.broker_datas:
+                live.update(addr for _, addr in bd.broker_addrs)
+        for name in list(self.broker_addr_table):
+            addrs = {bid: a for bid, a in self.broker_addr_table[name].items() if a in live}
+            if addrs:
+                self.broker_addr_table[name] = addrs
+            else:
+                del self.broker_addr_table[name]
+
+    def find_broker_address_in_subscribe(
+        self, broker_name: str, broker_id: int = MASTER_ID, only_this_broker: bool = False
+    ) -> str | None:
+        addrs = self.broker_addr_table.get(broker_name)
+        if not addrs:
+            return None
+        addr = addrs.get(broker_id)
+        if addr is None and not only_this_broker:
+            addr = next(iter(sorted(addrs.items())))[1]
+        return addr
+
+    def find_broker_address_in_publish(self, broker_name: str) -> str | None:
+        addrs = self.broker_addr_table.get(broker_name)
+        return addrs.get(MASTER_ID) if addrs else None
+
+    async def find_broker_address_in_subscribe_or_update(
+        self, topic: str, broker_name: str, broker_id: int = MASTER_ID, only_this_broker: bool = False
+    ) -> str | None:
+        addr = self.find_broker_address_in_subscribe(broker_name, broker_id, only_this_broker)
+        if addr is None:
+            await self.update_topic_route_info_from_name_server(topic)
+            addr = self.find_broker_address_in_subscribe(broker_name, broker_id, only_this_broker)
+        return addr
+
+    def _find_broker_addr_by_topic(self, topic: str) -> str | None:
+        route = self.topic_route_table.get(topic)
+        if route is None or not route.broker_datas:
+            return None
+        bd = self._random.choice(route.broker_datas)
+        return bd.select_addr()
+
+    async def find_consumer_id_list(self, topic: str, group: str) -> list[str] | None:
+        """GET_CONSUMER_LIST_BY_GROUP on a random broker of the topic; None on any failure."""
+        addr = self._find_broker_addr_by_topic(topic)
+        if addr is None:
+            await self.update_topic_route_info_from_name_server(topic)
+            addr = self._find_broker_addr_by_topic(topic)
+        if addr is None:
+            return None
+        try:
+            return await self.api.get_consumer_id_list(
+                addr, group, self.config.seconds(self.config.mq_client_api_timeout)
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.warning(
+                "get consumer id list failed", topic=topic, group=group, broker_addr=addr, error=repr(exc)
+            )
+            return None
+
+    # -- heartbeats -----------------------------------------------------------------------------------
+    async def _heartbeat_task(self) -> None:
+        self.clean_offline_broker()
+        await self.send_heartbeat_to_all_broker_with_lock()
+
+    def prepare_heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(
+            self.client_id,
+            [ProducerData(g) for g in sorted(self.producer_table)],
+            [c.consumer_data() for _, c in sorted(self.consumer_table.items())],
+        )
+
+    async def send_heartbeat_to_all_broker_with_lock(self) -> bool:
+        """Heartbeat every broker; skipped (False) while another heartbeat round is running."""
+        if self._heartbeat_lock.locked():
+            return False
+        async with self._heartbeat_lock:
+            return await self._send_heartbeat_to_all_broker()
+
+    async def _send_heartbeat_to_all_broker(self) -> bool:
+        hb = self.prepare_heartbeat_data()
+        if not hb.consumer_data_set and not hb.producer_data_set:
+            return False
+        if not self.broker_addr_table:
+            return False
+        timeout = self.config.seconds(self.config.mq_client_api_timeout)
+        sent: list[str] = []
+        failed: list[str] = []
+        for broker_name, addrs in sorted(self.broker_addr_table.items()):
+            for bid, addr in sorted(addrs.items()):
+                # producers only: masters only; with consumers: every address
+                if not hb.consumer_data_set and bid != MASTER_ID:
+                    continue
+                try:
+                    await self.api.send_heartbeat(addr, hb, timeout)
+                    sent.append(broker_name)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failed.append(broker_name)
+                    self.log.warning(
+                        "heartbeat failed", broker=broker_name, broker_addr=addr, error=repr(exc)
+                    )
+        self.log.emit(
+            "heartbeat_sent",
+            client_id=self.client_id,
+            brokers=sent,
+            failed=failed,
+            groups=[c.group_name for c in hb.consumer_data_set]
+            + [p.group_name for p in hb.producer_data_set],
+        )
+        return bool(sent)
+
+
+class MQClientManager:
+    """One MQClientInstance per client id in a process (RocketMQ's MQClientManager)."""
+
+    _instances: dict[str, MQClientInstance] = {}
+
+    @classmethod
+    def get_or_create(
+        cls, config: ClientConfig, client_id: str, log: EventLog | None = None, clock: Clock | None = None
+    ) -> MQClientInstance:
+        inst = cls._instances.get(client_id)
+        if inst is None:
+            inst = MQClientInstance(config, client_id=client_id, log=log, clock=clock)
+            cls._instances[client_id] = inst
+        return inst
+
+    @classmethod
+    def remove(cls, client_id: str) -> None:
+        cls._instances.pop(client_id, None)

@@ -1,0 +1,322 @@
+"""PushConsumer: RocketMQ's DefaultMQPushConsumer(Impl), the pull loop and its callbacks included.
+
+consumer = PushConsumer("GroupA", namesrv="127.0.0.1:9876", strategy="AVG")
+consumer.subscribe("TopicA", "*")
+consumer.register_message_listener(handle)        # or register_message_listener_orderly
+await consumer.start()
+...
+await consumer.shutdown()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable
+from typing import Any
+
+from client.api import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, PullResult
+from client.consume import (
+    ConsumeMessageConcurrentlyService,
+    ConsumeMessageOrderlyService,
+    Listener,
+)
+from client.consumer_base import ConsumerBase
+from client.errors import MQBrokerError, MQClientError
+from client.offset_store import ReadOffsetType
+from client.process_queue import PullRequest
+from client.rebalance import RebalancePushImpl
+from client.rebalance_core import (
+    DropReason,
+    PullStatus,
+    flow_control_check,
+    pull_exception_delay_ms,
+)
+from client.route import MASTER_ID
+from protocol.codes import ResponseCode
+from protocol.model import ConsumeType, Message, MessageModel, MessageQueue
+from protocol.remoting import RemotingTimeoutError
+
+
+class PushConsumer(ConsumerBase):
+    """A push consumer: the client pulls with long polling and calls the listener for each batch.
+
+    ``message_model`` ("CLUSTERING" / "BROADCASTING"), ``consume_from_where`` ("first", "last",
+    "timestamp" or RocketMQ's enum names) and any ``ConsumerConfig`` field may be given as keywords.
+    """
+
+    consume_type = ConsumeType.CONSUME_PASSIVELY
+    rebalance_class = RebalancePushImpl
+
+    def __init__(self, group: str, **kwargs: Any) -> None:
+        super().__init__(group, **kwargs)
+        self._listener_fn: Callable[..., Any] | None = None
+        self.consume_service: ConsumeMessageConcurrentlyService | ConsumeMessageOrderlyService | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._stopping = False
+
+    # -- public API -----------------------------------------------------------------------------------
+    def register_message_listener(self, fn: Callable[..., Any]) -> None:
+        """Concurrent: ``fn(msgs[, context])`` returns a ConsumeConcurrentlyStatus (None: success)."""
+        self._set_listener(fn, orderly=False)
+
+    def register_message_listener_orderly(self, fn: Callable[..., Any]) -> None:
+        """Orderly consumption; ``fn(msgs[, context])`` returns ConsumeOrderlyStatus (None = success)."""
+        self._set_listener(fn, orderly=True)
+
+    def _set_listener(self, fn: Callable[..., Any], *, orderly: bool) -> None:
+        if self.running:
+            raise MQClientError("register the listener before start()")
+        if not callable(fn):
+            raise MQClientError(f"message listener must be callable, got {fn!r}")
+        self._listener_fn = fn
+        self.consume_orderly = orderly
+
+    async def start(self) -> None:
+        if self.running:
+            raise MQClientError("the consumer is already running")
+        if self._listener_fn is None:
+            raise MQClientError("register a message listener before start()")
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.config.consume_thread_max, thread_name_prefix=f"consume-{self.group}"
+        )
+        listener = Listener(self._listener_fn, self._executor)
+        service_cls = (
+            ConsumeMessageOrderlyService if self.consume_orderly else ConsumeMessageConcurrentlyService
+        )
+        self.consume_service = service_cls(self, listener)
+        try:
+            await self._start_client()
+        except BaseException:
+            self.running = False
+            self.instance.unregister_consumer_local(self.group)
+            if not self.instance.consumer_table and not self.instance.producer_table:
+                await self.instance.shutdown()
+            self._executor.shutdown(wait=False)
+            raise
+        self.consume_service.start()
+
+    async def shutdown(self) -> None:
+        """Stop consuming, unlock (orderly), persist offsets and UNREGISTER_CLIENT from every broker."""
+        if not self.running or self._stopping:
+            return
+        self._stopping = True
+        cfg = self.config
+        if self.consume_service is not None:
+            await self.consume_service.shutdown(cfg.ms(cfg.await_termination_millis_when_shutdown))
+            if self.consume_orderly and self.message_model is MessageModel.CLUSTERING:
+                await self.rebalance_impl.unlock_all(False)
+        await self._stop_client()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        self.log.emit("consumer_stopped", group=self.group, client_id=self.client_id)
+
+    def suspend(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        self.instance.rebalance_immediately()
+
+    async def __aenter__(self) -> PushConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # -- pullMessage ----------------------------------------------------------------------------------
+    def _later(self, req: PullRequest, delay_ms: float) -> None:
+        self.instance.pull_service.execute_pull_request_later(req, self.config.ms(delay_ms))
+
+    def _now(self) -> int:
+        return self.clock.monotonic_ms()
+
+    def pull_message(self, req: PullRequest) -> None:
+        """The synchronous checks of DefaultMQPushConsumerImpl.pullMessage, then the RPC as a task."""
+        cfg = self.config
+        pq = req.process_queue
+        if pq.dropped:
+            return
+        pq.last_pull_timestamp = self._now()
+        if not self.running:
+            self._later(req, cfg.pull_time_delay_mills_when_exception)
+            return
+        if self.paused:
+            self._later(req, cfg.pull_time_delay_mills_when_suspend)
+            return
+        if flow_control_check(
+            pq,
+            orderly=self.consume_orderly,
+            pull_threshold_for_queue=self.pull_threshold_for_queue,
+            pull_threshold_size_for_queue_mib=self.pull_threshold_size_for_queue,
+            consume_concurrently_max_span=cfg.consume_concurrently_max_span,
+        ):
+            self._later(req, cfg.pull_time_delay_mills_when_cache_flow_control)
+            return
+        if self.consume_orderly and not pq.locked:
+            self._later(req, cfg.pull_time_delay_mills_when_exception)
+            return
+        if req.message_queue.topic not in self.rebalance_impl.subscription_inner:
+            self._later(req, cfg.pull_time_delay_mills_when_exception)
+            return
+        self.instance.spawn(self._pull(req), "pull")
+
+    async def _pull(self, req: PullRequest) -> None:
+        cfg = self.config
+        mq = req.message_queue
+        pq = req.process_queue
+        if self.consume_orderly and pq.locked and not req.previously_locked:
+            # the first pull of a newly locked queue re-reads the committed offset from the broker
+            try:
+                offset = await self.rebalance_impl.compute_pull_from_where_with_exception(mq)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.log.warning("compute pull offset failed", mq=mq.short, topic=mq.topic, error=repr(exc))
+                self._later(req, cfg.pull_time_delay_mills_when_exception)
+                return
+            if offset < req.next_offset:
+                self.log.info("orderly queue starts before its last pull", mq=mq.short, offset=offset)
+            req.previously_locked = True
+            req.next_offset = offset
+        sub = self.rebalance_impl.subscription_inner.get(mq.topic)
+        if sub is None:
+            self._later(req, cfg.pull_time_delay_mills_when_exception)
+            return
+        commit_offset = 0
+        sys_flag = FLAG_SUSPEND
+        if self.message_model is MessageModel.CLUSTERING:
+            mem = await self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY)
+            if mem > 0:
+                commit_offset = mem
+                sys_flag |= FLAG_COMMIT_OFFSET
+        expression = None
+        if cfg.post_subscription_when_pull:
+            expression = sub.sub_string
+            sys_flag |= FLAG_SUBSCRIPTION
+        addr = await self.instance.find_broker_address_in_subscribe_or_update(
+            mq.topic, mq.broker_name, MASTER_ID, False
+        )
+        if addr is None:
+            self._pull_failed(req, None, f"the broker[{mq.broker_name}] not exist", "NO_BROKER")
+            return
+        try:
+            result = await self.instance.api.pull_message(
+                addr,
+                group=self.group,
+                mq=mq,
+                queue_offset=req.next_offset,
+                max_msg_nums=cfg.pull_batch_size,
+                sys_flag=sys_flag,
+                commit_offset=commit_offset,
+                suspend_timeout_ms=int(cfg.ms(cfg.broker_suspend_max_time_millis)),
+                subscription=expression,
+                sub_version=sub.sub_version,
+                timeout_s=cfg.seconds(cfg.consumer_timeout_millis_when_suspend),
+            )
+        except asyncio.CancelledError:
+            raise
+        except MQBrokerError as exc:
+            self._pull_failed(req, exc.code, exc.remark, exc.code_name)
+            return
+        except RemotingTimeoutError as exc:
+            self._pull_failed(req, None, str(exc), "TIMEOUT")
+            return
+        except Exception as exc:
+            self._pull_failed(req, None, repr(exc), type(exc).__name__)
+            return
+        await self._on_pull_success(req, result, sub.tags_set)
+
+    def _pull_failed(self, req: PullRequest, code: int | None, remark: str, code_name: str) -> None:
+        cfg = self.config
+        delay = pull_exception_delay_ms(
+            code,
+            when_exception=cfg.pull_time_delay_mills_when_exception,
+            when_broker_flow_control=cfg.pull_time_delay_mills_when_broker_flow_control,
+        )
+        mq = req.message_queue
+        self.log.emit(
+            "pull_failed",
+            group=self.group,
+            client_id=self.client_id,
+            topic=mq.topic,
+            broker=mq.broker_name,
+            queue_id=mq.queue_id,
+            code=code_name,
+            remark=remark or "",
+            delay_ms=int(cfg.ms(delay)),
+        )
+        if code == ResponseCode.SUBSCRIPTION_NOT_LATEST:
+            self.log.warning("the subscription is not latest, group", group=self.group, mq=mq.short)
+        self._later(req, delay)
+
+    async def _on_pull_success(self, req: PullRequest, result: PullResult, tags_set: list[str]) -> None:
+        cfg = self.config
+        pq = req.process_queue
+        mq = req.message_queue
+        if result.status is PullStatus.FOUND:
+            msgs = result.messages
+            if tags_set:
+                # the client filters by tag too (PullAPIWrapper.processPullResult)
+                wanted = set(tags_set)
+                msgs = [m for m in msgs if m.tags is not None and m.tags in wanted]
+            for m in msgs:
+                m.properties["MIN_OFFSET"] = str(result.min_offset)
+                m.properties["MAX_OFFSET"] = str(result.max_offset)
+            prev = req.next_offset
+            req.next_offset = result.next_begin_offset
+            if result.next_begin_offset < prev:
+                self.log.warning(
+                    "[BUG] pull result offset went back",
+                    mq=mq.short,
+                    prev=prev,
+                    next=result.next_begin_offset,
+                )
+            if not msgs:
+                self.instance.pull_service.execute_pull_request_immediately(req)
+                return
+            if pq.dropped:
+                return
+            dispatch = pq.put_messages(msgs)
+            assert self.consume_service is not None
+            self.consume_service.submit_consume_request(msgs, pq, mq, dispatch)
+            if cfg.pull_interval > 0:
+                self._later(req, cfg.pull_interval)
+            else:
+                self.instance.pull_service.execute_pull_request_immediately(req)
+        elif result.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+            req.next_offset = result.next_begin_offset
+            if pq.msg_count == 0:
+                # correctTagsOffset: nothing cached, so the pulled-past offset may be committed
+                self.offset_store.update_offset(mq, req.next_offset, increase_only=True)
+            self.instance.pull_service.execute_pull_request_immediately(req)
+        elif result.status is PullStatus.OFFSET_ILLEGAL:
+            self.log.warning(
+                "the pull request offset illegal", mq=mq.short, topic=mq.topic, next=result.next_begin_offset
+            )
+            req.next_offset = result.next_begin_offset
+            pq.dropped = True
+            if cfg.offset_illegal_5x:
+                self.offset_store.update_and_freeze_offset(mq, req.next_offset)
+                await self.offset_store.persist(mq)
+                await self.rebalance_impl.remove_process_queue(mq, DropReason.OFFSET_MOVED)
+                self.instance.rebalance_immediately()
+            else:
+
+                async def fix() -> None:
+                    self.offset_store.update_offset(mq, req.next_offset, increase_only=False)
+                    await self.offset_store.persist(mq)
+                    await self.rebalance_impl.remove_process_queue(mq, DropReason.OFFSET_MOVED)
+
+                self.instance.pull_service.execute_task_later(fix, cfg.ms(cfg.offset_illegal_fix_delay))
+
+    # -- introspection (tests, tools) -----------------------------------------------------------------
+    def owned_queues(self) -> list[MessageQueue]:
+        return sorted(mq for mq, pq in self.rebalance_impl.process_queue_table.items() if not pq.dropped)
+
+    def messages_cached(self) -> dict[MessageQueue, list[Message]]:
+        return {
+            mq: [pq._msgs[o] for o in pq.offsets()]
+            for mq, pq in self.rebalance_impl.process_queue_table.items()
+        }

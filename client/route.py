@@ -1,0 +1,141 @@
+"""Topic routes from the name server and the queue views derived from them (sans-IO).
+
+``subscribe_queues`` is RocketMQ's topicRouteData2TopicSubscribeInfo (readable queues, master or not);
+``TopicPublishInfo`` is topicRouteData2TopicPublishInfo (writable queues of brokers with a master) with the
+producer's round-robin index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.command import field_int, field_list, field_map, field_str
+from protocol.model import MessageQueue
+
+PERM_READ = 4
+PERM_WRITE = 2
+MASTER_ID = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: tuple[tuple[int, str], ...]  # (brokerId, addr), sorted by id
+
+    def master_addr(self) -> str | None:
+        for bid, addr in self.broker_addrs:
+            if bid == MASTER_ID:
+                return addr
+        return None
+
+    def select_addr(self) -> str | None:
+        """BrokerData.selectBrokerAddr: the master, else any address (the first, deterministically)."""
+        master = self.master_addr()
+        if master is not None:
+            return master
+        return self.broker_addrs[0][1] if self.broker_addrs else None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRouteData:
+    broker_datas: tuple[BrokerData, ...]
+    queue_datas: tuple[QueueData, ...]
+
+    @classmethod
+    def from_wire(cls, body: Any) -> TopicRouteData:
+        brokers: list[BrokerData] = []
+        for i, bd in enumerate(field_list(body, "brokerDatas", "route")):
+            where = f"route.brokerDatas[{i}]"
+            addrs_raw = field_map(bd, "brokerAddrs", where)
+            addrs: list[tuple[int, str]] = []
+            for key, addr in addrs_raw.items():
+                try:
+                    bid = int(key)
+                except (TypeError, ValueError):
+                    continue
+                if isinstance(addr, str) and addr:
+                    addrs.append((bid, addr))
+            brokers.append(
+                BrokerData(
+                    field_str(bd, "cluster", where, ""),
+                    field_str(bd, "brokerName", where),
+                    tuple(sorted(addrs)),
+                )
+            )
+        queues: list[QueueData] = []
+        for i, qd in enumerate(field_list(body, "queueDatas", "route")):
+            where = f"route.queueDatas[{i}]"
+            queues.append(
+                QueueData(
+                    field_str(qd, "brokerName", where),
+                    field_int(qd, "readQueueNums", where),
+                    field_int(qd, "writeQueueNums", where),
+                    field_int(qd, "perm", where, PERM_READ | PERM_WRITE),
+                )
+            )
+        return cls(
+            tuple(sorted(brokers, key=lambda b: b.broker_name)),
+            tuple(sorted(queues, key=lambda q: q.broker_name)),
+        )
+
+    def broker(self, broker_name: str) -> BrokerData | None:
+        for bd in self.broker_datas:
+            if bd.broker_name == broker_name:
+                return bd
+        return None
+
+    def subscribe_queues(self, topic: str) -> set[MessageQueue]:
+        out: set[MessageQueue] = set()
+        for qd in self.queue_datas:
+            if qd.perm & PERM_READ:
+                out.update(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
+        return out
+
+    def publish_queues(self, topic: str) -> list[MessageQueue]:
+        out: list[MessageQueue] = []
+        for qd in self.queue_datas:
+            if not qd.perm & PERM_WRITE:
+                continue
+            bd = self.broker(qd.broker_name)
+            if bd is None or bd.master_addr() is None:
+                continue
+            out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
+        return out
+
+
+@dataclass(slots=True)
+class TopicPublishInfo:
+    """The producer's view of a topic: writable queues and the round-robin position."""
+
+    topic: str
+    message_queues: list[MessageQueue]
+    route: TopicRouteData | None = None
+    send_which_queue: int = field(default=0)
+
+    def ok(self) -> bool:
+        return bool(self.message_queues)
+
+    def next_index(self) -> int:
+        self.send_which_queue = (self.send_which_queue + 1) & 0x7FFFFFFF
+        return self.send_which_queue
+
+    def select_one(self, last_broker_name: str | None = None) -> MessageQueue:
+        """TopicPublishInfo.selectOneMessageQueue(lastBrokerName): round robin, avoiding the broker of the
+        previous failed attempt when another one exists."""
+        n = len(self.message_queues)
+        if last_broker_name is not None:
+            for _ in range(n):
+                mq = self.message_queues[self.next_index() % n]
+                if mq.broker_name != last_broker_name:
+                    return mq
+        return self.message_queues[self.next_index() % n]

@@ -600,8 +600,13 @@ def allocate_all(
 
     ``mq_all`` and ``cid_all`` are sorted first (MessageQueue.compareTo and String order). The keys follow the
     sorted ``cid_all``; a repeated id appears once. Raises ``ValueError`` for an empty ``mq_all`` or
-    ``cid_all`` (RocketMQ's strategies throw there and the round is skipped).
+    ``cid_all`` for every strategy (RocketMQ's throw there and the round is skipped).
     """
     mqs = sort_mq_all(mq_all)
     cids = sort_cid_all(cid_all)
+    # checked here too, so that every strategy (CONFIG does no check) answers alike
+    if not mqs:
+        raise ValueError("mqAll is null or mqAll empty")
+    if not cids:
+        raise ValueError("cidAll is null or cidAll empty")
     return {cid: strategy.allocate(group, cid, mqs, cids) for cid in dict.fromkeys(cids)}

@@ -22,13 +22,14 @@ class ClientChannelInfo:
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionInconsistency:
-    """A heartbeat named a different topic set than the one another live member last sent."""
+    """A heartbeat rewrote the group's topic set while another live member last sent a different one."""
 
     group: str
     client_id: str
-    topics: list[str]
-    previous_topics: list[str]
-    previous_client_id: str
+    topics: list[str]  # what this heartbeat named (now the group's table)
+    previous_topics: list[str]  # the group's table before it
+    other_client_id: str  # a live member that disagrees
+    other_topics: list[str]
 
 
 @dataclass(slots=True)
@@ -48,9 +49,8 @@ class ConsumerGroupInfo:
     consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
     channels: dict[int, ClientChannelInfo] = field(default_factory=dict)
     subscription_table: dict[str, SubscriptionData] = field(default_factory=dict)
-    # Client id whose heartbeat last set the topic set; lets us tell a member that disagrees with
-    # another live member (the seed scenario) from one client changing its own subscription.
-    subscription_owner: str | None = None
+    # Topic set of each channel's last heartbeat: shows members that disagree (the seed scenario).
+    channel_topics: dict[int, frozenset[str]] = field(default_factory=dict)
     last_update_ms: int = 0
 
     def update_channel(
@@ -111,6 +111,7 @@ class ConsumerGroupInfo:
         return any(c.client_id == client_id for c in self.channels.values())
 
     def remove_channel(self, conn_id: int) -> ClientChannelInfo | None:
+        self.channel_topics.pop(conn_id, None)
         return self.channels.pop(conn_id, None)
 
 
@@ -136,21 +137,23 @@ class ConsumerManager:
             self.groups[group] = gi
         new_channel, replaced = gi.update_channel(info, consume_type, message_model, consume_from_where)
 
-        inconsistency = None
-        new_topics = {s.topic for s in subs}
-        old_topics = set(gi.subscription_table)
-        owner = gi.subscription_owner
-        if (
-            new_topics != old_topics
-            and owner is not None
-            and owner != info.client_id
-            and gi.has_client(owner)
-        ):
-            inconsistency = SubscriptionInconsistency(
-                group, info.client_id, sorted(new_topics), sorted(old_topics), owner
-            )
+        new_topics = frozenset(s.topic for s in subs)
+        old_topics = sorted(gi.subscription_table)
         topics_changed = gi.update_subscription(subs)
-        gi.subscription_owner = info.client_id
+        gi.channel_topics[info.conn_id] = new_topics
+        inconsistency = None
+        if topics_changed:
+            for conn_id, topics in gi.channel_topics.items():
+                if conn_id != info.conn_id and topics != new_topics and conn_id in gi.channels:
+                    inconsistency = SubscriptionInconsistency(
+                        group,
+                        info.client_id,
+                        sorted(new_topics),
+                        old_topics,
+                        gi.channels[conn_id].client_id,
+                        sorted(topics),
+                    )
+                    break
         return RegisterResult(
             new_channel or topics_changed, new_channel, topics_changed, inconsistency, replaced
         )

@@ -63,15 +63,16 @@ def test_inconsistent_subscriptions_are_reported_between_live_members_only():
     cm = ConsumerManager()
     assert register(cm, 1, "c1", [sub("A")]).inconsistency is None
     r = register(cm, 2, "c2", [sub("B")])
-    assert r.inconsistency is not None
-    assert r.inconsistency.client_id == "c2"
-    assert r.inconsistency.topics == ["B"] and r.inconsistency.previous_topics == ["A"]
-    assert r.inconsistency.previous_client_id == "c1"
-    # c2 alone changing its own subscription is not an inconsistency once c1 left
+    inc = r.inconsistency
+    assert inc is not None and inc.client_id == "c2"
+    assert inc.topics == ["B"] and inc.previous_topics == ["A"]
+    assert (inc.other_client_id, inc.other_topics) == ("c1", ["A"])
+    # every flip is reported while they disagree; a repeat that changes nothing is not
+    assert register(cm, 1, "c1", [sub("A")]).inconsistency.other_client_id == "c2"
+    assert register(cm, 1, "c1", [sub("A")]).inconsistency is None
+    # once c1 left, c2 changing its own subscription is not an inconsistency
     cm.unregister_consumer(G, 1)
     assert register(cm, 2, "c2", [sub("C")]).inconsistency is None
-    # the same client changing its topics is not flagged either
-    assert register(cm, 2, "c2", [sub("D")]).inconsistency is None
 
 
 def test_connection_reregistering_with_other_client_id_replaces_without_change():

@@ -1,0 +1,115 @@
+"""``python -m broker`` / ``rmq-broker``: run one broker; prints ``READY host:port`` once listening."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from broker.config import BrokerConfig
+from broker.controller import BrokerController
+from protocol.runtime import (
+    EventLog,
+    add_common_args,
+    announce_ready,
+    host_port,
+    port_number,
+    positive_int,
+    run_async_main,
+)
+
+
+def _namesrv(text: str) -> str:
+    return text if text == "embedded" else host_port(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rmq-broker",
+        description="A RocketMQ broker emulator: consumer groups, offsets, locks, messages, long polling.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=10911, help="port to listen on; 0 picks a free one")
+    add_common_args(p)
+    p.add_argument("--broker-name", default="broker-a")
+    p.add_argument("--cluster", default="DefaultCluster")
+    p.add_argument(
+        "--store-dir", default=None, help="keep messages, offsets and topics durably in SQLite here"
+    )
+    p.add_argument(
+        "--namesrv",
+        type=_namesrv,
+        default="embedded",
+        help="HOST:PORT of a name server to register with, or 'embedded' (default): serve routes here",
+    )
+    p.add_argument("--max-frame-bytes", type=positive_int, default=BrokerConfig.max_frame_bytes)
+    p.add_argument("--no-auto-create-topic", action="store_true", help="unknown topics get TOPIC_NOT_EXIST")
+    p.add_argument("--default-queue-nums", type=positive_int, default=4, help="queues of auto-created topics")
+    p.add_argument(
+        "--notify-on-channel-expired",
+        action="store_true",
+        help="what-if: notify the group when a registration expires (RocketMQ does not)",
+    )
+    p.add_argument(
+        "--release-locks-on-close",
+        action="store_true",
+        help="what-if: release a client's queue locks when its connection closes (RocketMQ does not)",
+    )
+    p.add_argument("--disable-notify", action="store_true", help="send no NOTIFY_CONSUMER_IDS_CHANGED at all")
+    p.add_argument(
+        "--remoting-port",
+        type=port_number,
+        default=None,
+        help="port published in routes when clients must reach the broker elsewhere (e.g. a fault proxy)",
+    )
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    if args.default_queue_nums > 1024:
+        raise SystemExit("rmq-broker: error: --default-queue-nums must be at most 1024")
+    return BrokerConfig(
+        broker_name=args.broker_name,
+        cluster_name=args.cluster,
+        host=args.host,
+        port=args.port,
+        advertised_port=args.remoting_port or None,
+        time_scale=args.time_scale,
+        store_dir=args.store_dir,
+        namesrv=args.namesrv,
+        max_frame_bytes=args.max_frame_bytes,
+        auto_create_topic=not args.no_auto_create_topic,
+        default_topic_queue_nums=args.default_queue_nums,
+        notify_consumer_ids_changed=not args.disable_notify,
+        notify_on_channel_expired=args.notify_on_channel_expired,
+        release_locks_on_close=args.release_locks_on_close,
+    )
+
+
+async def serve(config: BrokerConfig, log: EventLog) -> int:
+    broker = BrokerController(config, log=log)
+    try:
+        await broker.start()
+    except OSError as exc:
+        print(f"rmq-broker: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        announce_ready(broker.address)
+        await asyncio.Event().wait()  # until SIGTERM/SIGINT cancels us
+    finally:
+        await asyncio.shield(broker.shutdown())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = config_from_args(args)
+    log = EventLog(args.node or config.broker_name, "broker", args.log_file)
+    try:
+        return run_async_main(lambda: serve(config, log))
+    finally:
+        log.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

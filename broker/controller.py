@@ -1,0 +1,550 @@
+"""BrokerController: wires the sans-IO managers and the request processors onto a RemotingServer.
+
+The controller owns the broker's state and its timers (channel expiry scan, long-poll hold check,
+scheduled retries, name-server registration); the processors in ``broker.processor`` answer requests.
+Every broker interval is scaled by ``BrokerConfig.time_scale``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from broker.config import BrokerConfig
+from broker.consumer_manager import ConsumerManager, ProducerManager
+from broker.faults import FaultTable
+from broker.lock_manager import RebalanceLockManager
+from broker.long_polling import HeldPull, PullRequestHoldService
+from broker.namesrv import NamesrvProcessor
+from broker.offset_manager import ConsumerOffsetManager
+from broker.route_info import QueueData, RouteInfoManager
+from broker.schedule import ScheduleMessageService
+from broker.sqlite_store import SqliteMessageStore
+from broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, StoredMessage, StoreError
+from broker.topic_config import TopicConfig
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import CommandError, RemotingCommand
+from protocol.model import WireError, is_retry_topic
+from protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer
+from protocol.runtime import Clock, EventLog, SystemClock, local_ip
+
+Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+# Connection.attrs keys owned by the broker.
+ATTR_CLIENT_ID = "client_id"  # clientID of the connection's last heartbeat
+ATTR_GROUPS = "consumer_groups"  # group -> client id registered over this connection
+ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused
+
+
+class BrokerController:
+    def __init__(
+        self, config: BrokerConfig | None = None, *, log: EventLog | None = None, clock: Clock | None = None
+    ) -> None:
+        self.config = config = config or BrokerConfig()
+        self.log = log or EventLog.null(config.broker_name, "broker")
+        self.clock: Clock = clock or SystemClock()
+        self.consumer_manager = ConsumerManager()
+        self.producer_manager = ProducerManager()
+        self.offset_manager = ConsumerOffsetManager()
+        self.lock_manager = RebalanceLockManager(config.lock_max_live_time)
+        from broker.topic_config import TopicConfigManager
+
+        self.topic_manager = TopicConfigManager(config.default_topic_queue_nums, config.auto_create_topic)
+        self.hold_service = PullRequestHoldService()
+        self.schedule_service = ScheduleMessageService(config.scaled_delay_levels)
+        self.faults = FaultTable()
+        self.notify_enabled = config.notify_consumer_ids_changed
+        self.notify_on_channel_expired = config.notify_on_channel_expired
+        self.release_locks_on_close = config.release_locks_on_close
+        self.embedded_namesrv = config.namesrv == "embedded"
+        self.route_info = RouteInfoManager() if self.embedded_namesrv else None
+        self.namesrv_processor = (
+            NamesrvProcessor(self.route_info, self.log, self.clock) if self.route_info is not None else None
+        )
+        self.server = RemotingServer(
+            config.host, config.port, max_frame_bytes=config.max_frame_bytes, log=self.log
+        )
+        self.store: MemoryMessageStore = MemoryMessageStore(config.broker_name, clock=self.clock)
+        self.connections: dict[int, Connection] = {}
+        self._namesrv_client: RemotingClient | None = None
+        self._register_event = asyncio.Event()
+        self._schedule_event = asyncio.Event()
+        self._hold_event = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+        self._notify_tasks: set[asyncio.Task[None]] = set()
+        self._started_ms = 0
+        self._stopped = False
+        self.pull_events = True  # one pull_served event per answered pull
+
+    # -- life cycle ------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def address(self) -> str:
+        """Where this broker listens (host:port)."""
+        return self.server.address
+
+    @property
+    def broker_addr(self) -> str:
+        """The address published in routes: reachable host and the advertised port."""
+        host = self.config.host
+        if host in ("", "0.0.0.0", "::"):
+            host = local_ip()
+        return f"{host}:{self.config.advertised_port or self.server.port}"
+
+    async def start(self) -> None:
+        await self.server.start()
+        cfg = self.config
+        if cfg.store_dir:
+            self.store = SqliteMessageStore(
+                cfg.store_dir,
+                cfg.broker_name,
+                host=self.broker_addr.rsplit(":", 1)[0],
+                port=self.port,
+                clock=self.clock,
+            )
+        else:
+            self.store = MemoryMessageStore(
+                cfg.broker_name, host=self.broker_addr.rsplit(":", 1)[0], port=self.port, clock=self.clock
+            )
+        await self.store.open()
+        for tc in self.store.loaded_topics:
+            self.topic_manager.put(tc)
+        for group, topic, qid, offset in self.store.loaded_offsets:
+            if group == SCHEDULE_GROUP:
+                self.schedule_service.offset_table[qid] = offset
+            else:
+                self.offset_manager.commit_offset(group, topic, qid, offset)
+        self.store.add_arrival_listener(self._on_message_arrived)
+
+        from broker.processor import register_processors
+
+        register_processors(self)
+        if self.namesrv_processor is not None:
+            self.namesrv_processor.register(self.server, self.wrap)
+        self.server.on_connection_opened(self._on_connection_opened)
+        self.server.on_connection_closed(self._on_connection_closed)
+        self._started_ms = self.clock.monotonic_ms()
+        self._runner = asyncio.create_task(self._run_services(), name=f"broker-{cfg.broker_name}")
+        self.log.emit(
+            "broker_started",
+            broker=cfg.broker_name,
+            cluster=cfg.cluster_name,
+            addr=self.address,
+            broker_addr=self.broker_addr,
+            store_dir=cfg.store_dir,
+            namesrv=cfg.namesrv,
+            time_scale=cfg.time_scale,
+            messages=self.store.message_count(),
+        )
+
+    async def shutdown(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+        for req in self.hold_service.pop_all():
+            _wake(req, "shutdown")
+        if self._namesrv_client is not None:
+            with contextlib.suppress(RemotingError, OSError):
+                await self._namesrv_client.invoke(
+                    self.config.namesrv, self._unregister_broker_request(), timeout_s=1.0
+                )
+            await self._namesrv_client.close()
+        await self.server.close()
+        for t in list(self._notify_tasks):
+            t.cancel()
+        await self.store.close()
+        self.log.emit("broker_stopped", broker=self.config.broker_name, addr=self.address)
+
+    async def _run_services(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._scan_loop())
+            tg.create_task(self._hold_loop())
+            tg.create_task(self._schedule_loop())
+            tg.create_task(self._register_loop())
+            if self.namesrv_processor is not None:
+                tg.create_task(self._namesrv_scan_loop())
+
+    # -- request dispatch ------------------------------------------------------------------------
+    def wrap(self, code: int, handler: Handler) -> Handler:
+        """Put fault injection in front of a handler and the durability barrier behind it."""
+        durable = self.store.durable
+
+        async def wrapped(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+            faults = self.faults
+            drop = False
+            if faults.codes and cmd.code in faults.codes:
+                action = await self._apply_fault(conn, cmd)
+                if action is not None:
+                    if action.error is not None:
+                        if action.drop:
+                            return None
+                        raise CommandError(action.error.code, action.error.remark)
+                    drop = action.drop
+            try:
+                resp = await handler(conn, cmd)
+            except StoreError as exc:
+                await self._durable_barrier(conn, durable)
+                raise CommandError(ResponseCode.SERVICE_NOT_AVAILABLE, str(exc)) from None
+            except (WireError, CommandError):
+                await self._durable_barrier(conn, durable)
+                raise
+            await self._durable_barrier(conn, durable)
+            return None if drop else resp
+
+        return wrapped
+
+    async def _durable_barrier(self, conn: Connection, durable: bool) -> None:
+        # An answer on a connection implies that every offset it committed before is on disk.
+        if durable:
+            seq = conn.attrs.get(ATTR_WRITE_SEQ, 0)
+            if seq > self.store.committed_seq:
+                await self.store.wait_durable(seq)
+
+    def note_write(self, conn: Connection, seq: int) -> None:
+        if seq:
+            conn.attrs[ATTR_WRITE_SEQ] = seq
+
+    async def _apply_fault(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        group = client_id = None
+        if self.faults.needs_identity(cmd.code):
+            group, client_id = request_identity(conn, cmd)
+        action, ended = self.faults.match(cmd.code, group, client_id, self.clock.monotonic_ms())
+        for f in ended:
+            self.log.emit(
+                "fault_cleared", fault_id=f.fault_id, request_code=f.request_code, reason="exhausted"
+            )
+        if action is not None and action.latency_ms > 0:
+            await asyncio.sleep(action.latency_ms / 1000)
+        return action
+
+    async def unsupported(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        raise CommandError(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {cmd.code} not supported")
+
+    # -- connections ------------------------------------------------------------------------
+    def _on_connection_opened(self, conn: Connection) -> None:
+        self.connections[conn.id] = conn
+
+    def _on_connection_closed(self, conn: Connection) -> None:
+        self.connections.pop(conn.id, None)
+        for group, info in self.consumer_manager.do_channel_close_event(conn.id):
+            self.log.emit(
+                "consumer_unregistered",
+                group=group,
+                client_id=info.client_id,
+                reason="channel_closed",
+                client_addr=info.client_addr,
+            )
+            self.notify_group(group, "channel_closed")
+        self.producer_manager.do_channel_close_event(conn.id)
+        for req in self.hold_service.remove_connection(conn.id):
+            _wake(req, "closed")
+        if self.release_locks_on_close:
+            for group, client_id in conn.attrs.get(ATTR_GROUPS, {}).items():
+                gi = self.consumer_manager.find(group)
+                if gi is not None and gi.has_client(client_id):
+                    continue  # the client is still connected over another connection
+                for mq in self.lock_manager.release_client(group, client_id):
+                    self.emit_lock("lock_released", group, client_id, mq, reason="channel_closed")
+        if self.namesrv_processor is not None:
+            self.namesrv_processor.on_connection_closed(conn)
+
+    # -- notifications ------------------------------------------------------------------------
+    def notify_group(self, group: str, cause: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED, one-way, to every connection of the group."""
+        if not self.notify_enabled:
+            return
+        gi = self.consumer_manager.find(group)
+        if gi is None or not gi.channels:
+            return
+        conns = [(self.connections.get(cid), info.client_id) for cid, info in gi.channels.items()]
+        targets = [(c, client_id) for c, client_id in conns if c is not None and not c.closed]
+        if not targets:
+            return
+        task = asyncio.get_running_loop().create_task(self._send_notify(group, targets))
+        self._notify_tasks.add(task)
+        task.add_done_callback(self._notify_tasks.discard)
+        self.log.emit("notify_sent", group=group, cause=cause, client_ids=[cid for _, cid in targets])
+
+    async def _send_notify(self, group: str, targets: list[tuple[Connection, str]]) -> None:
+        for conn, _ in targets:
+            cmd = RemotingCommand.request(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
+            )
+            try:
+                async with asyncio.timeout(1.0):
+                    await conn.invoke_oneway(cmd)
+            except (RemotingError, TimeoutError, OSError) as exc:
+                self.log.warning("notify failed", group=group, peer=conn.remote_addr, error=repr(exc))
+
+    # -- events ------------------------------------------------------------------------
+    def emit_lock(self, event: str, group: str, client_id: str, mq: Any, **extra: Any) -> None:
+        self.log.emit(
+            event,
+            group=group,
+            client_id=client_id,
+            topic=mq.topic,
+            broker=mq.broker_name,
+            queue_id=mq.queue_id,
+            **extra,
+        )
+
+    def commit_offset(self, conn: Connection, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.offset_manager.commit_offset(group, topic, queue_id, offset)
+        self.note_write(conn, self.store.persist_offset(group, topic, queue_id, offset))
+        self.log.emit("offset_committed", group=group, topic=topic, queue_id=queue_id, offset=offset)
+
+    def topic_created(self, tc: TopicConfig, conn: Connection | None = None) -> None:
+        seq = self.store.persist_topic(tc)
+        if conn is not None:
+            self.note_write(conn, seq)
+        self.log.emit(
+            "topic_created",
+            topic=tc.topic_name,
+            read_queue_nums=tc.read_queue_nums,
+            write_queue_nums=tc.write_queue_nums,
+            perm=tc.perm,
+        )
+        self._register_event.set()  # publish the new topic to the name server now, as RocketMQ does
+
+    # -- long polling ------------------------------------------------------------------------
+    def _on_message_arrived(self, msg: StoredMessage) -> None:
+        if msg.topic == SCHEDULE_TOPIC:
+            self._schedule_event.set()
+            return
+        if len(self.hold_service):
+            for req in self.hold_service.notify_message_arriving(
+                msg.topic, msg.queue_id, msg.queue_offset + 1, msg.tags
+            ):
+                _wake(req, "arrived")
+
+    def hold_pull(self, req: HeldPull) -> None:
+        self.hold_service.suspend_pull_request(req)
+
+    async def _hold_loop(self) -> None:
+        interval = self.config.scaled_s(self.config.hold_check_interval_ms)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                for req in self.hold_service.check_hold_request(self.clock.monotonic_ms()):
+                    _wake(req, "timeout")
+            except Exception as exc:
+                self.log.error("hold check failed", error=repr(exc))
+
+    # -- housekeeping ------------------------------------------------------------------------
+    async def _scan_loop(self) -> None:
+        interval = self.config.scaled_s(self.config.scan_not_active_channel_interval_ms)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.scan_not_active_channel()
+                for f in self.faults.sweep(self.clock.monotonic_ms()):
+                    self.log.emit(
+                        "fault_cleared", fault_id=f.fault_id, request_code=f.request_code, reason="expired"
+                    )
+            except Exception as exc:
+                self.log.error("channel scan failed", error=repr(exc))
+
+    def scan_not_active_channel(self) -> None:
+        now = self.clock.monotonic_ms()
+        timeout = self.config.channel_expired_timeout
+        to_close: set[int] = set()
+        notify: set[str] = set()
+        for group, info in self.consumer_manager.scan_not_active_channel(now, timeout):
+            self.log.emit(
+                "consumer_unregistered",
+                group=group,
+                client_id=info.client_id,
+                reason="channel_expired",
+                client_addr=info.client_addr,
+            )
+            to_close.add(info.conn_id)
+            notify.add(group)
+        for _, info in self.producer_manager.scan_not_active_channel(now, timeout):
+            to_close.add(info.conn_id)
+        for conn_id in to_close:
+            conn = self.connections.get(conn_id)
+            if conn is not None:
+                conn.close()
+        if self.notify_on_channel_expired:
+            for group in notify:
+                self.notify_group(group, "channel_expired")
+
+    # -- scheduled retries ------------------------------------------------------------------------
+    async def _schedule_loop(self) -> None:
+        while True:
+            try:
+                await self.deliver_due_messages()
+                nxt = self.schedule_service.next_due_ms(self.store)
+            except StoreError as exc:
+                self.log.error("scheduled delivery failed", error=str(exc))
+                nxt = self.clock.now_ms() + 1000
+            except Exception as exc:
+                self.log.error("scheduled delivery failed", error=repr(exc))
+                nxt = self.clock.now_ms() + 1000
+            timeout = None if nxt is None else max(0.0, (nxt - self.clock.now_ms()) / 1000)
+            self._schedule_event.clear()
+            if timeout is None or timeout > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await self._schedule_event.wait()
+
+    async def deliver_due_messages(self) -> int:
+        delivered = 0
+        while True:
+            due = self.schedule_service.due(self.store, self.clock.now_ms())
+            if not due:
+                return delivered
+            for level, msg in due:
+                draft = self.schedule_service.real_draft(msg)
+                if self.topic_manager.select(draft.topic) is None and is_retry_topic(draft.topic):
+                    tc, created = self.topic_manager.create_retry_topic(
+                        draft.topic.removeprefix("%RETRY%"), self.config.retry_queue_nums
+                    )
+                    if created:
+                        self.topic_created(tc)
+                await self.store.put_message(draft)
+                offset = self.schedule_service.mark_delivered(level, msg)
+                self.store.persist_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, level, offset)
+                delivered += 1
+
+    # -- name server ------------------------------------------------------------------------
+    def topic_config_table(self) -> dict[str, Any]:
+        return {t: tc.to_wire() for t, tc in self.topic_manager.table.items()}
+
+    def _register_broker_request(self) -> RemotingCommand:
+        cfg = self.config
+        return RemotingCommand.request(
+            RequestCode.REGISTER_BROKER,
+            {
+                "brokerName": cfg.broker_name,
+                "brokerAddr": self.broker_addr,
+                "clusterName": cfg.cluster_name,
+                "brokerId": cfg.broker_id,
+            },
+            {"topicConfigTable": self.topic_config_table()},
+        )
+
+    def _unregister_broker_request(self) -> RemotingCommand:
+        cfg = self.config
+        return RemotingCommand.request(
+            RequestCode.UNREGISTER_BROKER,
+            {
+                "brokerName": cfg.broker_name,
+                "brokerAddr": self.broker_addr,
+                "clusterName": cfg.cluster_name,
+                "brokerId": cfg.broker_id,
+            },
+        )
+
+    async def register_broker_all(self) -> bool:
+        cfg = self.config
+        if self.namesrv_processor is not None:
+            topics = {
+                t: QueueData(cfg.broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm)
+                for t, tc in self.topic_manager.table.items()
+            }
+            self.namesrv_processor.register_local(
+                cfg.cluster_name, cfg.broker_name, self.broker_addr, cfg.broker_id, topics, None
+            )
+            return True
+        if self._namesrv_client is None:
+            self._namesrv_client = RemotingClient(max_frame_bytes=cfg.max_frame_bytes, log=self.log)
+        timeout = max(1.0, cfg.scaled_s(6_000))  # registerBrokerTimeoutMills
+        try:
+            resp = await self._namesrv_client.invoke(cfg.namesrv, self._register_broker_request(), timeout)
+        except (RemotingError, OSError) as exc:
+            self.log.warning("register to name server failed", namesrv=cfg.namesrv, error=str(exc))
+            return False
+        if resp.code != ResponseCode.SUCCESS:
+            self.log.warning(
+                "register to name server refused", namesrv=cfg.namesrv, code=resp.code, remark=resp.remark
+            )
+            return False
+        return True
+
+    async def _register_loop(self) -> None:
+        interval = self.config.scaled_s(self.config.register_broker_interval_ms)
+        while True:
+            self._register_event.clear()
+            try:
+                await self.register_broker_all()
+            except Exception as exc:
+                self.log.error("register broker failed", error=repr(exc))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._register_event.wait()
+
+    async def _namesrv_scan_loop(self) -> None:
+        assert self.namesrv_processor is not None
+        interval = self.config.scaled_s(10_000)
+        timeout = self.config.scaled(120_000)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.namesrv_processor.scan_not_active_broker(timeout)
+            except Exception as exc:
+                self.log.error("broker scan failed", error=repr(exc))
+
+    # -- status ------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "brokerName": cfg.broker_name,
+            "clusterName": cfg.cluster_name,
+            "addr": self.address,
+            "brokerAddr": self.broker_addr,
+            "topics": len(self.topic_manager.table),
+            "messages": self.store.message_count(),
+            "groups": len(self.consumer_manager.groups),
+            "consumers": self.consumer_manager.channel_count(),
+            "producerGroups": len(self.producer_manager.groups),
+            "connections": len(self.connections),
+            "locks": self.lock_manager.lock_count(),
+            "heldPulls": len(self.hold_service),
+            "scheduledMessages": self.schedule_service.pending(self.store),
+            "faults": len(self.faults),
+            "notifyEnabled": self.notify_enabled,
+            "notifyOnChannelExpired": self.notify_on_channel_expired,
+            "releaseLocksOnChannelClose": self.release_locks_on_close,
+            "storeDir": cfg.store_dir,
+            "durable": self.store.durable,
+            "namesrv": cfg.namesrv,
+            "timeScale": cfg.time_scale,
+            "uptimeMs": self.clock.monotonic_ms() - self._started_ms,
+        }
+
+
+def _wake(req: HeldPull, why: str) -> None:
+    fut = req.waiter
+    if fut is not None and not fut.done():
+        fut.set_result(why)
+
+
+def request_identity(conn: Connection, cmd: RemotingCommand) -> tuple[str | None, str | None]:
+    """Best-effort (group, client id) of a request, for faults limited to one group or client."""
+    ext = cmd.ext
+    body = cmd.body if isinstance(cmd.body, dict) else {}
+    group: Any = ext.get("consumerGroup") or ext.get("group") or ext.get("producerGroup")
+    if group is None:
+        group = body.get("consumerGroup")
+    if group is None:
+        for key in ("consumerDataSet", "producerDataSet"):
+            items = body.get(key)
+            if isinstance(items, list) and items and isinstance(items[0], dict):
+                group = items[0].get("groupName")
+                break
+    client: Any = ext.get("clientID") or body.get("clientID") or body.get("clientId")
+    if client is None:
+        groups = conn.attrs.get(ATTR_GROUPS, {})
+        client = groups.get(group) if isinstance(group, str) else None
+        client = client or conn.attrs.get(ATTR_CLIENT_ID)
+    return (group if isinstance(group, str) else None, client if isinstance(client, str) else None)

@@ -1,0 +1,58 @@
+"""``rmq-namesrv``: run a standalone name server; prints ``READY host:port`` once listening."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from broker.config import NamesrvConfig
+from broker.namesrv import NamesrvController
+from protocol.runtime import (
+    EventLog,
+    add_common_args,
+    announce_ready,
+    port_number,
+    positive_int,
+    run_async_main,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rmq-namesrv", description="A RocketMQ name server emulator.")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=9876, help="port to listen on; 0 picks a free one")
+    p.add_argument("--max-frame-bytes", type=positive_int, default=NamesrvConfig.max_frame_bytes)
+    add_common_args(p)
+    return p
+
+
+async def serve(config: NamesrvConfig, log: EventLog) -> int:
+    ns = NamesrvController(config, log=log)
+    try:
+        await ns.start()
+    except OSError as exc:
+        print(f"rmq-namesrv: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        announce_ready(ns.address)
+        await asyncio.Event().wait()
+    finally:
+        await asyncio.shield(ns.shutdown())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = NamesrvConfig(
+        host=args.host, port=args.port, time_scale=args.time_scale, max_frame_bytes=args.max_frame_bytes
+    )
+    log = EventLog(args.node or "namesrv", "namesrv", args.log_file)
+    try:
+        return run_async_main(lambda: serve(config, log))
+    finally:
+        log.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Request processors of the broker, named after RocketMQ's: each maps request codes to handlers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from protocol.codes import RequestCode
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+
+def register_processors(broker: BrokerController) -> None:
+    from broker.processor.admin import AdminBrokerProcessor
+    from broker.processor.client_manage import ClientManageProcessor
+    from broker.processor.consumer_manage import ConsumerManageProcessor
+    from broker.processor.pull import PullMessageProcessor
+    from broker.processor.send import SendMessageProcessor
+
+    server = broker.server
+    for proc_cls in (
+        ClientManageProcessor,
+        ConsumerManageProcessor,
+        SendMessageProcessor,
+        PullMessageProcessor,
+        AdminBrokerProcessor,
+    ):
+        proc = proc_cls(broker)
+        for code, handler in proc.handlers().items():
+            server.register(code, broker.wrap(code, handler))
+    # Unknown codes go through the same wrapper so that their answer also waits for earlier writes.
+    server.set_default_handler(broker.wrap(-1, broker.unsupported))
+
+
+__all__ = ["RequestCode", "register_processors"]

@@ -1,0 +1,144 @@
+"""PULL_MESSAGE with long polling (RocketMQ's PullMessageProcessor and PullRequestHoldService).
+
+Checks run in PROTOCOL.md's order. A pull that finds nothing new at ``queueOffset`` is held up to
+``suspendTimeoutMillis`` (used as sent, not time-scaled) and re-run once when a matching message
+arrives on its queue or when the hold check finds it timed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from broker.controller import ATTR_CLIENT_ID, ATTR_GROUPS, Handler
+from broker.long_polling import HeldPull
+from broker.processor.common import ext_name
+from broker.store import GetMessageResult, GetMessageStatus
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import CommandError, InvalidParameter, RemotingCommand
+from protocol.model import parse_tags
+from protocol.remoting import Connection
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+_STATUS_CODE = {
+    GetMessageStatus.FOUND: ResponseCode.SUCCESS,
+    GetMessageStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_MOVED: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+class PullMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def handlers(self) -> dict[int, Handler]:
+        return {RequestCode.PULL_MESSAGE: self.pull_message}
+
+    async def pull_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = ext_name(cmd, "consumerGroup")
+        topic = ext_name(cmd, "topic")
+        queue_id = cmd.ext_int("queueId")
+        queue_offset = cmd.ext_int("queueOffset")
+        max_msg_nums = cmd.ext_int("maxMsgNums")
+        commit_offset = cmd.ext_int("commitOffset", 0)
+        suspend_ms = max(0, cmd.ext_int("suspendTimeoutMillis", 0))
+        sub_string = cmd.ext_str("subscription", None)
+        sub_version = cmd.ext_int("subVersion", 0)
+        b = self.broker
+
+        tc = b.topic_manager.select(topic)
+        if tc is None:
+            raise CommandError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not tc.readable:
+            raise CommandError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+        if not 0 <= queue_id < tc.read_queue_nums:
+            raise InvalidParameter(
+                "queueId", f"{queue_id} is outside the topic's read queues [0, {tc.read_queue_nums})"
+            )
+        if max_msg_nums <= 0:
+            raise InvalidParameter("maxMsgNums", f"must be > 0, got {max_msg_nums}")
+        gi = b.consumer_manager.find(group)
+        if gi is None:
+            raise CommandError(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's group info not exist, group: {group}"
+            )
+        sd = gi.find_subscription(topic)
+        if sd is None:
+            raise CommandError(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                f"the consumer's subscription not exist, group: {group}, topic: {topic}",
+            )
+        if sub_version > sd.sub_version:
+            raise CommandError(
+                ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                f"the consumer's subscription not latest, group: {group}, topic: {topic}, "
+                f"registered version {sd.sub_version} < {sub_version}",
+            )
+        tags_set = parse_tags(sub_string) if sub_string is not None else sd.tags_set
+        if commit_offset > 0:
+            b.commit_offset(conn, group, topic, queue_id, commit_offset)
+
+        cfg = b.config
+        count = min(max_msg_nums, cfg.max_transfer_count)
+        store = b.store
+        result = store.get_message(
+            topic, queue_id, queue_offset, count, cfg.max_transfer_bytes, tags_set, cfg.max_filter_scan
+        )
+        if result.status is GetMessageStatus.OFFSET_OVERFLOW_ONE and suspend_ms > 0 and not conn.closed:
+            fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            req = HeldPull(
+                topic,
+                queue_id,
+                queue_offset,
+                list(tags_set),
+                b.clock.monotonic_ms() + suspend_ms,
+                conn.id,
+                fut,
+            )
+            b.hold_pull(req)
+            try:
+                await fut
+            finally:
+                b.hold_service.remove(req)
+            result = store.get_message(
+                topic, queue_id, queue_offset, count, cfg.max_transfer_bytes, tags_set, cfg.max_filter_scan
+            )
+        return self._response(conn, cmd, group, topic, queue_id, queue_offset, result)
+
+    def _response(
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        group: str,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        result: GetMessageResult,
+    ) -> RemotingCommand:
+        code = _STATUS_CODE[result.status]
+        b = self.broker
+        if b.pull_events:
+            client_id = conn.attrs.get(ATTR_GROUPS, {}).get(group) or conn.attrs.get(ATTR_CLIENT_ID)
+            b.log.emit(
+                "pull_served",
+                group=group,
+                client_id=client_id,
+                topic=topic,
+                broker=b.config.broker_name,
+                queue_id=queue_id,
+                queue_offset=queue_offset,
+                count=len(result.messages),
+                code=int(code),
+            )
+        ext = {
+            "nextBeginOffset": result.next_begin_offset,
+            "minOffset": result.min_offset,
+            "maxOffset": result.max_offset,
+            "suggestWhichBrokerId": 0,
+        }
+        if code == ResponseCode.SUCCESS:
+            return cmd.response(code, ext=ext, body={"messages": [m.wire for m in result.messages]})
+        return cmd.response(code, ext=ext)

@@ -53,16 +53,28 @@ class _BrokerOffsetApi:
         await self.consumer.instance.api.update_consumer_offset_oneway(addr, group, mq, offset)
 
 
+def normalize_enums(options: dict[str, Any]) -> dict[str, Any]:
+    """Accept "clustering"/"broadcasting" and "first"/"last"/"timestamp" (or RocketMQ's names) as strings."""
+    out = dict(options)
+    mm = out.get("message_model")
+    if isinstance(mm, str) and not isinstance(mm, MessageModel):
+        try:
+            out["message_model"] = MessageModel(mm.strip().upper())
+        except ValueError:
+            raise ConfigError(f"unknown message_model {mm!r} (CLUSTERING or BROADCASTING)") from None
+    cfw = out.get("consume_from_where")
+    if isinstance(cfw, str) and not isinstance(cfw, ConsumeFromWhere):
+        out["consume_from_where"] = _parse_from_where(cfw)
+    return out
+
+
 def _coerce_config(
     namesrv: str | None, config: ConsumerConfig | None, options: dict[str, Any]
 ) -> ConsumerConfig:
     base: dict[str, Any] = {}
     if namesrv is not None:
         base["namesrv_addr"] = namesrv
-    if "message_model" in options and isinstance(options["message_model"], str):
-        options["message_model"] = MessageModel(options["message_model"].upper())
-    if "consume_from_where" in options and isinstance(options["consume_from_where"], str):
-        options["consume_from_where"] = _parse_from_where(options["consume_from_where"])
+    options = normalize_enums(options)
     if config is not None:
         cfg = config.replace(**base, **options)
         cfg.validate()

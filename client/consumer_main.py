@@ -1,0 +1,130 @@
+"""rmq-consumer: a push consumer process for workloads and experiments.
+
+Each consumed message is written as a ``message_consumed`` event; ``--consume-ms`` is the listener's
+simulated work time (wall-clock milliseconds, not scaled). Prints ``READY <client_id>`` once started;
+SIGTERM or SIGINT shut it down gracefully (offsets persisted, locks released, UNREGISTER_CLIENT sent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from client.allocate import STRATEGY_NAMES
+from client.cli_common import add_config_args, layered_settings
+from client.config import ConfigError, ConsumerConfig
+from client.consumer_base import normalize_enums
+from client.errors import MQClientError
+from client.push_consumer import PushConsumer
+from protocol.model import Message, MessageModel
+from protocol.runtime import (
+    EventLog,
+    add_common_args,
+    announce_ready,
+    host_port,
+    non_negative_int,
+    run_async_main,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rmq-consumer", description="RocketMQ-style push consumer")
+    p.add_argument("--namesrv", required=True, type=host_port, help="name server HOST:PORT")
+    p.add_argument("--group", required=True, help="consumer group")
+    p.add_argument("--topic", required=True, action="append", help="topic to subscribe (repeatable)")
+    p.add_argument("--expression", default="*", help="tag expression, e.g. 'TagA || TagB' (default *)")
+    p.add_argument("--orderly", action="store_true", help="orderly consumption (queue locks)")
+    p.add_argument("--broadcast", action="store_true", help="BROADCASTING instead of CLUSTERING")
+    p.add_argument(
+        "--strategy",
+        default="AVG",
+        help=f"allocation strategy: {', '.join(STRATEGY_NAMES)} (default AVG)",
+    )
+    p.add_argument(
+        "--consume-ms", type=non_negative_int, default=0, help="work time per message, ms (literal)"
+    )
+    p.add_argument(
+        "--consume-from",
+        choices=("first", "last", "timestamp"),
+        default=None,
+        help="for new queues (default last)",
+    )
+    p.add_argument("--consume-timestamp", default=None, help="yyyyMMddHHmmss for --consume-from timestamp")
+    p.add_argument(
+        "--instance-name", default=None, help="instanceName (default pid#nanos, unique per process)"
+    )
+    p.add_argument("--rocketmq5", action="store_true", help="RocketMQ >=5.2 client behaviour (see README)")
+    add_config_args(p)
+    add_common_args(p)
+    return p
+
+
+def make_config(args: argparse.Namespace) -> ConsumerConfig:
+    settings = layered_settings(ConsumerConfig, args, "consumer")
+    if args.rocketmq5:
+        settings.update(ConsumerConfig.rocketmq5())
+    settings.update(
+        namesrv_addr=args.namesrv,
+        time_scale=args.time_scale,
+        message_model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
+    )
+    if args.consume_timestamp is not None:
+        settings["consume_timestamp"] = args.consume_timestamp
+    if args.instance_name is not None:
+        settings["instance_name"] = args.instance_name
+    if args.consume_from is not None:
+        settings["consume_from_where"] = args.consume_from
+    return ConsumerConfig.from_mapping(normalize_enums(settings))
+
+
+async def run(args: argparse.Namespace, log: EventLog) -> int:
+    config = make_config(args)
+    consumer = PushConsumer(
+        args.group,
+        config=config,
+        strategy=args.strategy,
+        log=log,
+    )
+    for topic in args.topic:
+        consumer.subscribe(topic, args.expression)
+    work_s = args.consume_ms / 1000.0
+
+    async def listener(msgs: list[Message]) -> None:
+        if work_s > 0:
+            await asyncio.sleep(work_s * len(msgs))
+
+    if args.orderly:
+        consumer.register_message_listener_orderly(listener)
+    else:
+        consumer.register_message_listener(listener)
+    await consumer.start()
+    announce_ready(consumer.client_id)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        # cancelled by SIGTERM/SIGINT: leave the group the way RocketMQ's shutdown() does
+        await consumer.shutdown()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    node = args.node or f"consumer-{args.group}"
+    log = EventLog(node, "consumer", args.log_file)
+
+    async def entry() -> int:
+        try:
+            return await run(args, log)
+        except (ConfigError, MQClientError, ValueError) as exc:
+            print(f"rmq-consumer: {exc}", file=sys.stderr)
+            return 2
+
+    try:
+        return run_async_main(entry)
+    finally:
+        log.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -443,17 +443,21 @@ class AllocateMessageQueueConsistentHash(_AbstractStrategy):
     ) -> list[MessageQueue]:
         if not self._check(current_cid, mq_all, cid_all):
             return []
+        return [
+            mq for mq, owner in zip(mq_all, self.route(mq_all, cid_all), strict=True) if owner == current_cid
+        ]
+
+    def route(self, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -> list[str | None]:
+        """The owner of each queue (None for all when the ring is empty); the same for every client."""
         ring = self.ring(cid_all)
         if not ring:
-            return []
+            return [None] * len(mq_all)
         keys = sorted(ring)
-        result = []
+        owners: list[str | None] = []
         for mq in mq_all:
             pos = bisect.bisect_left(keys, self._hash_of(mq_to_string(mq)))  # tailMap is inclusive
-            owner = ring[keys[pos] if pos < len(keys) else keys[0]]
-            if owner == current_cid:
-                result.append(mq)
-        return result
+            owners.append(ring[keys[pos] if pos < len(keys) else keys[0]])
+        return owners
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -609,4 +613,12 @@ def allocate_all(
         raise ValueError("mqAll is null or mqAll empty")
     if not cids:
         raise ValueError("cidAll is null or cidAll empty")
+    if type(strategy) is AllocateMessageQueueConsistentHash:
+        # the ring does not depend on the calling client: build it once instead of once per client
+        strategy._check(cids[0], mqs, cids)
+        shares: dict[str, list[MessageQueue]] = {cid: [] for cid in cids}
+        for mq, owner in zip(mqs, strategy.route(mqs, cids), strict=True):
+            if owner is not None:
+                shares[owner].append(mq)
+        return shares
     return {cid: strategy.allocate(group, cid, mqs, cids) for cid in dict.fromkeys(cids)}

@@ -155,3 +155,20 @@ def test_machine_room_shares_exactly_the_selected_rooms(
     shares = allocate_all(AllocateMessageQueueByMachineRoom({"room1"}), "g", mq_all, cid_all)
     selected = [mq for mq in mq_all if java_split(mq.broker_name, "@") == ["room1", "broker-c"]]
     assert_exact_cover(shares, selected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    mq_all=mq_lists,
+    cid_all=st.lists(st.sampled_from(["a", "b", "c", "d", "a-1"]), min_size=1, max_size=8),
+    v=st.integers(0, 6),
+    coarse=st.booleans(),
+)
+def test_consistent_hash_allocate_all_matches_each_client(
+    mq_all: list[MessageQueue], cid_all: list[str], v: int, coarse: bool
+) -> None:
+    """allocate_all builds the ring once; each client building its own must agree (duplicates included)."""
+    strategy = AllocateMessageQueueConsistentHash(v, (lambda key: md5_hash(key) % 7) if coarse else None)
+    mqs, cids = sort_mq_all(mq_all), sort_cid_all(cid_all)
+    expected = {cid: strategy.allocate("g", cid, mqs, cids) for cid in cids}
+    assert allocate_all(strategy, "g", mq_all, cid_all) == expected

@@ -89,7 +89,7 @@ class Member:
 
     @property
     def address(self) -> str | None:
-        return f"127.0.0.1:{self.port}" if self.port is not None else None
+        return f"127.0.0.1:{self.port}" if self.port else None
 
     @property
     def alive(self) -> bool:
@@ -173,6 +173,8 @@ class Supervisor:
         self.stop_timeout_s = stop_timeout_s
         self.parent_death_signal = parent_death_signal and sys.platform.startswith("linux")
         self.members: dict[str, Member] = {}
+        # Arguments written "{name}" are replaced by vars[name] at spawn time (addresses known only later).
+        self.vars: dict[str, str] = {}
         self._closed = False
         _live.add(self)
         _install_hooks()
@@ -212,6 +214,14 @@ class Supervisor:
     # ----------------------------------------------------------------------------------------
     # Non-blocking steps
 
+    def _resolve(self, arg: str) -> str:
+        if len(arg) > 2 and arg[0] == "{" and arg[-1] == "}":
+            try:
+                return self.vars[arg[1:-1]]
+            except KeyError:
+                raise SupervisorError(f"argument {arg} is not known yet") from None
+        return arg
+
     def command(self, m: Member, log_file: str) -> list[str]:
         role_cmd = [
             self.python,
@@ -223,7 +233,7 @@ class Supervisor:
             f"{self.time_scale:g}",
             "--log-file",
             log_file,
-            *m.args,
+            *(self._resolve(a) for a in m.args),
         ]
         if not self.parent_death_signal:
             return role_cmd
@@ -235,8 +245,10 @@ class Supervisor:
             raise SupervisorError("supervisor is closed")
         m = self.member(node)
         self.refresh(m)
-        if m.state in ("starting", "running", "paused"):
+        if m.state in ("starting", "running", "paused", "stopping"):
             raise SupervisorError(f"{node} is already {m.state}")
+        cmd_args = [self._resolve(a) for a in m.args]  # fail before anything happens
+        del cmd_args
         m.incarnation += 1
         name = f"{node}.jsonl" if m.incarnation == 1 else f"{node}.{m.incarnation}.jsonl"
         log_file = str(self.run_dir / name)
@@ -290,6 +302,7 @@ class Supervisor:
                 m.ready_info = line[len(READY_PREFIX) :].strip()
                 if m.role == "consumer" and m.ready_info:
                     m.client_ids.append(m.ready_info)
+                self._learn_port(m)
                 m.state = "running"
                 self._emit(
                     "process_ready", target=node, target_role=m.role, pid=m.proc.pid, ready=m.ready_info
@@ -303,6 +316,18 @@ class Supervisor:
                 node, f"exited with code {rc} before it was ready", self.output(node)[-_TAIL_BYTES:]
             )
         return False
+
+    @staticmethod
+    def _learn_port(m: Member) -> None:
+        """A server started with ``--port 0`` keeps the port it got (READY host:port) for its restarts."""
+        _, sep, port = (m.ready_info or "").rpartition(":")
+        if not sep or not port.isdigit() or "--port" not in m.args:
+            return
+        for i, a in enumerate(m.args[:-1]):
+            if a == "--port" and m.args[i + 1] == "0":
+                m.args[i + 1] = port
+        if m.port in (None, 0):
+            m.port = int(port)
 
     def refresh(self, m: Member) -> None:
         """Notice a member that exited on its own (and reap it)."""
@@ -338,20 +363,20 @@ class Supervisor:
             raise SupervisorError(f"{node} is {m.state}, not {' or '.join(states)}")
         return m
 
-    def kill(self, node: str, *, nemesis: bool = True) -> Member:
+    def begin_kill(self, node: str, *, nemesis: bool = True) -> Member:
         """SIGKILL the member's process group (a crash: no shutdown, no unregistration)."""
-        m = self._require(node, "starting", "running", "paused")
+        m = self._require(node, "starting", "running", "paused", "stopping")
         if nemesis:
             self._nemesis("kill", m)
         self._signal(m, signal.SIGKILL)
-        assert m.proc is not None
-        try:
-            rc = m.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
-            rc = -9
-        m.state = "stopped"
-        m.returncode = rc
-        self._emit("process_exited", target=node, target_role=m.role, returncode=rc)
+        m.state = "stopping"
+        return m
+
+    def kill(self, node: str, *, nemesis: bool = True) -> Member:
+        m = self.begin_kill(node, nemesis=nemesis)
+        deadline = time.monotonic() + 5
+        while not self._finish_stop(m, force=time.monotonic() > deadline):
+            time.sleep(0.005)
         return m
 
     def pause(self, node: str, *, nemesis: bool = True) -> Member:
@@ -372,7 +397,7 @@ class Supervisor:
         return m
 
     def begin_stop(self, node: str, *, nemesis: bool = True) -> Member:
-        """Send SIGTERM (and SIGCONT, so a paused process can act on it); see ``wait_stopped``."""
+        """Send SIGTERM (and SIGCONT, so a paused process can act on it); see ``stop``."""
         m = self._require(node, "starting", "running", "paused")
         if nemesis:
             self._nemesis("stop", m)
@@ -468,6 +493,14 @@ class Supervisor:
             await asyncio.sleep(0.02)
         return self.member(node)
 
+    async def akill(self, node: str, *, nemesis: bool = True) -> Member:
+        m = self.begin_kill(node, nemesis=nemesis)
+        deadline = time.monotonic() + 5
+        while True:
+            if self._finish_stop(m, force=time.monotonic() > deadline):
+                return m
+            await asyncio.sleep(0.005)
+
     async def astop(self, node: str, *, timeout_s: float | None = None, nemesis: bool = True) -> Member:
         m = self.begin_stop(node, nemesis=nemesis)
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.stop_timeout_s)
@@ -483,7 +516,7 @@ class Supervisor:
         self.refresh(m)
         if m.state in ("starting", "running", "paused"):
             if mode == "kill":
-                self.kill(node)
+                await self.akill(node)
             else:
                 await self.astop(node)
         if down_s > 0:

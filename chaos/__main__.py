@@ -1,0 +1,182 @@
+"""``rmq-chaos``: run an experiment on a local cluster, list the shipped experiments, validate a file.
+
+Exit codes of ``run``: 0 the verdict is ok, 1 it is not, 2 bad usage or a bad experiment file, 3 the
+run itself failed (a process did not start, a broker did not answer), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+from chaos.experiment import Experiment, ExperimentError, load, parse
+
+
+def shipped() -> dict[str, str]:
+    """Shipped experiment name -> file text."""
+    out = {}
+    base = resources.files("chaos") / "experiments"
+    for entry in sorted(base.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            out[entry.name[: -len(".toml")]] = entry.read_text(encoding="utf-8")
+    return out
+
+
+def resolve(path_or_name: str) -> Experiment:
+    """An experiment from a file, or a shipped one by name (``demo`` or ``demo.toml``)."""
+    p = Path(path_or_name)
+    if not p.exists() and "/" not in path_or_name:
+        name = path_or_name.removesuffix(".toml")
+        texts = shipped()
+        if name in texts:
+            return parse(texts[name], source=f"chaos/experiments/{name}.toml", default_name=name)
+    return load(p)  # also reports a file that cannot be read
+
+
+def _warnings(exp: Experiment) -> list[str]:
+    out = []
+    w = exp.workload
+    if w is not None:
+        need = w.count / w.rate
+        have = exp.wall(exp.duration) + exp.wall(exp.drain_timeout) - exp.wall(w.start)
+        if need > have:
+            out.append(
+                f"the producers need {need:.1f}s wall to send {w.count} messages at {w.rate:g}/s, "
+                f"but the run and its drain last {have:.1f}s wall: raise duration or drain_timeout, "
+                "or lower count"
+            )
+    if not exp.consumers:
+        out.append("no [[consumers]]: nothing will be consumed")
+    return out
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        exp = resolve(args.file)
+    except ExperimentError as e:
+        print(e, file=sys.stderr)
+        return 2
+    nodes = exp.nodes()
+    roles: dict[str, list[str]] = {}
+    for n, info in nodes.items():
+        roles.setdefault(info.role, []).append(n)
+    print(f"ok: {exp.name}" + (f" - {exp.question}" if exp.question else ""))
+    print(
+        f"time scale {exp.time_scale:g}: {exp.duration:g}s of RocketMQ time = "
+        f"{exp.wall(exp.duration):.1f}s wall; seed {exp.seed}"
+    )
+    for role in ("namesrv", "broker", "producer", "consumer"):
+        if role in roles:
+            print(f"  {role}: {', '.join(roles[role])}")
+    for c in exp.consumers:
+        kind = "orderly" if c.orderly else "concurrent"
+        print(f"  group {c.group}: {c.count} x {kind} on {c.topic}, {c.strategy}, consume {c.consume_ms} ms")
+    pol = exp.policies
+    if pol.notify_on_channel_expired or pol.release_locks_on_close:
+        print(f"  broker policies: {' '.join(pol.broker_flags())}")
+    steps = exp.schedule()
+    print(f"schedule ({len(steps)} action(s)):")
+    for s in steps:
+        print(f"  {s.t:8.1f}s (wall {exp.wall(s.t):7.2f}s)  {s.describe()}")
+    for w in _warnings(exp):
+        print(f"warning: {w}")
+    return 0
+
+
+def cmd_list(_: argparse.Namespace) -> int:
+    rows = []
+    for name, text in shipped().items():
+        try:
+            exp = parse(text, source=f"{name}.toml", default_name=name)
+            rows.append((name, f"{exp.wall(exp.duration):.0f}s", exp.question))
+        except ExperimentError as e:
+            rows.append((name, "?", f"INVALID: {e}"))
+    width = max((len(r[0]) for r in rows), default=4)
+    print(f"{'experiment':<{width}}  wall  question")
+    for name, wall, question in rows:
+        print(f"{name:<{width}}  {wall:>4}  {question}")
+    print("\nrun one with: rmq-chaos run NAME (or a path to a .toml file)")
+    return 0
+
+
+def _run_dir(exp: Experiment, out: str | None) -> Path:
+    if out:
+        return Path(out)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{exp.name}-{stamp}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from chaos.runner import Runner
+
+    try:
+        exp = resolve(args.file)
+    except ExperimentError as e:
+        print(e, file=sys.stderr)
+        return 2
+    run_dir = _run_dir(exp, args.out)
+    if run_dir.exists() and any(run_dir.rglob("*.jsonl")):
+        print(f"rmq-chaos: {run_dir} already holds a run's logs; choose another --out", file=sys.stderr)
+        return 2
+    for w in _warnings(exp):
+        print(f"warning: {w}", file=sys.stderr)
+    runner = Runner(exp, run_dir, analyze=not args.no_analyze, ready_timeout_s=args.ready_timeout)
+
+    async def main() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            result = await runner.run()
+        except asyncio.CancelledError:
+            return 130
+        return result.exit_code
+
+    with asyncio.Runner() as r:
+        try:
+            return r.run(main())
+        except KeyboardInterrupt:
+            return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rmq-chaos",
+        description="Break a local RocketMQ-emulator cluster on a schedule and get a verdict.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="run|list|validate")
+    run = sub.add_parser("run", help="run an experiment file (or a shipped experiment by name)")
+    run.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
+    run.add_argument("--out", default=None, metavar="DIR", help="run directory (default runs/NAME-TIMESTAMP)")
+    run.add_argument("--no-analyze", action="store_true", help="skip the pipeline; verdict from live counts")
+    run.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds a process may take to be READY",
+    )
+    run.set_defaults(func=cmd_run)
+    lst = sub.add_parser("list", help="the shipped experiments and the question each answers")
+    lst.set_defaults(func=cmd_list)
+    val = sub.add_parser("validate", help="check an experiment file and print its expanded schedule")
+    val.add_argument("file", metavar="EXPERIMENT")
+    val.set_defaults(func=cmd_validate)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

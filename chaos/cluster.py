@@ -1,0 +1,206 @@
+"""A local cluster built from the roles' command lines: name server, brokers, producers, consumers.
+
+This is where the lab knows the CLIs of CONVENTIONS.md; the supervisor below it only knows processes.
+Consumers (and producers) that network nemeses may target get their own fault proxies (``ClientLinks``)
+and reach the name server and every broker through them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from chaos.admin import AdminClient
+from chaos.proxy import ClientLinks
+from chaos.supervisor import EventSink, Member, Supervisor
+
+NAMESRV_MODULE = "broker.namesrv_main"
+BROKER_MODULE = "broker"
+CONSUMER_MODULE = "client.consumer_main"
+PRODUCER_MODULE = "client.producer_main"
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        time_scale: float,
+        log: EventSink | None = None,
+        seed: int = 0,
+        ready_timeout_s: float = 30.0,
+        stop_timeout_s: float = 10.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.time_scale = time_scale
+        self.seed = seed
+        self.sup = Supervisor(
+            self.run_dir,
+            time_scale=time_scale,
+            log=log,
+            ready_timeout_s=ready_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            env=env,
+        )
+        self.admin = AdminClient(timeout_s=max(2.0, 5.0 * time_scale))
+        self.links: dict[str, ClientLinks] = {}
+        self._proxied: set[str] = set()
+        self.namesrv: str | None = None
+        self.brokers: dict[str, str] = {}  # broker name -> address
+
+    # -- declaring and starting -------------------------------------------------------------------
+    # Servers listen on port 0 and keep the port they got (from their READY line) across restarts, so
+    # nothing can take a port between choosing and binding it. Clients name the name server as
+    # "{namesrv}" (or "{namesrv@NODE}" through their fault proxies), filled in once it is known.
+
+    def add_namesrv(self, node: str = "namesrv") -> Member:
+        return self.sup.add(node, "namesrv", NAMESRV_MODULE, ["--host", "127.0.0.1", "--port", "0"], port=0)
+
+    def add_broker(self, name: str, *, durable: bool = False, flags: list[str] | None = None) -> Member:
+        args = ["--host", "127.0.0.1", "--port", "0", "--broker-name", name, "--namesrv", "{namesrv}"]
+        if durable:
+            store = self.run_dir / "store" / name
+            store.mkdir(parents=True, exist_ok=True)
+            args += ["--store-dir", str(store)]
+        args += flags or []
+        return self.sup.add(name, "broker", BROKER_MODULE, args, port=0)
+
+    def _namesrv_arg(self, node: str, proxied: bool) -> str:
+        if proxied:
+            self._proxied.add(node)
+            return "{namesrv@" + node + "}"
+        return "{namesrv}"
+
+    def add_consumer(
+        self,
+        node: str,
+        *,
+        group: str,
+        topic: str,
+        strategy: str = "AVG",
+        orderly: bool = False,
+        broadcast: bool = False,
+        consume_ms: int = 0,
+        consume_from: str = "first",
+        proxied: bool = False,
+        extra: list[str] | None = None,
+    ) -> Member:
+        args = ["--namesrv", self._namesrv_arg(node, proxied), "--group", group, "--topic", topic]
+        args += ["--strategy", strategy, "--consume-from", consume_from]
+        if orderly:
+            args.append("--orderly")
+        if broadcast:
+            args.append("--broadcast")
+        if consume_ms:
+            args += ["--consume-ms", str(consume_ms)]
+        args += extra or []
+        return self.sup.add(node, "consumer", CONSUMER_MODULE, args, group=group)
+
+    def add_producer(
+        self,
+        node: str,
+        *,
+        topic: str,
+        rate: float,
+        count: int,
+        size: int = 128,
+        group: str | None = None,
+        proxied: bool = False,
+    ) -> Member:
+        args = ["--namesrv", self._namesrv_arg(node, proxied), "--topic", topic]
+        args += ["--rate", f"{rate:g}", "--count", str(count), "--size", str(size)]
+        if group:
+            args += ["--group", group]
+        return self.sup.add(node, "producer", PRODUCER_MODULE, args, expect_exit=True)
+
+    async def start_all(self, nodes: list[str], timeout_s: float | None = None) -> None:
+        """Spawn the nodes together, then wait until each is ready (startup overlaps on several cores)."""
+        for n in nodes:
+            self.sup.spawn(n)
+        for n in nodes:
+            await self.sup.await_ready(n, timeout_s)
+            m = self.sup.member(n)
+            if m.role == "namesrv":
+                self.namesrv = m.address
+                self.sup.vars["namesrv"] = m.address or ""
+            elif m.role == "broker":
+                self.brokers[n] = m.address or ""
+
+    async def start_links(self) -> None:
+        """Start the fault proxies of the clients that need them (after the brokers are up)."""
+        if self.namesrv is None:
+            raise RuntimeError("start the name server and brokers first")
+        for node in sorted(self._proxied - set(self.links)):
+            links = await ClientLinks(node, self.namesrv, self.brokers, seed=self.seed).start()
+            self.links[node] = links
+            self.sup.vars["namesrv@" + node] = links.namesrv_address
+
+    async def create_topic(self, topic: str, queues_per_broker: int, timeout_s: float = 30.0) -> None:
+        """Create the topic on every broker and wait until the name server routes it to all of them."""
+        for addr in self.brokers.values():
+            await self.admin.topic_create(addr, topic, queues_per_broker)
+        if self.namesrv is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while True:
+            route = await self.admin.route(self.namesrv, topic)
+            if route_brokers(route) >= set(self.brokers):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the name server does not route {topic} to every broker after {timeout_s:g}s "
+                    f"(it knows {sorted(route_brokers(route))})"
+                )
+            await asyncio.sleep(0.1)
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    async def stop_role(self, role: str, timeout_s: float | None = None) -> None:
+        """Gracefully stop every live member of a role, all at once."""
+        nodes = []
+        for m in self.sup:
+            self.sup.refresh(m)
+            if m.role == role and m.state in ("starting", "running", "paused"):
+                nodes.append(m.node)
+        await asyncio.gather(*(self.sup.astop(n, timeout_s=timeout_s, nemesis=False) for n in nodes))
+
+    async def close(self) -> None:
+        """Stop everything that is left (consumers first, so they can leave their group cleanly)."""
+        try:
+            for role in ("consumer", "producer", "broker", "namesrv"):
+                await self.stop_role(role)
+        finally:
+            self.sup.close()
+            for links in self.links.values():
+                await links.close()
+            await self.admin.close()
+
+    def manifest(self) -> dict[str, Any]:
+        nodes = {}
+        for node, info in self.sup.manifest().items():
+            info = dict(info)
+            info["log_files"] = [str(Path(p).relative_to(self.run_dir)) for p in info["log_files"]]
+            info["out_file"] = str(Path(info["out_file"]).relative_to(self.run_dir))
+            if node in self.links:
+                info["proxies"] = self.links[node].state()
+            nodes[node] = info
+        return {
+            "namesrv": self.namesrv,
+            "brokers": dict(self.brokers),
+            "ports": {n: m.port for n, m in self.sup.members.items() if m.port is not None},
+            "nodes": nodes,
+        }
+
+
+def route_brokers(route: dict[str, Any] | None) -> set[str]:
+    """Broker names that a route answer gives queues for."""
+    if not route:
+        return set()
+    names = set()
+    for qd in route.get("queueDatas") or []:
+        if isinstance(qd, dict) and isinstance(qd.get("brokerName"), str):
+            names.add(qd["brokerName"])
+    return names

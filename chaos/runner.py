@@ -1,0 +1,538 @@
+"""Runs one experiment: cluster up, workload and nemeses on schedule, drain, manifest, analysis.
+
+The run directory ends up holding every process's JSON-lines events (``NODE.jsonl``, ``NODE.2.jsonl``
+after a restart, ``chaos.jsonl`` for the lab's own), their stdout/stderr (``NODE.out``), the experiment
+file as run, ``manifest.json`` and, after the analysis, ``summary.json`` and ``report.html``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from chaos.admin import AdminError
+from chaos.cluster import LocalCluster
+from chaos.experiment import NETWORK_ACTIONS, Experiment, Step
+from chaos.supervisor import ProcessFailed, SupervisorError
+from chaos.tally import LogTailer, RunTally, progress_line
+from protocol.remoting import RemotingError
+from protocol.runtime import EventLog
+
+PACKAGE = "rocketmq-rebalance-lab"
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    drained: bool = False
+    quick_verdict: str = "fail"  # from the live counts: every sent message consumed by every group
+    verdict: str | None = None  # from the analysis, when it ran
+    analysis_rc: int | None = None
+    report: Path | None = None
+    summary: dict[str, Any] | None = None
+    errors: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        if self.errors:
+            return 3
+        verdict = self.verdict if self.verdict is not None else self.quick_verdict
+        return 0 if verdict == "ok" else 1
+
+
+def versions() -> dict[str, str]:
+    try:
+        lab = importlib.metadata.version(PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        lab = "unknown"
+    return {"lab": lab, "python": platform.python_version(), "platform": platform.platform()}
+
+
+def pipeline_available() -> bool:
+    try:
+        return (
+            importlib.util.find_spec("pyspark") is not None
+            and importlib.util.find_spec("pipeline.__main__") is not None
+        )
+    except (ImportError, ValueError):
+        return False
+
+
+class Runner:
+    def __init__(
+        self,
+        exp: Experiment,
+        run_dir: str | Path,
+        *,
+        analyze: bool = True,
+        out: TextIO | None = None,
+        ready_timeout_s: float = 60.0,
+        progress_interval_s: float = 0.5,
+    ) -> None:
+        self.exp = exp
+        self.run_dir = Path(run_dir)
+        self.analyze = analyze
+        self.out = out or sys.stdout
+        self.tty = self.out.isatty()
+        self.ready_timeout_s = ready_timeout_s
+        self.progress_interval_s = progress_interval_s
+        self.result = RunResult(self.run_dir)
+        self.tailer = LogTailer(self.run_dir)
+        self.tally = RunTally({c.group: {c.topic} for c in exp.consumers})
+        self._tally_lock = asyncio.Lock()
+        self._phase = "setup"
+        self._t0: float | None = None
+        self._end_now = asyncio.Event()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._last_progress = 0.0
+        self.cluster: LocalCluster | None = None
+        self.log: EventLog | None = None
+        self.executed = 0
+
+    # -- output ----------------------------------------------------------------------------------
+
+    def say(self, text: str) -> None:
+        if self.tty:
+            self.out.write("\r\x1b[K")
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def _elapsed(self) -> float:
+        return 0.0 if self._t0 is None else time.monotonic() - self._t0
+
+    def _consumer_counts(self) -> tuple[int, int, int]:
+        assert self.cluster is not None
+        live = paused = total = 0
+        for m in self.cluster.sup:
+            if m.role != "consumer":
+                continue
+            total += 1
+            self.cluster.sup.refresh(m)
+            if m.state in ("running", "paused"):
+                live += 1
+            if m.state == "paused":
+                paused += 1
+        return live, paused, total
+
+    def _show_progress(self, force: bool = False) -> None:
+        line = progress_line(
+            self._elapsed(),
+            self.exp.wall(self.exp.duration),
+            self.tally,
+            self._consumer_counts(),
+            self._phase,
+        )
+        if self.tty:
+            self.out.write("\r\x1b[K" + line)
+            self.out.flush()
+        elif force or time.monotonic() - self._last_progress >= 5.0:
+            self._last_progress = time.monotonic()
+            self.out.write(line + "\n")
+            self.out.flush()
+
+    async def _refresh_tally(self) -> None:
+        async with self._tally_lock:
+            events = await asyncio.to_thread(self.tailer.poll)
+            self.tally.feed(events)
+
+    async def _progress_loop(self) -> None:
+        while True:
+            await self._refresh_tally()
+            self._show_progress()
+            await asyncio.sleep(self.progress_interval_s)
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    async def run(self) -> RunResult:
+        exp = self.exp
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread((self.run_dir / "experiment.toml").write_text, exp.text, "utf-8")
+        self.log = EventLog("chaos", "chaos", str(self.run_dir / "chaos.jsonl"))
+        self.log.emit(
+            "experiment_started",
+            name=exp.name,
+            seed=exp.seed,
+            time_scale=exp.time_scale,
+            duration_s=exp.duration,
+            source=exp.source,
+        )
+        started_ms = int(time.time() * 1000)
+        self.cluster = LocalCluster(
+            self.run_dir,
+            time_scale=exp.time_scale,
+            log=self.log,
+            seed=exp.seed,
+            ready_timeout_s=self.ready_timeout_s,
+        )
+        progress: asyncio.Task[None] | None = None
+        try:
+            self.say(f"run {exp.name}: {exp.question or '(no question given)'}")
+            self.say(f"run directory: {self.run_dir}")
+            await self._setup()
+            progress = asyncio.create_task(self._progress_loop())
+            await self._execute()
+            await self._drain()
+            self._phase = "stop"
+            await self.cluster.stop_role("consumer")
+            await self.cluster.stop_role("producer")
+        except asyncio.CancelledError:
+            self.result.interrupted = True
+            self.say("interrupted: stopping the cluster")
+        except (ProcessFailed, SupervisorError, TimeoutError, AdminError, RemotingError, OSError) as e:
+            self.result.errors.append(str(e))
+            self.say(f"run failed: {e}")
+        finally:
+            if progress is not None:
+                progress.cancel()
+                with contextlib.suppress(BaseException):
+                    await progress
+            with contextlib.suppress(BaseException):
+                await self.cluster.close()
+            self.cluster.sup.close()  # no-op after a clean close; the last word otherwise
+            with contextlib.suppress(BaseException):
+                await self._refresh_tally()
+            self._finish(started_ms)
+        if self.result.interrupted:
+            return self.result
+        if self.analyze and not self.result.errors:
+            await self._analyze()
+        elif self.analyze:
+            self.say("analysis skipped: the run did not complete")
+        self._print_verdict()
+        return self.result
+
+    async def _setup(self) -> None:
+        exp, cluster = self.exp, self.cluster
+        assert cluster is not None
+        cluster.add_namesrv()
+        for b in exp.brokers:
+            cluster.add_broker(b, durable=exp.durable, flags=exp.policies.broker_flags())
+        proxied = exp.network_targets()
+        for c in exp.consumers:
+            for node in c.nodes:
+                cluster.add_consumer(
+                    node,
+                    group=c.group,
+                    topic=c.topic,
+                    strategy=c.strategy,
+                    orderly=c.orderly,
+                    broadcast=c.broadcast,
+                    consume_ms=c.consume_ms,
+                    consume_from=c.consume_from,
+                    proxied=node in proxied,
+                )
+        if exp.workload:
+            w = exp.workload
+            for node, topic in w.nodes:
+                cluster.add_producer(
+                    node, topic=topic, rate=w.rate, count=w.count, size=w.size, proxied=node in proxied
+                )
+        self.say(f"starting name server and {len(exp.brokers)} broker(s)")
+        await cluster.start_all(["namesrv"])
+        await cluster.start_all(list(exp.brokers))
+        for t in exp.topics:
+            await cluster.create_topic(
+                t.name, exp.topic_queues_per_broker(t.name), timeout_s=self.ready_timeout_s
+            )
+        await cluster.start_links()
+        consumers = [n for c in exp.consumers for n in c.nodes]
+        self.say(f"starting {len(consumers)} consumer(s)")
+        await cluster.start_all(consumers)
+        self.log_emit("cluster_ready", nodes=len(cluster.sup.members))
+
+    def log_emit(self, event: str, **fields: Any) -> None:
+        if self.log is not None:
+            self.log.emit(event, **fields)
+
+    async def _execute(self) -> None:
+        exp = self.exp
+        self._t0 = time.monotonic()
+        self._phase = "run"
+        total = exp.wall(exp.duration)
+        self.say(
+            f"running for {total:.1f}s wall ({exp.duration:g}s at time scale {exp.time_scale:g}), "
+            f"{len(exp.schedule())} nemesis action(s)"
+        )
+        async with asyncio.TaskGroup() as tg:
+            if exp.workload:
+                tg.create_task(self._start_producers())
+            for step in exp.schedule():
+                tg.create_task(self._step(step))
+            await asyncio.sleep(total)
+            self._end_now.set()  # actions due after the end (an undo of a long pause) run now
+        self._phase = "heal"
+        await self._heal()
+
+    async def _start_producers(self) -> None:
+        w = self.exp.workload
+        assert w is not None and self.cluster is not None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.exp.wall(w.start)):
+                await self._end_now.wait()
+        await self.cluster.start_all([n for n, _ in w.nodes])
+
+    async def _step(self, step: Step) -> None:
+        assert self._t0 is not None
+        delay = self._t0 + self.exp.wall(step.t) - time.monotonic()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._end_now.wait()
+        lock = self._locks.setdefault(step.target, asyncio.Lock())
+        async with lock:
+            await self.execute(step)
+
+    async def execute(self, step: Step) -> None:
+        """Carry out one nemesis action; an action that cannot apply now is logged and skipped."""
+        cluster, exp = self.cluster, self.exp
+        assert cluster is not None
+        sup = cluster.sup
+        self.say(f"[{self._elapsed():6.1f}s] {step.describe()}")
+        try:
+            a, target, p = step.action, step.target, step.params
+            if a == "kill":
+                await sup.akill(target)
+            elif a == "stop":
+                await sup.astop(target)
+            elif a == "start":
+                await sup.astart(target, nemesis=True)
+            elif a == "restart":
+                await sup.arestart(target, mode=p.get("mode", "stop"), down_s=exp.wall(p.get("down", 0.0)))
+            elif a == "pause":
+                sup.pause(target)
+            elif a == "resume":
+                sup.resume(target)
+            elif a in NETWORK_ACTIONS:
+                links = cluster.links[target]
+                extra: dict[str, Any] = {"broker": p.get("broker", "all")}
+                if a == "latency":
+                    extra["latency_ms"] = round(p["ms"] * exp.time_scale, 3)
+                    extra["jitter_ms"] = round(p.get("jitter_ms", 0) * exp.time_scale, 3)
+                sup.nemesis_event(a, target, **extra)
+                links.apply(
+                    a, extra["broker"], ms=extra.get("latency_ms", 0), jitter_ms=extra.get("jitter_ms", 0)
+                )
+            elif a == "fault":
+                await self._fault(step)
+            elif a == "fault-clear":
+                await cluster.admin.fault_clear(cluster.brokers[target])
+                sup.nemesis_event(a, target)
+            elif a == "policy":
+                await cluster.admin.policy_set(
+                    cluster.brokers[target],
+                    notify_on_channel_expired=p.get("notify_on_channel_expired"),
+                    release_locks_on_close=p.get("release_locks_on_close"),
+                )
+                sup.nemesis_event(a, target, **p)
+            self.executed += 1
+        except (SupervisorError, AdminError, RemotingError, KeyError, ValueError) as e:
+            reason = str(e)
+            self.result.skipped.append(f"{step.describe()}: {reason}")
+            self.log_emit("nemesis_skipped", action=step.action, target=step.target, reason=reason)
+            self.say(f"[{self._elapsed():6.1f}s] skipped {step.describe()}: {reason.splitlines()[0]}")
+
+    async def _fault(self, step: Step) -> None:
+        cluster, exp, p = self.cluster, self.exp, step.params
+        assert cluster is not None
+        client_id = None
+        if p.get("client"):
+            m = cluster.sup.member(p["client"])
+            if not m.client_ids:
+                raise SupervisorError(f"{p['client']} has no client id yet")
+            client_id = m.client_ids[-1]
+        duration_ms = round(exp.wall(p["for"]) * 1000) if p.get("for") else None
+        latency_ms = round(p.get("latency_ms", 0) * exp.time_scale)
+        fault_id = await cluster.admin.fault_add(
+            cluster.brokers[step.target],
+            request_code=p["code"],
+            errors=p.get("errors", []),
+            count=p.get("count"),
+            group=p.get("group"),
+            client_id=client_id,
+            latency_ms=latency_ms,
+            drop=bool(p.get("drop")),
+            duration_ms=max(1, duration_ms) if duration_ms is not None else None,
+        )
+        cluster.sup.nemesis_event(
+            "fault",
+            step.target,
+            fault_id=fault_id,
+            request_code=p["code"],
+            errors=[f"{c}:{r}" for c, r in p.get("errors", [])],
+            count=p.get("count"),
+            fault_group=p.get("group"),
+            client_id=client_id,
+            latency_ms=latency_ms,
+            drop=bool(p.get("drop")),
+            duration_ms=duration_ms,
+        )
+
+    async def _heal(self) -> None:
+        """Undo what the nemeses left behind so the workload can drain: resume, heal links, clear faults."""
+        cluster = self.cluster
+        assert cluster is not None
+        for m in cluster.sup:
+            cluster.sup.refresh(m)
+            if m.state == "paused":
+                await self.execute(Step(self.exp.duration, "resume", m.node, m.role, m.group, {}, 0))
+        for node, links in cluster.links.items():
+            if any(p.latency_ms or p.blackholed or p.refusing for p in links.select("all")):
+                await self.execute(
+                    Step(self.exp.duration, "heal", node, "consumer", None, {"broker": "all"}, 0)
+                )
+        if any(s.action == "fault" for s in self.exp.schedule()):
+            for b in self.exp.brokers:
+                if cluster.sup.member(b).state == "running":
+                    await self.execute(Step(self.exp.duration, "fault-clear", b, "broker", None, {}, 0))
+
+    async def _drain(self) -> None:
+        """Wait until the producers are done and every group consumed what was sent (or the timeout)."""
+        cluster = self.cluster
+        assert cluster is not None
+        self._phase = "drain"
+        timeout = self.exp.wall(self.exp.drain_timeout)
+        deadline = time.monotonic() + timeout
+        producers = [m for m in cluster.sup if m.role == "producer"]
+        while True:
+            await self._refresh_tally()
+            for m in producers:
+                cluster.sup.refresh(m)
+            done = all(m.state in ("exited", "stopped") for m in producers)
+            if done and self.tally.drained():
+                self.result.drained = True
+                break
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        for m in producers:
+            if m.state == "exited" and m.returncode not in (0, None):
+                self.result.errors.append(
+                    f"{m.node} exited with code {m.returncode} (see {Path(m.out_file).name})"
+                )
+            if m.state == "new":
+                self.result.errors.append(f"{m.node} never started")
+        if self.tty:
+            self.out.write("\n")
+        self._show_progress(force=True)
+        if self.result.drained:
+            self.say(f"drained: every group consumed all {self.tally.sent_total} sent message(s)")
+        else:
+            missing = ", ".join(f"{g}: {n} missing" for g, n in sorted(self.tally.missing().items()))
+            busy = [m.node for m in producers if m.state not in ("exited", "stopped")]
+            self.say(
+                f"not drained after {timeout:.1f}s: {missing or 'nothing consumed'}"
+                + (f"; producers still running: {', '.join(busy)}" if busy else "")
+            )
+        self.result.quick_verdict = "ok" if self.result.drained and not self.result.errors else "fail"
+
+    def _finish(self, started_ms: int) -> None:
+        assert self.cluster is not None
+        ended_ms = int(time.time() * 1000)
+        manifest = {
+            "experiment": self.exp.to_dict(),
+            "experiment_file": "experiment.toml",
+            "name": self.exp.name,
+            "question": self.exp.question,
+            "seed": self.exp.seed,
+            "time_scale": self.exp.time_scale,
+            "versions": versions(),
+            "started_ms": started_ms,
+            "ended_ms": ended_ms,
+            **self.cluster.manifest(),
+            "nemesis_executed": self.executed,
+            "nemesis_skipped": self.result.skipped,
+            "drained": self.result.drained,
+            "live_counts": self.tally.summary(),
+            "errors": self.result.errors,
+            "interrupted": self.result.interrupted,
+        }
+        (self.run_dir / "manifest.json").write_text(
+            json.dumps(manifest, indent=2, sort_keys=True, default=str)
+        )
+        if self.log is not None:
+            self.log.emit(
+                "experiment_finished",
+                drained=self.result.drained,
+                errors=len(self.result.errors),
+                interrupted=self.result.interrupted,
+            )
+            self.log.close()
+
+    async def _analyze(self) -> None:
+        if not pipeline_available():
+            self.say(
+                "analysis skipped: the pipeline extra (pyspark) is not installed; showing live counts only"
+            )
+            return
+        self.say("analysing the run (python -m pipeline) ...")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "pipeline",
+            str(self.run_dir),
+            stdout=None,
+            stderr=None,
+            start_new_session=True,
+        )
+        try:
+            rc = await proc.wait()
+        except asyncio.CancelledError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            raise
+        self.result.analysis_rc = rc
+        summary_path = self.run_dir / "summary.json"
+        if summary_path.exists():
+            try:
+                self.result.summary = json.loads(summary_path.read_text())
+            except ValueError:
+                self.result.summary = None
+        report = self.run_dir / "report.html"
+        self.result.report = report if report.exists() else None
+        if rc in (0, 1) and self.result.summary is not None:
+            self.result.verdict = "ok" if rc == 0 else "fail"
+        else:
+            self.result.errors.append(f"the analysis failed (python -m pipeline exited with {rc})")
+
+    def _print_verdict(self) -> None:
+        r = self.result
+        s = r.summary
+        if s and isinstance(s.get("groups"), dict):
+            for g, info in sorted(s["groups"].items()):
+                conv = info.get("convergence") or []
+                slow = [c for c in conv if not c.get("converged")]
+                worst = max((c.get("convergence_ms") or 0 for c in conv), default=0)
+                self.say(
+                    f"group {g}: {info.get('verdict')} | sent {info.get('sent')} "
+                    f"consumed {info.get('consumed_unique')} lost {info.get('lost')} "
+                    f"duplicates {info.get('duplicates')} | "
+                    f"{len(conv)} change(s), slowest convergence {worst} ms"
+                    + (f", {len(slow)} never converged" if slow else "")
+                )
+        verdict = r.verdict if r.verdict is not None else r.quick_verdict
+        source = "analysis" if r.verdict is not None else "live counts (no analysis)"
+        self.say(f"verdict: {verdict.upper()} ({source})")
+        if r.errors:
+            for e in r.errors:
+                self.say(f"error: {e.splitlines()[0]}")
+        if r.skipped:
+            self.say(f"{len(r.skipped)} nemesis action(s) skipped (see manifest.json)")
+        if r.report is not None:
+            self.say(f"report: {r.report}")
+        self.say(f"run directory: {self.run_dir}")

@@ -8,6 +8,7 @@ import sys
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
+from protocol.command import DEFAULT_MAX_FRAME_BYTES
 from protocol.runtime import (
     EventLog,
     add_common_args,
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="embedded",
         help="HOST:PORT of a name server to register with, or 'embedded' (default): serve routes here",
     )
-    p.add_argument("--max-frame-bytes", type=positive_int, default=BrokerConfig.max_frame_bytes)
+    p.add_argument("--max-frame-bytes", type=positive_int, default=DEFAULT_MAX_FRAME_BYTES)
     p.add_argument("--no-auto-create-topic", action="store_true", help="unknown topics get TOPIC_NOT_EXIST")
     p.add_argument("--default-queue-nums", type=positive_int, default=4, help="queues of auto-created topics")
     p.add_argument(

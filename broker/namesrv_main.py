@@ -8,6 +8,7 @@ import sys
 
 from broker.config import NamesrvConfig
 from broker.namesrv import NamesrvController
+from protocol.command import DEFAULT_MAX_FRAME_BYTES
 from protocol.runtime import (
     EventLog,
     add_common_args,
@@ -22,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rmq-namesrv", description="A RocketMQ name server emulator.")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=9876, help="port to listen on; 0 picks a free one")
-    p.add_argument("--max-frame-bytes", type=positive_int, default=NamesrvConfig.max_frame_bytes)
+    p.add_argument("--max-frame-bytes", type=positive_int, default=DEFAULT_MAX_FRAME_BYTES)
     add_common_args(p)
     return p
 

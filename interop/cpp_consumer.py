@@ -1,0 +1,291 @@
+"""Consumer driver for Apache's C++ RocketMQ client 2.1.0 (PyPI ``rocketmq-python-cvs``), for the lab.
+
+Run it with the real clients' interpreter (``.venv-real/bin/python interop/cpp_consumer.py ...``, made by
+scripts/setup_real_clients.sh); it needs nothing from the project, so the project's own packages never
+meet the client's top-level ``rocketmq`` module. It joins a group, consumes, and writes EVENTS.md lines:
+``consumer_started``, ``message_consumed`` (with ``started_ms`` and ``mode``), ``consumer_stopped``.
+
+The client's API exposes no allocation, but its own log says what it does: "Add mq:" when a queue is
+taken, "Drop mq:" when one is given up, and the allocation result of every changed rebalance. The driver
+follows that log and writes ``mq_added``, ``mq_removed`` and ``rebalance`` events from it (``cid_all`` is
+not in the log: those events carry the number of consumers as ``cid_count`` and an empty ``cid_all``).
+
+Prints ``READY <client id>`` once started; SIGTERM or SIGINT shuts the consumer down gracefully.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+
+class EventWriter:
+    """EVENTS.md lines, one JSON object per line, flushed at once (the process may be killed)."""
+
+    def __init__(self, node: str, path: str | None, role: str = "consumer") -> None:
+        self.node = node
+        self.role = role
+        self._lock = threading.Lock()
+        self._out = open(path, "a", encoding="utf-8") if path else sys.stderr  # noqa: SIM115
+
+    def emit(self, event: str, **fields: Any) -> None:
+        line = {"ts_ms": fields.pop("ts_ms", None) or now_ms(), "event": event, "node": self.node}
+        line["role"] = self.role
+        line.update(fields)
+        text = json.dumps(line, separators=(",", ":"))
+        with self._lock:
+            self._out.write(text + "\n")
+            self._out.flush()
+
+    def close(self) -> None:
+        if self._out is not sys.stderr:
+            self._out.close()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def local_ip() -> str:
+    """The address the client puts in its id: the first non-loopback IPv4 of this host."""
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+            if not str(info[4][0]).startswith("127."):
+                return str(info[4][0])
+    except OSError:
+        pass
+    return "127.0.0.1"
+
+
+# MessageQueue [topic=T, brokerName=B, queueId=N] as the C++ client prints it.
+_MQ = r"MessageQueue \[topic=(?P<topic>[^,]+), brokerName=(?P<broker>[^,]+), queueId=(?P<qid>\d+)\]"
+_ADD_RE = re.compile(r"Add mq:" + _MQ + r", request initial offset:(?P<offset>-?\d+)")
+_DROP_RE = re.compile(r"Drop mq:" + _MQ + r",?\s*(?P<why>.*)$")
+_ALLOC_HEAD_RE = re.compile(
+    r"Allocation result for \[Consumer Group: (?P<group>[^,]+), Topic: (?P<topic>[^,]+), "
+    r"Current Consumer ID: (?P<cid>[^\]]+)\] is changed\."
+)
+_ALLOC_TOTAL_RE = re.compile(r"Total Queue :#(?P<queues>\d+), Total Consumer :#(?P<consumers>\d+)")
+_MQ_RE = re.compile(_MQ)
+
+
+_FACTORY_RE = re.compile(r"MQClientFactory:(?P<cid>\S+) start")
+
+
+def client_log_dirs(extra: str | None) -> list[str]:
+    """Where the library writes ``<pid>_rocketmq-cpp.log.N``: this build uses /logs/rocketmq-client,
+    Apache's sources $HOME/logs/rocketmq-cpp."""
+    dirs = [extra] if extra else []
+    dirs += ["/logs/rocketmq-client", os.path.join(os.path.expanduser("~"), "logs", "rocketmq-cpp")]
+    return dirs
+
+
+class ClientLogFollower(threading.Thread):
+    """Follows this process's C++ client log and turns its rebalance lines into events."""
+
+    def __init__(self, log_dirs: list[str], events: EventWriter, group: str, topic: str) -> None:
+        super().__init__(name="cpp-log-follower", daemon=True)
+        self.log_dirs = log_dirs
+        self.prefix = f"{os.getpid()}_rocketmq-cpp.log"
+        self.events = events
+        self.group = group
+        self.topic = topic
+        self.client_id = ""
+        self.client_id_known = threading.Event()
+        self.stop_event = threading.Event()
+        self._positions: dict[str, int] = {}
+        self._alloc: dict[str, Any] | None = None
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            self.poll()
+            self.stop_event.wait(0.05)
+        self.poll()
+        self._flush_alloc()
+
+    def poll(self) -> None:
+        for path in self._log_files():
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self._positions.get(path, 0))
+                    data = f.read()
+                    # Only whole lines; a partial one is read again next time.
+                    cut = data.rfind(b"\n") + 1
+                    self._positions[path] = self._positions.get(path, 0) + cut
+            except OSError:
+                continue
+            for raw in data[:cut].splitlines():
+                self.handle_line(raw.decode("utf-8", "replace"))
+
+    def started(self, client_id: str) -> None:
+        self.events.emit(
+            "consumer_started", group=self.group, client_id=client_id, client="cpp-2.1.0", topic=self.topic
+        )
+        self.client_id_known.set()
+
+    def _log_files(self) -> list[str]:
+        found = []
+        for d in self.log_dirs:
+            try:
+                found += [os.path.join(d, f) for f in os.listdir(d) if f.startswith(self.prefix)]
+            except OSError:
+                continue
+        return sorted(found)
+
+    def handle_line(self, line: str) -> None:
+        if not self.client_id:
+            m = _FACTORY_RE.search(line)
+            if m:
+                # Written here, so that it comes before the first "Add mq" line's event.
+                self.client_id = m["cid"]
+                self.started(self.client_id)
+            return
+        if self._alloc is not None:
+            m = _ALLOC_TOTAL_RE.search(line)
+            if m:
+                self._alloc["cid_count"] = int(m["consumers"])
+                return
+            queues = _MQ_RE.findall(line)
+            if queues and "Add mq" not in line and "Drop mq" not in line:
+                self._alloc["allocated"] += [f"{b}:{q}" for _t, b, q in queues]
+                return
+            self._flush_alloc()
+        m = _ALLOC_HEAD_RE.search(line)
+        if m:
+            self._alloc = {"topic": m["topic"].strip(), "allocated": [], "cid_count": 0}
+            return
+        m = _ADD_RE.search(line)
+        if m:
+            self.events.emit(
+                "mq_added",
+                group=self.group,
+                client_id=self.client_id,
+                topic=m["topic"],
+                broker=m["broker"],
+                queue_id=int(m["qid"]),
+                next_offset=int(m["offset"]),
+            )
+            return
+        m = _DROP_RE.search(line)
+        if m:
+            reason = "pull_expired" if "timeout" in m["why"].lower() else "reallocated"
+            self.events.emit(
+                "mq_removed",
+                group=self.group,
+                client_id=self.client_id,
+                topic=m["topic"],
+                broker=m["broker"],
+                queue_id=int(m["qid"]),
+                reason=reason,
+            )
+
+    def _flush_alloc(self) -> None:
+        alloc, self._alloc = self._alloc, None
+        if alloc is None:
+            return
+        self.events.emit(
+            "rebalance",
+            group=self.group,
+            client_id=self.client_id,
+            topic=alloc["topic"],
+            strategy="AVG",
+            cid_all=[],
+            cid_count=alloc["cid_count"],
+            allocated=alloc["allocated"],
+            changed=True,
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cpp_consumer", description=__doc__.split("\n\n")[0])
+    p.add_argument("--namesrv", required=True, help="HOST:PORT of the emulator's native port")
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--tags", default="*", help="subscription expression (default *)")
+    p.add_argument("--orderly", action="store_true", help="orderly listener (locks queues)")
+    p.add_argument("--consume-ms", type=int, default=0, help="time the listener takes per message")
+    p.add_argument("--broker-name", default="broker-a", help="broker name written in events")
+    p.add_argument("--instance", default=None, help="instance name (default: pid and start time)")
+    p.add_argument("--threads", type=int, default=4, help="consume threads")
+    p.add_argument("--node", default=None, help="node name in events (default: cpp-<pid>)")
+    p.add_argument("--log-file", default=None, help="events file (JSON lines); stderr when absent")
+    p.add_argument("--client-log-dir", default=None, help="another folder to look for the client's log in")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from rocketmq.client import PushConsumer  # the real client's module, only in its own venv
+    from rocketmq.ffi import dll
+
+    node = args.node or f"cpp-{os.getpid()}"
+    events = EventWriter(node, args.log_file)
+    instance = args.instance or str(time.monotonic_ns())
+    mode = "ORDERLY" if args.orderly else "CONCURRENTLY"
+
+    consumer = PushConsumer(args.group, orderly=args.orderly)
+    consumer.set_namesrv_addr(args.namesrv)
+    consumer.set_instance_name(instance)
+    consumer.set_thread_count(args.threads)
+    dll.SetPushConsumerLogLevel.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    dll.SetPushConsumerLogLevel(consumer._handle, 4)  # INFO: the rebalance lines the follower reads
+    # Message trace must be OPEN (0) before start(): with it closed, 2.1.0's shutdown() crashes.
+    dll.SetPushConsumerMessageTrace.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    dll.SetPushConsumerMessageTrace(consumer._handle, 0)
+
+    follower = ClientLogFollower(client_log_dirs(args.client_log_dir), events, args.group, args.topic)
+
+    def on_message(msg: Any) -> None:
+        started = now_ms()
+        if args.consume_ms > 0:
+            time.sleep(args.consume_ms / 1000)
+        events.emit(
+            "message_consumed",
+            group=args.group,
+            client_id=follower.client_id,
+            msg_id=msg.id,
+            topic=msg.topic,
+            broker=args.broker_name,
+            queue_id=int(msg.queue_id),
+            queue_offset=int(msg.queue_offset),
+            started_ms=started,
+            mode=mode,
+            reconsume_times=int(msg.reconsume_times),
+            body=msg.body.decode("utf-8", "replace")[:200],
+        )
+
+    follower.start()
+    consumer.subscribe(args.topic, on_message, args.tags)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    consumer.start()
+    # The library builds its id (ip@pid#instance) itself and only its log says what it is.
+    if not follower.client_id_known.wait(10):
+        follower.client_id = f"{local_ip()}@{os.getpid()}#{instance}"
+        follower.started(follower.client_id)
+    client_id = follower.client_id
+    print(f"READY {client_id}", flush=True)
+    while not stop.wait(0.2):
+        pass
+    consumer.shutdown()
+    follower.stop_event.set()
+    follower.join(timeout=5)
+    events.emit("consumer_stopped", group=args.group, client_id=client_id)
+    events.close()
+    # The library's destructors race its own threads at interpreter exit; leave without running them.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

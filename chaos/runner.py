@@ -395,10 +395,9 @@ class Runner:
                 await self.execute(
                     Step(self.exp.duration, "heal", node, "consumer", None, {"broker": "all"}, 0)
                 )
-        if any(s.action == "fault" for s in self.exp.schedule()):
-            for b in self.exp.brokers:
-                if cluster.sup.member(b).state == "running":
-                    await self.execute(Step(self.exp.duration, "fault-clear", b, "broker", None, {}, 0))
+        for b in sorted({s.target for s in self.exp.schedule() if s.action == "fault"}):
+            if cluster.sup.member(b).state == "running":
+                await self.execute(Step(self.exp.duration, "fault-clear", b, "broker", None, {}, 0))
 
     async def _drain(self) -> None:
         """Wait until the producers are done and every group consumed what was sent (or the timeout)."""

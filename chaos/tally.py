@@ -168,7 +168,8 @@ def progress_line(
 ) -> str:
     """``[ 12.3s/60.0s run] sent 1200 | consumed g1 1150 (+3 dup) | consumers 3/4 (1 paused) | last: ...``"""
     live, paused, total = consumers
-    parts = [f"[{elapsed_s:6.1f}s/{total_s:.1f}s {phase}]", f"sent {tally.sent_total}"]
+    head = f"[{elapsed_s:6.1f}s/{total_s:.1f}s {phase}] "
+    parts = [f"sent {tally.sent_total}"]
     cons = []
     for g, t in sorted(tally.groups.items()):
         dup = f" (+{t.duplicates} dup)" if t.duplicates else ""
@@ -178,4 +179,4 @@ def progress_line(
     if tally.last_nemesis:
         n = tally.last_nemesis
         parts.append(f"last: {n.get('action')} {n.get('target')}")
-    return " | ".join(parts)
+    return head + " | ".join(parts)

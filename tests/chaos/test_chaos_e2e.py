@@ -1,0 +1,164 @@
+"""A short experiment end to end with real processes: name server, two brokers, a producer, three
+consumers, a SIGKILL of a consumer, a pause, added latency through the fault proxy and a broker-side
+request fault. The run directory must hold every process's events and a manifest, and nothing may be
+left running afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+EXPERIMENT = """\
+name = "e2e"
+question = "does the lab work end to end?"
+time_scale = 0.05
+duration = 200
+seed = 5
+drain_timeout = 300
+
+[cluster]
+brokers = 2
+
+[[topics]]
+name = "E2ETopic"
+queues = 8
+
+[[consumers]]
+group = "GID_e2e"
+topic = "E2ETopic"
+count = 3
+consume_ms = 1
+
+[workload]
+rate = 60
+count = 360
+
+[[nemesis]]
+action = "kill"
+target = "consumer-2"
+at = 70
+
+[[nemesis]]
+action = "pause"
+target = "consumer-3"
+at = 30
+for = 20
+
+[[nemesis]]
+action = "latency"
+target = "consumer-1"
+broker = "broker-b"
+ms = 200
+at = 20
+for = 60
+
+[[nemesis]]
+action = "fault"
+target = "broker-a"
+code = "PULL_MESSAGE"
+errors = ["2:injected busy"]
+group = "GID_e2e"
+count = 3
+at = 100
+"""
+
+
+def events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_short_experiment_with_a_consumer_sigkill(tmp_path: Path) -> None:
+    exp_file = tmp_path / "e2e.toml"
+    exp_file.write_text(EXPERIMENT)
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "chaos", "run", str(exp_file), "--out", str(run_dir), "--no-analyze"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "drained: every group consumed all 360 sent message(s)" in out
+    assert "verdict: OK" in out
+    assert processes_mentioning(str(run_dir)) == []
+
+    # every process wrote its events, under its own node name
+    files = {p.name: events(p) for p in run_dir.glob("*.jsonl")}
+    nodes = {
+        "namesrv",
+        "broker-a",
+        "broker-b",
+        "producer-1",
+        "consumer-1",
+        "consumer-2",
+        "consumer-3",
+        "chaos",
+    }
+    assert {name.removesuffix(".jsonl") for name in files} == nodes
+    for name, evs in files.items():
+        assert evs, name
+        assert {e["node"] for e in evs} == {name.removesuffix(".jsonl")}
+        assert all(isinstance(e["ts_ms"], int) and isinstance(e["event"], str) for e in evs)
+
+    chaos = files["chaos.jsonl"]
+    nemesis = [e for e in chaos if e["event"] == "nemesis"]
+    assert Counter(e["action"] for e in nemesis) == Counter(
+        {"kill": 1, "pause": 1, "resume": 1, "latency": 1, "heal": 1, "fault": 1, "fault-clear": 1}
+    )
+    [kill] = [e for e in nemesis if e["action"] == "kill"]
+    assert (kill["target"], kill["target_role"], kill["group"]) == ("consumer-2", "consumer", "GID_e2e")
+    assert all(e["role"] == "chaos" for e in chaos)
+
+    # the killed consumer never shut down gracefully and wrote nothing after the kill
+    victim = files["consumer-2.jsonl"]
+    assert any(e["event"] == "consumer_started" for e in victim)
+    assert not any(e["event"] == "consumer_stopped" for e in victim)
+    assert max(e["ts_ms"] for e in victim) <= kill["ts_ms"] + 50
+    for name in ("consumer-1.jsonl", "consumer-3.jsonl"):
+        assert any(e["event"] == "consumer_stopped" for e in files[name]), name
+
+    # nothing lost: every acknowledged send was consumed by the group
+    sent = {e["msg_id"] for e in files["producer-1.jsonl"] if e["event"] == "message_sent"}
+    consumed = {
+        e["msg_id"]
+        for f in ("consumer-1", "consumer-2", "consumer-3")
+        for e in files[f + ".jsonl"]
+        if e["event"] == "message_consumed"
+    }
+    assert len(sent) == 360 and sent <= consumed
+
+    # the fault reached the broker, the latency went through consumer-1's own proxy
+    [fault] = [e for e in nemesis if e["action"] == "fault"]
+    assert isinstance(fault["fault_id"], int) and fault["request_code"] == 11
+    assert any(e["event"] == "fault_injected" for e in files["broker-a.jsonl"])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["nodes"]["consumer-2"]["role"] == "consumer"
+    assert manifest["nodes"]["consumer-2"]["group"] == "GID_e2e"
+    assert manifest["nodes"]["consumer-2"]["returncode"] == -9
+    assert manifest["seed"] == 5 and manifest["drained"] is True
+    assert set(manifest["ports"]) == {"namesrv", "broker-a", "broker-b"}
+    proxies = manifest["nodes"]["consumer-1"]["proxies"]
+    assert proxies["brokers"]["broker-b"]["accepted"] >= 1 and proxies["namesrv"]["accepted"] >= 1
+    assert "proxies" not in manifest["nodes"]["consumer-3"]

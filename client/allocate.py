@@ -153,6 +153,11 @@ def _check_mqs(mqs: Sequence[Any], what: str) -> None:
     for i, mq in enumerate(mqs):
         if not isinstance(mq, MessageQueue):
             raise ValueError(f"{what}[{i}] is not a MessageQueue: {mq!r}")
+        # the dataclass does not check its fields; sorting and hashing need these types
+        if not isinstance(mq.topic, str) or not isinstance(mq.broker_name, str):
+            raise ValueError(f"{what}[{i}] needs string topic and broker name: {mq!r}")
+        if isinstance(mq.queue_id, bool) or not isinstance(mq.queue_id, int):
+            raise ValueError(f"{what}[{i}] needs an int queue id: {mq!r}")
 
 
 def _check_cids(cids: Sequence[Any], what: str) -> None:

@@ -188,6 +188,8 @@ def test_prefix_resolver(name: str, room: str) -> None:
         ("a", set(mqs(1)), ["a"], "mqAll must be a list"),
         ("a", "T", ["a"], "mqAll must be a list"),
         ("a", [("T", "b", 0)], ["a"], "not a MessageQueue"),
+        ("a", [MessageQueue("T", "b", "0")], ["a"], "needs an int queue id"),  # type: ignore[arg-type]
+        ("a", [MessageQueue("T", None, 0)], ["a"], "needs string topic and broker name"),  # type: ignore[arg-type]
         ("a", mqs(1), "a", "cidAll must be a list"),
         ("a", mqs(1), ["a", None], "not a client id string"),
     ],
@@ -281,6 +283,8 @@ def test_allocate_all_rejects_empty_inputs() -> None:
         allocate_all(AllocateMessageQueueAveragely(), "g", mqs(1), [])
     with pytest.raises(ValueError, match="not a MessageQueue"):
         allocate_all(AllocateMessageQueueAveragely(), "g", ["T"], ["a"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="needs an int queue id"):
+        allocate_all(AllocateMessageQueueAveragely(), "g", [MessageQueue("T", "b", 1.5)], ["a"])  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -190,7 +190,9 @@ class ClientLogFollower(threading.Thread):
 
     def _flush_alloc(self) -> None:
         alloc, self._alloc = self._alloc, None
-        if alloc is None:
+        # The client passes this line through printf: a topic with '%' (the retry topic) comes out
+        # garbled, so only the subscribed topic's allocations are reported.
+        if alloc is None or alloc["topic"] != self.topic:
             return
         self.events.emit(
             "rebalance",

@@ -6,9 +6,10 @@ PREPAREDTRANSACTIONOFFSET, BODY (int32 length), TOPIC (1-byte length; v2 uses 2 
 length; ``name\\x01value\\x02`` pairs). A pull body is such records back to back. The offset message id is
 the store host (ip, port) and the commit-log offset in hex.
 
-We have no commit log, so the physical offset is made up: a 15-bit hash of the topic, the queue id and the
-queue offset packed into 63 bits. It stays the same for a message across pulls, and CONSUMER_SEND_MSG_BACK
-(which names a message by this offset) can be traced back to its queue.
+We have no commit log, so the physical offset is made up: an 8-bit hash of the topic, the queue id (8 bits)
+and the queue offset (36 bits) packed into 52 bits, below 2**53 because JavaScript clients read it as a
+double. It stays the same for a message across pulls, and CONSUMER_SEND_MSG_BACK (which names a message by
+this offset) can be traced back to its queue.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ PROPERTY_UNIQ_KEY: Final = "UNIQ_KEY"
 COMPRESSED_FLAG: Final = 0x1
 
 _HEAD = struct.Struct(">iIiiiqqiq4siq4siiq")  # up to PREPAREDTRANSACTIONOFFSET
-_TOPIC_HASH_BITS: Final = 15
+_TOPIC_HASH_BITS: Final = 8
 _QID_BITS: Final = 8
-_QOFFSET_BITS: Final = 40
+_QOFFSET_BITS: Final = 36
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,7 @@ def pack_physical_offset(topic: str, queue_id: int, queue_offset: int) -> int | 
 
 def unpack_physical_offset(offset: int, candidate_topics: Iterable[str]) -> tuple[str, int, int] | None:
     """(topic, queue id, queue offset) of a packed offset whose topic hash is one of the candidates."""
-    if offset < 0 or offset >= (1 << 63):
+    if offset < 0 or offset >= (1 << (_TOPIC_HASH_BITS + _QID_BITS + _QOFFSET_BITS)):
         return None
     hashed = offset >> (_QID_BITS + _QOFFSET_BITS)
     queue_id = (offset >> _QOFFSET_BITS) & ((1 << _QID_BITS) - 1)

@@ -1,0 +1,164 @@
+"""The event-log contract (EVENTS.md) as data: required fields, types, verdict rules.
+
+Shared by the Spark pipeline and the plain-Python reference so both read the same table.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Final
+
+
+class FieldType(StrEnum):
+    INT = "int"
+    STR = "str"
+    BOOL = "bool"
+    STR_LIST = "str_list"
+
+
+INT, STR, BOOL, STR_LIST = FieldType.INT, FieldType.STR, FieldType.BOOL, FieldType.STR_LIST
+
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+
+# Fields every line carries.
+COMMON_FIELDS: Final[dict[str, FieldType]] = {"ts_ms": INT, "event": STR, "node": STR, "role": STR}
+
+# Required fields per event on top of the common ones.
+EVENT_FIELDS: Final[dict[str, dict[str, FieldType]]] = {
+    "message_sent": {"msg_id": STR, "topic": STR, "broker": STR, "queue_id": INT, "queue_offset": INT},
+    "message_consumed": {
+        "group": STR,
+        "client_id": STR,
+        "msg_id": STR,
+        "topic": STR,
+        "broker": STR,
+        "queue_id": INT,
+        "queue_offset": INT,
+        "started_ms": INT,
+        "mode": STR,
+    },
+    "topic_route": {"client_id": STR, "topic": STR, "queues": STR_LIST},
+    "rebalance": {
+        "group": STR,
+        "client_id": STR,
+        "topic": STR,
+        "strategy": STR,
+        "cid_all": STR_LIST,
+        "allocated": STR_LIST,
+        "changed": BOOL,
+    },
+    "mq_added": {
+        "group": STR,
+        "client_id": STR,
+        "topic": STR,
+        "broker": STR,
+        "queue_id": INT,
+        "next_offset": INT,
+    },
+    "mq_removed": {
+        "group": STR,
+        "client_id": STR,
+        "topic": STR,
+        "broker": STR,
+        "queue_id": INT,
+        "reason": STR,
+    },
+    "consumer_started": {"group": STR, "client_id": STR},
+    "consumer_stopped": {"group": STR, "client_id": STR},
+    "nemesis": {"action": STR, "target": STR, "target_role": STR},
+    "consumer_registered": {"group": STR, "client_id": STR},
+    "consumer_unregistered": {"group": STR, "client_id": STR, "reason": STR},
+    "offset_committed": {"group": STR, "topic": STR, "queue_id": INT, "offset": INT},
+}
+
+# `nemesis` also requires `group` when it targets a consumer.
+NEMESIS_GROUP_ROLE: Final = "consumer"
+
+# Every field the pipeline keeps, with its type (the union of the table above).
+ALL_FIELDS: Final[dict[str, FieldType]] = {**COMMON_FIELDS}
+for _fields in EVENT_FIELDS.values():
+    ALL_FIELDS.update(_fields)
+
+# Consumer events whose `group` names a group and whose `client_id`/`node` tie a client to a node.
+CONSUMER_GROUP_EVENTS: Final = (
+    "message_consumed",
+    "rebalance",
+    "mq_added",
+    "mq_removed",
+    "consumer_started",
+    "consumer_stopped",
+)
+CLIENT_NODE_EVENTS: Final = (*CONSUMER_GROUP_EVENTS, "topic_route")
+
+ORDERLY: Final = "ORDERLY"
+CLOSING_ACTIONS: Final = ("kill", "stop")
+UNPAUSING_ACTIONS: Final = ("resume", "kill", "stop")
+
+
+def queue_key(broker: str, queue_id: int) -> str:
+    """A queue of a topic written as in `topic_route`/`rebalance` lists: `broker:queue_id`."""
+    return f"{broker}:{queue_id}"
+
+
+def required_fields(record: dict[str, Any]) -> dict[str, FieldType]:
+    """Required fields of a parsed line (common ones plus its event's), given its `event` value."""
+    fields = dict(COMMON_FIELDS)
+    event = record.get("event")
+    if isinstance(event, str):
+        fields.update(EVENT_FIELDS.get(event, {}))
+        if event == "nemesis" and record.get("target_role") == NEMESIS_GROUP_ROLE:
+            fields["group"] = STR
+    return fields
+
+
+def has_type(value: Any, ftype: FieldType) -> bool:
+    """True when a decoded JSON value has the contract type (null is never of any type)."""
+    if ftype is INT:
+        return type(value) is int and INT64_MIN <= value <= INT64_MAX
+    if ftype is STR:
+        return type(value) is str
+    if ftype is BOOL:
+        return type(value) is bool
+    return type(value) is list and all(type(item) is str for item in value)
+
+
+def verdict(
+    *, lost: int, orderly: bool, concurrent_consume_ms: int, order_violations: int, convergence: list[dict]
+) -> str:
+    """The EVENTS.md verdict of one group."""
+    if lost > 0:
+        return "fail"
+    if orderly and (concurrent_consume_ms > 0 or order_violations > 0):
+        return "fail"
+    if any(not entry["converged"] for entry in convergence):
+        return "fail"
+    return "ok"
+
+
+def cause_text(event: str, client_id: str | None, node: str | None, target: str | None) -> str:
+    """Free text naming one change (`cause` of a convergence entry)."""
+    if event == "consumer_started":
+        return f"start {client_id} on {node}"
+    if event == "consumer_stopped":
+        return f"stop {client_id} on {node}"
+    return f"kill {target}"
+
+
+def join_causes(causes: list[str]) -> str:
+    """Changes of the same millisecond give one entry: their causes, sorted and de-duplicated."""
+    return "; ".join(sorted(set(causes)))
+
+
+GROUP_METRICS: Final = (
+    "sent",
+    "consumed_unique",
+    "lost",
+    "duplicates",
+    "duplicated_messages",
+    "overlap_ms",
+    "orphan_ms",
+    "stalled_ms",
+    "concurrent_consume_ms",
+    "order_violations",
+)

@@ -1,0 +1,486 @@
+"""Plain-Python reference of the EVENTS.md checks, written to follow the text literally.
+
+It loads a whole run into memory, so it is meant for tests (the differential test compares it with
+the Spark pipeline on random runs) and for small runs; the Spark pipeline is the one for real runs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import os
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.contract import (
+    CLIENT_NODE_EVENTS,
+    CLOSING_ACTIONS,
+    CONSUMER_GROUP_EVENTS,
+    ORDERLY,
+    UNPAUSING_ACTIONS,
+    cause_text,
+    has_type,
+    join_causes,
+    queue_key,
+    required_fields,
+    verdict,
+)
+from pipeline.discover import RunFile, discover
+
+_BLANK = re.compile(r"[ \t\n\x0b\x0c\r]*")
+_INF = 2**62
+
+Queue = tuple[str, str]  # (topic, "broker:queue_id")
+OwnerKey = tuple[str, str, str, str]  # (group, client_id, topic, "broker:queue_id")
+
+
+@dataclass(frozen=True)
+class Event:
+    """A well-formed line with its place in the event order."""
+
+    ts: int
+    rel: str
+    line: int
+    rec: dict[str, Any]
+
+    @property
+    def event(self) -> str:
+        return self.rec["event"]
+
+    def get(self, name: str) -> Any:
+        return self.rec.get(name)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return any(0xD800 <= ord(ch) <= 0xDFFF for ch in value)
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    return False
+
+
+def parse_line(text: str) -> dict[str, Any] | None:
+    """The decoded line when it is well-formed by EVENTS.md, else None (malformed)."""
+    try:
+        rec = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(rec, dict) or _has_lone_surrogate(rec):
+        return None
+    for name, ftype in required_fields(rec).items():
+        if name not in rec or not has_type(rec[name], ftype):
+            return None
+    return rec
+
+
+def iter_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a file; CR, LF and CRLF all end a line, bad UTF-8 is replaced."""
+    with open(path, encoding="utf-8", errors="replace", newline=None) as fh:
+        for number, raw in enumerate(fh, start=1):
+            yield number, raw.rstrip("\n")
+
+
+def is_blank(text: str) -> bool:
+    return _BLANK.fullmatch(text) is not None
+
+
+def load_files(files: Iterable[RunFile]) -> tuple[list[Event], int]:
+    """Well-formed events in event order, and the number of malformed lines."""
+    events: list[Event] = []
+    malformed = 0
+    for run_file in files:
+        for number, text in iter_lines(run_file.path):
+            if is_blank(text):
+                continue
+            rec = parse_line(text)
+            if rec is None:
+                malformed += 1
+                continue
+            events.append(Event(ts=rec["ts_ms"], rel=run_file.rel, line=number, rec=rec))
+    events.sort(key=lambda e: (e.ts, e.rel, e.line))
+    return events, malformed
+
+
+def load_run(run_dir: str | os.PathLike[str]) -> tuple[list[Event], int]:
+    return load_files(discover(run_dir))
+
+
+@dataclass
+class Interval:
+    group: str
+    client: str
+    topic: str
+    queue: str
+    start: int
+    end: int
+
+
+@dataclass
+class _Timeline:
+    """Per-key lists of (ts, seq) of state-changing events, for 'latest event at or before t' questions."""
+
+    ts: dict[Any, list[int]] = field(default_factory=lambda: defaultdict(list))
+    seq: dict[Any, list[int]] = field(default_factory=lambda: defaultdict(list))
+    payload: dict[Any, list[Any]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, key: Any, ts: int, seq: int, payload: Any = None) -> None:
+        self.ts[key].append(ts)
+        self.seq[key].append(seq)
+        self.payload[key].append(payload)
+
+    def latest(self, key: Any, t: int) -> tuple[int, Any] | None:
+        """(seq, payload) of the last event of key with ts <= t, in event order."""
+        times = self.ts.get(key)
+        if not times:
+            return None
+        i = bisect.bisect_right(times, t) - 1
+        if i < 0:
+            return None
+        return self.seq[key][i], self.payload[key][i]
+
+    def any_after(self, key: Any, seq: int, t: int) -> bool:
+        """Is there an event of key later than seq in event order and with ts <= t?"""
+        times = self.ts.get(key)
+        if not times:
+            return False
+        i = bisect.bisect_right(self.seq[key], seq)
+        return i < len(times) and times[i] <= t
+
+
+class RunModel:
+    """The definitions of EVENTS.md evaluated directly on an ordered event list."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self.events = events
+        self.run_end = max((e.ts for e in events), default=0)
+        self.groups: set[str] = set()
+        self.client_nodes: dict[str, set[str]] = defaultdict(set)
+        self.group_topics: dict[str, set[str]] = defaultdict(set)
+        self.group_clients: dict[str, set[str]] = defaultdict(set)
+        topic_queues: dict[str, set[str]] = defaultdict(set)
+        for e in events:
+            if e.event in CONSUMER_GROUP_EVENTS:
+                self.groups.add(e.get("group"))
+                self.group_clients[e.get("group")].add(e.get("client_id"))
+            if e.event in CLIENT_NODE_EVENTS:
+                self.client_nodes[e.get("client_id")].add(e.rec["node"])
+            if e.event == "rebalance":
+                self.group_topics[e.get("group")].add(e.get("topic"))
+            if e.event == "topic_route":
+                topic_queues[e.get("topic")].update(e.get("queues"))
+        self.universe: dict[str, set[Queue]] = {
+            g: {(t, q) for t in self.group_topics[g] for q in topic_queues[t]} for g in self.groups
+        }
+        self.event_times = sorted({e.ts for e in events})
+        self._build_timelines()
+        self.intervals = self._ownership_intervals()
+        self.intervals_by_queue: dict[tuple[str, str, str], list[Interval]] = defaultdict(list)
+        for iv in self.intervals:
+            self.intervals_by_queue[(iv.group, iv.topic, iv.queue)].append(iv)
+        self._converged_cache: dict[tuple[str, int], bool] = {}
+
+    # -- state at t ---------------------------------------------------------------------------------
+
+    def _targets(self, e: Event) -> set[str]:
+        """Client ids whose node is the target of a nemesis event."""
+        target = e.get("target")
+        return {c for c, nodes in self.client_nodes.items() if target in nodes}
+
+    def _build_timelines(self) -> None:
+        self.starts = _Timeline()  # key (group, client)
+        self.deaths = _Timeline()  # key client: consumer_stopped, kill/stop of its node
+        self.pauses = _Timeline()  # key node
+        self.unpauses = _Timeline()  # key node
+        self.rebalances = _Timeline()  # key (group, client, topic), payload set(cid_all)
+        for seq, e in enumerate(self.events):
+            ev = e.event
+            if ev == "consumer_started":
+                self.starts.add((e.get("group"), e.get("client_id")), e.ts, seq)
+            elif ev == "consumer_stopped":
+                self.deaths.add(e.get("client_id"), e.ts, seq)
+            elif ev == "nemesis":
+                action, target = e.get("action"), e.get("target")
+                if action in CLOSING_ACTIONS:
+                    for c in self._targets(e):
+                        self.deaths.add(c, e.ts, seq)
+                if action == "pause":
+                    self.pauses.add(target, e.ts, seq)
+                if action in UNPAUSING_ACTIONS:
+                    self.unpauses.add(target, e.ts, seq)
+            elif ev == "rebalance":
+                key = (e.get("group"), e.get("client_id"), e.get("topic"))
+                self.rebalances.add(key, e.ts, seq, frozenset(e.get("cid_all")))
+
+    def is_live(self, group: str, client: str, t: int) -> bool:
+        started = self.starts.latest((group, client), t)
+        if started is None:
+            return False
+        return not self.deaths.any_after(client, started[0], t)
+
+    def live_set(self, group: str, t: int) -> frozenset[str]:
+        return frozenset(c for (g, c) in self.starts.ts if g == group and self.is_live(g, c, t))
+
+    def node_paused(self, node: str, t: int) -> bool:
+        paused = self.pauses.latest(node, t)
+        if paused is None:
+            return False
+        return not self.unpauses.any_after(node, paused[0], t)
+
+    def client_paused(self, client: str, t: int) -> bool:
+        return any(self.node_paused(n, t) for n in self.client_nodes.get(client, ()))
+
+    def open_intervals(self, group: str, queue: Queue, t: int) -> list[Interval]:
+        return [iv for iv in self.intervals_by_queue.get((group, *queue), []) if iv.start <= t < iv.end]
+
+    # -- ownership ----------------------------------------------------------------------------------
+
+    def _ownership_intervals(self) -> list[Interval]:
+        opened: dict[OwnerKey, int] = {}
+        out: list[Interval] = []
+
+        def close(key: OwnerKey, ts: int) -> None:
+            out.append(Interval(*key, start=opened.pop(key), end=ts))
+
+        for e in self.events:
+            ev = e.event
+            if ev in ("mq_added", "mq_removed"):
+                g, topic = e.get("group"), e.get("topic")
+                if topic not in self.group_topics[g]:
+                    continue
+                key = (g, e.get("client_id"), topic, queue_key(e.get("broker"), e.get("queue_id")))
+                if ev == "mq_added" and key not in opened:
+                    opened[key] = e.ts
+                elif ev == "mq_removed" and key in opened:
+                    close(key, e.ts)
+            elif ev == "consumer_stopped":
+                for key in [k for k in opened if k[1] == e.get("client_id")]:
+                    close(key, e.ts)
+            elif ev == "nemesis" and e.get("action") in CLOSING_ACTIONS:
+                clients = self._targets(e)
+                for key in [k for k in opened if k[1] in clients]:
+                    close(key, e.ts)
+        for key in list(opened):
+            close(key, self.run_end)
+        return out
+
+    # -- metrics -------------------------------------------------------------------------------------
+
+    def group_queues(self, group: str) -> set[Queue]:
+        return {(iv.topic, iv.queue) for iv in self.intervals if iv.group == group}
+
+    def overlap_ms(self, group: str) -> int:
+        total = 0
+        for queue in self.group_queues(group):
+            ivs = self.intervals_by_queue[(group, *queue)]
+            total += _measure(ivs, lambda a, ivs=ivs: sum(iv.start <= a < iv.end for iv in ivs) >= 2)
+        return total
+
+    def orphan_ms(self, group: str) -> int:
+        adds = [
+            e.ts
+            for e in self.events
+            if e.event == "mq_added"
+            and e.get("group") == group
+            and e.get("topic") in self.group_topics[group]
+        ]
+        if not adds:
+            return 0
+        t0 = min(adds)
+        total = 0
+        for queue in self.universe[group]:
+            ivs = self.intervals_by_queue.get((group, *queue), [])
+            bounds = sorted({t0, self.run_end} | {x for iv in ivs for x in (iv.start, iv.end)})
+            for a, b in itertools.pairwise(bounds):
+                if t0 <= a and b <= self.run_end and not any(iv.start <= a < iv.end for iv in ivs):
+                    total += b - a
+        return total
+
+    def stalled_ms(self, group: str) -> int:
+        nemesis_times = {e.ts for e in self.events if e.event == "nemesis"}
+        total = 0
+        for queue in self.group_queues(group):
+            ivs = self.intervals_by_queue[(group, *queue)]
+            bounds = sorted(nemesis_times | {x for iv in ivs for x in (iv.start, iv.end)})
+            for a, b in itertools.pairwise(bounds):
+                owners = [iv.client for iv in ivs if iv.start <= a < iv.end]
+                if owners and all(self.client_paused(c, a) for c in owners):
+                    total += b - a
+        return total
+
+    def consumed_lines(self, group: str) -> list[Event]:
+        topics = self.group_topics[group]
+        return [
+            e
+            for e in self.events
+            if e.event == "message_consumed" and e.get("group") == group and e.get("topic") in topics
+        ]
+
+    def concurrent_consume_ms(self, group: str) -> int:
+        per_queue: dict[Queue, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+        for e in self.consumed_lines(group):
+            if e.get("started_ms") < e.ts:
+                queue = (e.get("topic"), queue_key(e.get("broker"), e.get("queue_id")))
+                per_queue[queue][e.get("client_id")].append((e.get("started_ms"), e.ts))
+        total = 0
+        for clients in per_queue.values():
+            unions = {c: _union(spans) for c, spans in clients.items()}
+            bounds = sorted({x for spans in unions.values() for span in spans for x in span})
+            for a, b in itertools.pairwise(bounds):
+                busy = sum(_covers(spans, a) for spans in unions.values())
+                if busy >= 2:
+                    total += b - a
+        return total
+
+    def order_violations(self, group: str) -> int:
+        highest: dict[int, int] = {}
+        violations = 0
+        for e in self.consumed_lines(group):
+            if e.get("mode") != ORDERLY:
+                continue
+            queue = (e.get("topic"), queue_key(e.get("broker"), e.get("queue_id")))
+            inside = [iv for iv in self.open_intervals(group, queue, e.ts) if iv.client == e.get("client_id")]
+            if not inside:
+                continue
+            slot = id(inside[0])
+            offset = e.get("queue_offset")
+            if slot in highest and offset <= highest[slot]:
+                violations += 1
+            highest[slot] = max(offset, highest.get(slot, offset))
+        return violations
+
+    def is_orderly(self, group: str) -> bool:
+        return any(e.get("mode") == ORDERLY for e in self.consumed_lines(group))
+
+    def message_counts(self, group: str) -> dict[str, int]:
+        topics = self.group_topics[group]
+        sent = {
+            e.get("msg_id") for e in self.events if e.event == "message_sent" and e.get("topic") in topics
+        }
+        counts: dict[str, int] = defaultdict(int)
+        for e in self.consumed_lines(group):
+            counts[e.get("msg_id")] += 1
+        return {
+            "sent": len(sent),
+            "consumed_unique": len(counts),
+            "lost": len(sent - counts.keys()),
+            "duplicates": sum(n - 1 for n in counts.values()),
+            "duplicated_messages": sum(1 for n in counts.values() if n >= 2),
+        }
+
+    # -- convergence ---------------------------------------------------------------------------------
+
+    def converged(self, group: str, t: int) -> bool:
+        key = (group, t)
+        if key not in self._converged_cache:
+            self._converged_cache[key] = self._converged(group, t)
+        return self._converged_cache[key]
+
+    def _converged(self, group: str, t: int) -> bool:
+        live = self.live_set(group, t)
+        for queue in self.universe[group]:
+            opened = self.open_intervals(group, queue, t)
+            if len(opened) != 1 or opened[0].client not in live:
+                return False
+        for client in live:
+            if self.client_paused(client, t):
+                continue
+            for topic in self.group_topics[group]:
+                latest = self.rebalances.latest((group, client, topic), t)
+                if latest is None or latest[1] != live:
+                    return False
+        return True
+
+    def change_points(self, group: str) -> dict[int, list[str]]:
+        clients = self.group_clients[group]
+        nodes = {n for c in clients for n in self.client_nodes.get(c, ())}
+        points: dict[int, list[str]] = defaultdict(list)
+        for e in self.events:
+            ev = e.event
+            if ev in ("consumer_started", "consumer_stopped") and e.get("group") == group:
+                points[e.ts].append(cause_text(ev, e.get("client_id"), e.rec["node"], None))
+            elif ev == "nemesis" and e.get("action") == "kill" and e.get("target") in nodes:
+                points[e.ts].append(cause_text(ev, None, None, e.get("target")))
+        return points
+
+    def convergence(self, group: str) -> list[dict[str, Any]]:
+        entries = []
+        for t0, causes in sorted(self.change_points(group).items()):
+            i = bisect.bisect_right(self.event_times, t0)
+            later = [t for t in self.event_times[i:] if t < self.run_end]
+            found = next((t for t in [t0, *later] if self.converged(group, t)), None)
+            entries.append(
+                {
+                    "change_ms": t0,
+                    "cause": join_causes(causes),
+                    "converged": found is not None,
+                    "convergence_ms": None if found is None else found - t0,
+                }
+            )
+        return entries
+
+    def group_summary(self, group: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"topics": sorted(self.group_topics[group])}
+        out.update(self.message_counts(group))
+        out["overlap_ms"] = self.overlap_ms(group)
+        out["orphan_ms"] = self.orphan_ms(group)
+        out["stalled_ms"] = self.stalled_ms(group)
+        out["concurrent_consume_ms"] = self.concurrent_consume_ms(group)
+        out["order_violations"] = self.order_violations(group)
+        out["convergence"] = self.convergence(group)
+        out["verdict"] = verdict(
+            lost=out["lost"],
+            orderly=self.is_orderly(group),
+            concurrent_consume_ms=out["concurrent_consume_ms"],
+            order_violations=out["order_violations"],
+            convergence=out["convergence"],
+        )
+        return out
+
+
+def _measure(intervals: list[Interval], pred: Any) -> int:
+    """Total length of the elementary segments between interval bounds where pred(segment start) holds."""
+    bounds = sorted({x for iv in intervals for x in (iv.start, iv.end)})
+    return sum(b - a for a, b in itertools.pairwise(bounds) if pred(a))
+
+
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for s, e in sorted(spans):
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def _covers(spans: list[tuple[int, int]], t: int) -> bool:
+    return any(s <= t < e for s, e in spans)
+
+
+def summarize(events: list[Event], malformed: int) -> dict[str, Any]:
+    """summary.json of EVENTS.md for an ordered list of well-formed events."""
+    model = RunModel(events)
+    return {
+        "run": {
+            "events": len(events),
+            "malformed_lines": malformed,
+            "start_ms": min((e.ts for e in events), default=None),
+            "end_ms": max((e.ts for e in events), default=None),
+        },
+        "groups": {g: model.group_summary(g) for g in sorted(model.groups)},
+    }
+
+
+def summarize_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    events, malformed = load_run(run_dir)
+    return summarize(events, malformed)

@@ -1,0 +1,171 @@
+"""Real RocketMQ clients against the emulator's native port, mixed with our own clients in one group.
+
+Needs the real clients' environments (scripts/setup_real_clients.sh); skipped with the reason otherwise.
+Real clients keep RocketMQ's real timers (10 s rebalance, 15 s long polls), so these tests rely on
+NOTIFY_CONSUMER_IDS_CHANGED, to which the C++ client reacts at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _interop import (
+    Lab,
+    consumed_positions,
+    cpp_client_missing,
+    js_client_missing,
+    max_offsets,
+    ownership,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+_cpp_missing = cpp_client_missing()
+_js_missing = js_client_missing()
+needs_cpp = pytest.mark.skipif(_cpp_missing is not None, reason=_cpp_missing or "")
+needs_js = pytest.mark.skipif(_js_missing is not None, reason=_js_missing or "")
+
+# Our consumers at half time: a 10 s rebalance like the real clients', heartbeats well inside the broker's
+# (unscaled) 120 s channel expiry.
+PY_OPTS = ("--consume-from", "first", "--time-scale", "0.5")
+
+
+@pytest.fixture
+def lab(tmp_path: Path):
+    lab = Lab(tmp_path)
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+def converged(
+    lab: Lab, group: str, topic: str, clients: list[str], queues: int
+) -> dict[str, set[int]] | None:
+    held = {c: qs for c, qs in ownership(lab, group, topic).items() if c in clients}
+    if set(held) != set(clients):
+        return None
+    taken = [q for qs in held.values() for q in qs]
+    if sorted(taken) != list(range(queues)):
+        return None
+    return held
+
+
+def expected_averagely(clients: list[str], queues: int) -> dict[str, set[int]]:
+    """AllocateMessageQueueAveragely over sorted client ids (queues of one broker, in id order)."""
+    cids = sorted(clients)
+    n = len(cids)
+    out = {}
+    for i, cid in enumerate(cids):
+        mod = queues % n
+        size = queues // n + (1 if i < mod else 0) if queues > n else 1 if i < queues else 0
+        start = i * size if mod and i < mod else i * size + mod
+        out[cid] = {start + k for k in range(min(size, queues - start))} if size else set()
+    return out
+
+
+@needs_cpp
+def test_cpp_and_python_consumers_share_a_group(lab: Lab):
+    group, topic, queues = "GM", "TM", 8
+    lab.start_broker([topic], queue_nums=queues)
+    ids: dict[str, str] = {}
+    # Joins one at a time, ours first, then the C++ ones: the C++ consumer that stays after the kill below
+    # then only ever gains queues. (A C++ 2.1.0 consumer that gets back a queue it gave up stops pulling
+    # it: see test_cpp_client_stops_pulling_a_queue_it_gets_back.)
+    procs = {}
+    for name in ("py-1", "py-2", "cpp-1", "cpp-2"):
+        if name.startswith("py"):
+            procs[name] = lab.py_consumer(name, group, topic, *PY_OPTS)
+        else:
+            procs[name] = lab.cpp_consumer(name, group, topic)
+        ids[name] = procs[name].wait_ready()
+        clients = list(ids.values())
+        held = wait_for(
+            f"{len(clients)} consumers to split the {queues} queues",
+            lambda clients=clients: converged(lab, group, topic, clients, queues),
+            30,
+            lab,
+        )
+    # C++ and Python computed the same averagely allocation over the same sorted client ids.
+    assert held == expected_averagely(clients, queues)
+
+    # Ours -> everyone: our producer's messages are consumed, each by the owner of its queue.
+    assert lab.py_producer("py-producer", topic, 40).popen.wait(30) == 0
+    sent = max_offsets(lab, topic)
+    positions = {(q, o) for q, top in sent.items() for o in range(top)}
+    assert len(positions) == 40
+    got = wait_for(
+        "all 40 messages consumed",
+        lambda: (c := consumed_positions(lab, group, topic)) and positions <= set(c) and c,
+        20,
+        lab,
+    )
+    owner = {q: cid for cid, qs in held.items() for q in qs}
+    for pos in positions:
+        assert got[pos] == {owner[pos[0]]}, f"{pos} consumed by {got[pos]}, owner {owner[pos[0]]}"
+    assert set(ids.values()) <= {c for cs in got.values() for c in cs}
+
+    # Kill the first C++ consumer: the others take its queues over, and nothing is lost.
+    procs["cpp-1"].kill()
+    survivors = [ids["py-1"], ids["py-2"], ids["cpp-2"]]
+    held = wait_for(
+        "the three survivors to split the queues",
+        lambda: converged(lab, group, topic, survivors, queues),
+        30,
+        lab,
+    )
+    assert held == expected_averagely(survivors, queues)
+
+    # Theirs -> everyone: a real producer's messages reach our consumers and theirs.
+    assert lab.cpp_producer("cpp-producer", topic, 40, "cpp").popen.wait(30) == 0
+    sent = max_offsets(lab, topic)
+    positions = {(q, o) for q, top in sent.items() for o in range(top)}
+    assert len(positions) == 80
+    got = wait_for(
+        "all 80 messages consumed",
+        lambda: (c := consumed_positions(lab, group, topic)) and positions <= set(c) and c,
+        30,
+        lab,
+    )
+    real_sent = {(e["queue_id"], e["queue_offset"]) for e in lab.events("cpp-producer", "message_sent")}
+    consumers_of_real = {c for pos in real_sent for c in got[pos]}
+    assert ids["cpp-2"] in consumers_of_real
+    assert consumers_of_real & {ids["py-1"], ids["py-2"]}
+
+
+@needs_js
+def test_js_client_consumes_and_commits(lab: Lab):
+    group, topic = "GJ", "TJ"
+    lab.start_broker([topic])
+    js = lab.js_consumer("js-1", group, topic, "--rebalance-ms", "2000", "--persist-ms", "1000")
+    cid = js.wait_ready()
+    wait_for(
+        "the JS consumer to take all queues",
+        lambda: ownership(lab, group, topic).get(cid) == {0, 1, 2, 3},
+        20,
+        lab,
+    )
+    assert lab.py_producer("py-producer", topic, 12).popen.wait(30) == 0
+    sent = max_offsets(lab, topic)
+    positions = {(q, o) for q, top in sent.items() for o in range(top)}
+    wait_for(
+        "the JS consumer to consume every message",
+        lambda: positions <= set(consumed_positions(lab, group, topic)),
+        20,
+        lab,
+    )
+
+    def committed() -> bool:
+        done: dict[int, int] = {}
+        for e in lab.events("broker-a", "offset_committed"):
+            if e["group"] == group and e["topic"] == topic:
+                done[e["queue_id"]] = max(done.get(e["queue_id"], 0), e["offset"])
+        return all(done.get(q, 0) >= top for q, top in sent.items())
+
+    wait_for("the JS consumer's offsets to be committed", committed, 15, lab)
+    assert js.stop() == 0
+    assert lab.events("js-1", "consumer_stopped")
+    unregistered = [e for e in lab.events("broker-a", "consumer_unregistered") if e["client_id"] == cid]
+    assert unregistered and unregistered[0]["reason"] == "unregister"

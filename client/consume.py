@@ -70,7 +70,8 @@ def listener_view(msg: Message) -> Message:
 
 
 class Listener:
-    """Calls a user listener, sync in a thread pool or async on the loop, with 1 or 2 arguments."""
+    """Calls a user listener, sync in a thread pool or async on the loop; the context is passed when the
+    listener has two required positional parameters (``fn(msgs, context)``)."""
 
     def __init__(self, fn: Callable[..., Any], executor: concurrent.futures.Executor) -> None:
         if not callable(fn):
@@ -99,7 +100,7 @@ def _accepts_two(fn: Callable[..., Any]) -> bool:
     for p in sig.parameters.values():
         if p.kind is p.VAR_POSITIONAL:
             return True
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty:
             positional += 1
     return positional >= 2
 

@@ -250,7 +250,16 @@ class MQClientInstance:
         if self._tg is None or self._runner is None or self._runner.done():
             coro.close()
             return None
-        return self._tg.create_task(self._guarded(coro, what))
+        guarded = self._guarded(coro, what)
+        try:
+            task = self._tg.create_task(guarded)
+        except RuntimeError:  # the TaskGroup is shutting down
+            guarded.close()
+            coro.close()
+            return None
+        # a task cancelled before its first step never starts ``coro``: close it so it is not reported
+        task.add_done_callback(lambda _t: coro.close())
+        return task
 
     async def shutdown(self) -> None:
         """Stop every task and close the connections (after the last consumer/producer left)."""

@@ -66,8 +66,10 @@ class MQFaultStrategy:
         latency_max: tuple[int, ...],
         not_available_duration: tuple[int, ...],
         isolation_latency: int,
+        time_scale: float = 1.0,
     ) -> None:
         self.enabled = enabled
+        self.time_scale = time_scale
         self.latency_max = latency_max
         self.not_available_duration = not_available_duration
         self.isolation_latency = isolation_latency
@@ -80,11 +82,12 @@ class MQFaultStrategy:
         return 0
 
     def update_fault_item(self, broker_name: str, latency_ms: int, isolation: bool, now_ms: int) -> None:
+        """``latency_ms`` is measured (real) time; the tables are in RocketMQ's milliseconds, so the
+        latency and the resulting duration both go through the time scale."""
         if self.enabled:
-            duration = self.compute_not_available_duration(
-                self.isolation_latency if isolation else latency_ms
-            )
-            self.tolerance.update_fault_item(broker_name, latency_ms, duration, now_ms)
+            lab_latency = self.isolation_latency if isolation else round(latency_ms / self.time_scale)
+            duration = round(self.compute_not_available_duration(lab_latency) * self.time_scale)
+            self.tolerance.update_fault_item(broker_name, lab_latency, duration, now_ms)
 
     def select_one_message_queue(
         self, info: TopicPublishInfo, last_broker_name: str | None, now_ms: int

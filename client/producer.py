@@ -83,6 +83,7 @@ class Producer:
             latency_max=self.config.latency_max,
             not_available_duration=self.config.not_available_duration,
             isolation_latency=self.config.isolation_latency,
+            time_scale=self.config.time_scale,
         )
         self.running = False
 

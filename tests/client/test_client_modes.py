@@ -1,0 +1,219 @@
+"""Orderly, broadcasting and lite-pull consumption against a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from client_cluster import Cluster, crash, queues, wait_until
+
+from client.consume import ConsumeOrderlyStatus
+from client.lite_pull_consumer import LitePullConsumer
+from protocol.model import MessageQueue
+
+
+@pytest.fixture
+async def cluster(tmp_path):  # type: ignore[no-untyped-def]
+    c = Cluster(str(tmp_path))
+    yield c
+    await c.close()
+
+
+def overlapping_consumption(events: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """Pairs of different clients whose listener calls on one queue overlapped in time."""
+    by_queue: dict[tuple[str, str, int], list[tuple[int, int, str]]] = defaultdict(list)
+    for e in events:
+        by_queue[(e["topic"], e["broker"], e["queue_id"])].append(
+            (e["started_ms"], e["ts_ms"], e["client_id"])
+        )
+    bad = []
+    for q, spans in by_queue.items():
+        spans.sort()
+        for i, (_s1, e1, c1) in enumerate(spans):
+            for s2, _e2, c2 in spans[i + 1 :]:
+                if s2 >= e1:
+                    break
+                if c1 != c2:
+                    bad.append((f"{q}", c1, c2))
+    return bad
+
+
+async def test_orderly_never_consumes_a_queue_from_two_clients(cluster: Cluster, tmp_path: Any) -> None:
+    await cluster.start_broker()
+    await cluster.create_topic("T", 4)
+    consumed: set[str] = set()
+
+    async def listener(msgs: list[Any]) -> ConsumeOrderlyStatus:
+        await asyncio.sleep(0.01)
+        for m in msgs:
+            consumed.add(m.msg_id)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    consumers = []
+    for i in range(3):
+        c = cluster.consumer("og", f"orderly-{i}", consume_from_where="first")
+        c.subscribe("T")
+        c.register_message_listener_orderly(listener)
+        consumers.append(c)
+    await consumers[0].start()
+    await consumers[1].start()
+    producer = cluster.producer()
+    await producer.start()
+    sent: list[str] = []
+
+    async def produce() -> None:
+        for i in range(120):
+            sent.append((await producer.send("T", b"o%d" % i)).msg_id)
+            await asyncio.sleep(0.005)
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(produce())
+        await asyncio.sleep(0.3)
+        await consumers[2].start()
+        await asyncio.sleep(0.3)
+        await consumers[0].shutdown()
+        await asyncio.sleep(0.2)
+        await crash(consumers[1])
+    # the crashed client's broker locks only expire after 60 s (3 s scaled): then the survivor takes over
+    await wait_until(lambda: set(sent) <= consumed, 20, "every orderly message consumed")
+    events = [e for e in cluster.events("message_consumed") if e["topic"] == "T"]
+    assert events and all(e["mode"] == "ORDERLY" for e in events)
+    assert overlapping_consumption(events) == []
+    # within one client and queue, offsets never go backwards while it keeps the queue
+    last: dict[tuple[str, int], int] = {}
+    removed = {(e["client_id"], e["queue_id"]) for e in cluster.events("mq_removed") if e["topic"] == "T"}
+    for e in events:
+        key = (e["client_id"], e["queue_id"])
+        if key not in removed:
+            assert e["queue_offset"] > last.get(key, -1)
+        last[key] = e["queue_offset"]
+    locks = cluster.events("mq_lock")
+    assert any(e["result"] == "ok" for e in locks)
+    assert any(e["event"] == "unlock_all" for e in cluster.events("unlock_all"))
+
+
+async def test_orderly_suspend_retries_the_same_message(cluster: Cluster) -> None:
+    await cluster.start_broker()
+    await cluster.create_topic("T", 1)
+    calls: list[int] = []
+
+    def listener(msgs: list[Any]) -> ConsumeOrderlyStatus:  # a plain function: runs in the thread pool
+        calls.append(msgs[0].queue_offset)
+        return (
+            ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+            if len(calls) < 3
+            else ConsumeOrderlyStatus.SUCCESS
+        )
+
+    c = cluster.consumer("sg", "orderly", consume_from_where="first")
+    c.subscribe("T")
+    c.register_message_listener_orderly(listener)
+    await c.start()
+    producer = cluster.producer()
+    await producer.start()
+    await producer.send("T", b"one")
+    await producer.send("T", b"two")
+    await wait_until(lambda: len(calls) >= 4, 10, "suspend and retry")
+    assert calls[:4] == [0, 0, 0, 1]
+
+
+async def test_broadcasting_delivers_every_message_to_every_consumer(cluster: Cluster, tmp_path: Any) -> None:
+    await cluster.start_broker()
+    await cluster.create_topic("T", 4)
+    got: dict[int, set[str]] = defaultdict(set)
+    consumers = []
+    for i in range(3):
+        c = cluster.consumer(
+            "bg",
+            f"bcast-{i}",
+            message_model="BROADCASTING",
+            consume_from_where="first",
+            local_offset_store_dir=str(tmp_path / "offsets"),
+        )
+        c.subscribe("T")
+        c.register_message_listener(lambda msgs, _i=i: got[_i].update(m.msg_id for m in msgs))
+        consumers.append(c)
+        await c.start()
+    await wait_until(
+        lambda: all(len(c.owned_queues()) == 4 for c in consumers), 10, "every consumer owns all"
+    )
+    producer = cluster.producer()
+    await producer.start()
+    sent = {(await producer.send("T", b"b%d" % i)).msg_id for i in range(40)}
+    await wait_until(lambda: all(got[i] >= sent for i in range(3)), 10, "broadcast delivery")
+    # broadcasting keeps offsets in a local file, not on the broker
+    await consumers[0].persist_consumer_offset()
+    stored = consumers[0].offset_store.clone_offset_table("T")
+    assert sum(stored.values()) == 40
+
+
+async def test_lite_pull_subscribe_poll_and_commit(cluster: Cluster) -> None:
+    await cluster.start_broker()
+    await cluster.create_topic("T", 4)
+    consumers = []
+    for i in range(2):
+        c = LitePullConsumer(
+            "lg",
+            namesrv=cluster.namesrv,
+            time_scale=cluster.scale,
+            consume_from_where="first",
+            log=cluster.log(f"lite-{i}", "consumer"),
+            auto_commit=False,
+        )
+        c.subscribe("T")
+        cluster.closers.append(c.shutdown)
+        consumers.append(c)
+        await c.start()
+    await wait_until(
+        lambda: (
+            sorted(q for c in consumers for q in c.assignment() if q.topic == "T") == sorted(queues("T", 4))
+        ),
+        10,
+        "lite-pull assignment",
+    )
+    assert all(len(c.assignment()) == 2 for c in consumers)
+    producer = cluster.producer()
+    await producer.start()
+    sent = {(await producer.send("T", b"l%d" % i)).msg_id for i in range(30)}
+    polled: set[str] = set()
+
+    async def drain(c: LitePullConsumer) -> None:
+        while not sent <= polled:
+            polled.update(m.msg_id for m in await c.poll(timeout_ms=2000))
+
+    async with asyncio.timeout(10):
+        await asyncio.gather(*(drain(c) for c in consumers))
+    for c in consumers:
+        await c.commit()
+    committed = sum(c.committed(q) for c in consumers for q in c.assignment())
+    assert committed == 30
+    broker = cluster.brokers[0]
+    await wait_until(
+        lambda: sum(broker.offset_manager.query_offset("lg", "T", q) for q in range(4)) == 30,
+        5,
+        "broker offsets",
+    )
+
+
+async def test_lite_pull_assign_reads_only_assigned_queues(cluster: Cluster) -> None:
+    await cluster.start_broker()
+    await cluster.create_topic("T", 2)
+    producer = cluster.producer()
+    await producer.start()
+    results = [await producer.send("T", b"a%d" % i) for i in range(10)]
+    c = LitePullConsumer(
+        "ag", namesrv=cluster.namesrv, time_scale=cluster.scale, consume_from_where="first", auto_commit=False
+    )
+    cluster.closers.append(c.shutdown)
+    q0 = MessageQueue("T", "broker-a", 0)
+    c.assign([q0])
+    await c.start()
+    want = {r.msg_id for r in results if r.queue_id == 0}
+    got: set[str] = set()
+    async with asyncio.timeout(10):
+        while got != want:
+            for m in await c.poll(timeout_ms=1000):
+                assert m.queue_id == 0
+                got.add(m.msg_id)

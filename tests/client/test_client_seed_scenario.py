@@ -1,0 +1,60 @@
+"""The seed scenario: consumers of one group subscribing to different topics.
+
+Each client allocates a topic among every client of the group, subscribers or not, so part of each topic
+is allocated to a client that never pulls it; and every heartbeat rewrites the group's subscription table
+on the broker, so pulls of the other topic fail with SUBSCRIPTION_NOT_EXIST until the next heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from client_cluster import Cluster, wait_until
+
+
+@pytest.fixture
+async def cluster(tmp_path):  # type: ignore[no-untyped-def]
+    c = Cluster(str(tmp_path))
+    yield c
+    await c.close()
+
+
+async def test_consumers_of_one_group_with_different_topics(cluster: Cluster) -> None:
+    await cluster.start_broker()
+    await cluster.create_topic("TopicA", 4)
+    await cluster.create_topic("TopicB", 4)
+    consumed: dict[str, set[str]] = {"TopicA": set(), "TopicB": set()}
+    clients = {}
+    for topic in ("TopicA", "TopicB"):
+        c = cluster.consumer("seed", f"consumer-{topic}", consume_from_where="first")
+        c.subscribe(topic)
+        c.register_message_listener(lambda msgs, _t=topic: consumed[_t].update(m.msg_id for m in msgs))
+        clients[topic] = c
+        await c.start()
+    producer = cluster.producer()
+    await producer.start()
+    sent = {t: [await producer.send(t, b"%s-%d" % (t.encode(), i)) for i in range(24)] for t in clients}
+
+    def failed_with(code: str) -> list[dict]:  # type: ignore[type-arg]
+        return [e for e in cluster.events("pull_failed") if e["code"] == code]
+
+    await wait_until(lambda: bool(failed_with("SUBSCRIPTION_NOT_EXIST")), 10, "SUBSCRIPTION_NOT_EXIST pulls")
+    await asyncio.sleep(2.0)  # 40 s of lab time: several heartbeat and rebalance periods
+
+    ids = sorted(c.client_id for c in clients.values())
+    for topic, c in clients.items():
+        rebalances = [
+            e for e in cluster.events("rebalance") if e["client_id"] == c.client_id and e["topic"] == topic
+        ]
+        assert rebalances and sorted(rebalances[-1]["cid_all"]) == ids  # the non-subscriber counts too
+        share = set(rebalances[-1]["allocated"])
+        assert len(share) == 2  # half of the topic: the other half went to a client that never pulls it
+        on_share = {r.msg_id for r in sent[topic] if f"{r.broker_name}:{r.queue_id}" in share}
+        elsewhere = {r.msg_id for r in sent[topic]} - on_share
+        assert elsewhere and not (elsewhere & consumed[topic])  # stuck: nobody consumes them
+        assert consumed[topic] <= on_share
+    # the broker saw one group's heartbeats carry different topic sets and said so
+    assert cluster.events("subscription_inconsistent")
+    failures = failed_with("SUBSCRIPTION_NOT_EXIST")
+    assert {e["topic"] for e in failures} & {"TopicA", "TopicB"}

@@ -8,7 +8,9 @@ meet the client's top-level ``rocketmq`` module. It joins a group, consumes, and
 The client's API exposes no allocation, but its own log says what it does: "Add mq:" when a queue is
 taken, "Drop mq:" when one is given up, and the allocation result of every changed rebalance. The driver
 follows that log and writes ``mq_added``, ``mq_removed`` and ``rebalance`` events from it (``cid_all`` is
-not in the log: those events carry the number of consumers as ``cid_count`` and an empty ``cid_all``).
+not in the log: those events carry the number of consumers as ``cid_count`` and an empty ``cid_all``), and
+``pull_answer_ignored`` when the client drops a pull answer because it thinks the queue's request was
+dropped (the 2.1.0 bug behind a queue that is never pulled again after it comes back).
 
 Prints ``READY <client id>`` once started; SIGTERM or SIGINT shuts the consumer down gracefully.
 """
@@ -76,6 +78,8 @@ _ALLOC_HEAD_RE = re.compile(
 )
 _ALLOC_TOTAL_RE = re.compile(r"Total Queue :#(?P<queues>\d+), Total Consumer :#(?P<consumers>\d+)")
 _MQ_RE = re.compile(_MQ)
+# The client's own word that it ignores a pull answer because the queue's request was dropped.
+_IGNORED_RE = re.compile(r"Pull request for queue\[" + _MQ + r"\] has been set as dropped")
 
 
 _FACTORY_RE = re.compile(r"MQClientFactory:(?P<cid>\S+) start")
@@ -173,6 +177,18 @@ class ClientLogFollower(threading.Thread):
                 broker=m["broker"],
                 queue_id=int(m["qid"]),
                 next_offset=int(m["offset"]),
+            )
+            return
+        m = _IGNORED_RE.search(line)
+        if m:
+            self.events.emit(
+                "pull_answer_ignored",
+                group=self.group,
+                client_id=self.client_id,
+                topic=m["topic"],
+                broker=m["broker"],
+                queue_id=int(m["qid"]),
+                reason="request dropped",
             )
             return
         m = _DROP_RE.search(line)

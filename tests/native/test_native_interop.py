@@ -7,6 +7,7 @@ NOTIFY_CONSUMER_IDS_CHANGED, to which the C++ client reacts at once.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -47,8 +48,8 @@ def converged(
     held = {c: qs for c, qs in ownership(lab, group, topic).items() if c in clients}
     if set(held) != set(clients):
         return None
-    taken = [q for qs in held.values() for q in qs]
-    if sorted(taken) != list(range(queues)):
+    # Settled: every client holds what averagely gives it over this set of clients.
+    if held != expected_averagely(clients, queues):
         return None
     return held
 
@@ -169,3 +170,77 @@ def test_js_client_consumes_and_commits(lab: Lab):
     assert lab.events("js-1", "consumer_stopped")
     unregistered = [e for e in lab.events("broker-a", "consumer_unregistered") if e["client_id"] == cid]
     assert unregistered and unregistered[0]["reason"] == "unregister"
+
+
+def pulls_by(lab: Lab, group: str, topic: str, client: str, queue: int, since_ms: int) -> list[dict]:
+    return [
+        e
+        for e in lab.events("broker-a", "pull_served")
+        if e["group"] == group
+        and e["topic"] == topic
+        and e["client_id"] == client
+        and e["queue_id"] == queue
+        and e["ts_ms"] >= since_ms
+    ]
+
+
+@needs_cpp
+def test_cpp_client_stops_pulling_a_queue_it_gets_back(lab: Lab):
+    """The finding: Apache's C++ client 2.1.0 pulls a queue it gave up and got back once, then never again.
+
+    Its per-queue pull callback (DefaultMQPushConsumerImpl::getAsyncPullCallBack) is cached and keeps a
+    weak reference to the queue's first PullRequest; it is re-pointed only once that request is gone. A
+    queue given up and taken back while the old request is still alive gets a new PullRequest whose first
+    pull is answered into the old, dropped one ("has been set as dropped. Will NOT pull this queue any
+    more"), so nothing pulls it again until the 120 s pull-expiry check drops and re-adds it. This test
+    pins the behaviour down through the broker's pull events; it fails the day the client is fixed.
+    """
+    group, topic = "GB", "TB"
+    lab.start_broker([topic])
+    cpp = lab.cpp_consumer("cpp-1", group, topic)
+    cpp_id = cpp.wait_ready()
+    wait_for("cpp-1 to own every queue", lambda: converged(lab, group, topic, [cpp_id], 4), 20, lab)
+
+    py = lab.py_consumer("py-1", group, topic, *PY_OPTS)
+    py_id = py.wait_ready()
+    held = wait_for(
+        "the queues to be split", lambda: converged(lab, group, topic, [cpp_id, py_id], 4), 20, lab
+    )
+    given_up = held[py_id]
+    kept = held[cpp_id]
+    assert len(given_up) == 2
+
+    assert py.stop() == 0  # unregisters: cpp-1 is notified and takes the two queues back
+    wait_for("cpp-1 to get every queue back", lambda: converged(lab, group, topic, [cpp_id], 4), 20, lab)
+    regained_at = max(e["ts_ms"] for e in lab.events("cpp-1", "mq_added") if e["queue_id"] in given_up)
+
+    assert lab.py_producer("py-producer", topic, 40).popen.wait(30) == 0
+    sent = max_offsets(lab, topic)
+    kept_positions = {(q, o) for q in kept for o in range(sent[q])}
+    wait_for(
+        "cpp-1 to consume the messages of the queues it kept",
+        lambda: kept_positions <= set(consumed_positions(lab, group, topic)),
+        20,
+        lab,
+    )
+    time.sleep(2.0)  # the regained queues had as long; a working client has pulled them by now
+    consumed = consumed_positions(lab, group, topic)
+    for q in given_up:
+        # Answered pulls since the queue came back: the new request's first pull and the long poll the
+        # old request had left at the broker, both at the first offset, both with the first message.
+        after = [(e["queue_offset"], e["count"]) for e in pulls_by(lab, group, topic, cpp_id, q, regained_at)]
+        assert 1 <= len(after) <= 2, f"queue {q}: pulls since it came back {after}"
+        assert {off for off, _ in after} == {0}, f"queue {q}: pulls since it came back {after}"
+        assert not [pos for pos, who in consumed.items() if pos[0] == q and cpp_id in who], (
+            f"queue {q}: cpp-1 consumed from it after getting it back"
+        )
+        assert sent[q] >= 2  # messages are waiting there
+        ignored = [
+            e
+            for e in lab.events("cpp-1", "pull_answer_ignored")
+            if e["queue_id"] == q and e["ts_ms"] >= regained_at
+        ]
+        assert ignored, f"queue {q}: the client's log does not say it dropped the pull answer"
+    for q in kept:
+        offsets = {e["queue_offset"] for e in pulls_by(lab, group, topic, cpp_id, q, regained_at)}
+        assert len(offsets) >= 2, f"kept queue {q} was pulled at offsets {offsets}"

@@ -61,6 +61,8 @@ class RebalanceService:
         self.instance = instance
         self._wakeup = asyncio.Event()
         self.rounds = 0
+        # RocketMQ starts the clock at construction: the first round after start may wait minInterval (>=5.2)
+        self._last_rebalance = instance.clock.monotonic_ms()
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -72,7 +74,6 @@ class RebalanceService:
         retry_5x = bool(getattr(cfg, "rebalance_retry_when_unbalanced", False))
         clock = self.instance.clock
         real_wait = cfg.seconds(wait_ms)
-        last = clock.monotonic_ms()
         while True:
             try:
                 async with asyncio.timeout(real_wait):
@@ -82,7 +83,7 @@ class RebalanceService:
             self._wakeup.clear()
             if retry_5x:
                 # >=5.2: rounds are never closer than minInterval; an unbalanced round retries after it
-                elapsed = clock.monotonic_ms() - last
+                elapsed = clock.monotonic_ms() - self._last_rebalance
                 if elapsed < cfg.ms(min_ms):
                     real_wait = (cfg.ms(min_ms) - elapsed) / 1000.0
                     continue
@@ -90,7 +91,7 @@ class RebalanceService:
             self.rounds += 1
             if retry_5x:
                 real_wait = cfg.seconds(wait_ms if balanced else min_ms)
-                last = clock.monotonic_ms()
+                self._last_rebalance = clock.monotonic_ms()
 
 
 class PullMessageService:

@@ -244,3 +244,30 @@ def test_cpp_client_stops_pulling_a_queue_it_gets_back(lab: Lab):
     for q in kept:
         offsets = {e["queue_offset"] for e in pulls_by(lab, group, topic, cpp_id, q, regained_at)}
         assert len(offsets) >= 2, f"kept queue {q} was pulled at offsets {offsets}"
+
+
+@needs_cpp
+def test_cpp_orderly_consumer_locks_consumes_in_order_and_leaves(lab: Lab):
+    group, topic = "GO", "TO"
+    lab.start_broker([topic])
+    cpp = lab.cpp_consumer("cpp-o", group, topic, "--orderly")
+    cid = cpp.wait_ready()
+    wait_for("cpp-o to own every queue", lambda: converged(lab, group, topic, [cid], 4), 20, lab)
+    assert lab.cpp_producer("cpp-producer", topic, 24, "o").popen.wait(30) == 0
+    sent = max_offsets(lab, topic)
+    positions = {(q, o) for q, top in sent.items() for o in range(top)}
+    wait_for(
+        "every message consumed", lambda: positions <= set(consumed_positions(lab, group, topic)), 20, lab
+    )
+    locked = {e["queue_id"] for e in lab.events("broker-a", "lock_acquired") if e["client_id"] == cid}
+    assert locked == {0, 1, 2, 3}
+    consumed = lab.events("cpp-o", "message_consumed")
+    assert {e["mode"] for e in consumed} == {"ORDERLY"}
+    for q in range(4):
+        offsets = [e["queue_offset"] for e in consumed if e["queue_id"] == q]
+        assert offsets == sorted(offsets), f"queue {q} consumed out of order: {offsets}"
+    # A graceful shutdown (message trace OPEN, see the driver) unregisters instead of crashing.
+    assert cpp.stop() == 0
+    assert lab.events("cpp-o", "consumer_stopped")
+    reasons = {e["reason"] for e in lab.events("broker-a", "consumer_unregistered") if e["client_id"] == cid}
+    assert "unregister" in reasons

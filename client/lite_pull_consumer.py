@@ -103,7 +103,8 @@ class LitePullConsumer(ConsumerBase):
         return await super().do_rebalance()
 
     async def poll(self, timeout_ms: int | None = None) -> list[Message]:
-        """Messages pulled so far (at most one pull batch), waiting up to ``timeout_ms`` (unscaled)."""
+        """Messages pulled so far (at most one pull batch), waiting up to ``timeout_ms`` (default
+        pollTimeoutMillis, 5 s; like every interval it goes through the time scale)."""
         if not self.running:
             raise MQClientError("the consumer is not running")
         cfg = self.config

@@ -89,7 +89,8 @@ class PushConsumer(ConsumerBase):
             await self._start_client()
         except BaseException:
             self.running = False
-            self.instance.unregister_consumer_local(self.group)
+            if self.instance.consumer_table.get(self.group) is self:
+                self.instance.unregister_consumer_local(self.group)
             if not self.instance.consumer_table and not self.instance.producer_table:
                 await self.instance.shutdown()
             self._executor.shutdown(wait=False)

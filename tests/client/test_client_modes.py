@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from client_cluster import Cluster, crash, queues, wait_until
 
-from client.consume import ConsumeOrderlyStatus
+from client.consume import ConsumeConcurrentlyStatus, ConsumeOrderlyStatus
 from client.lite_pull_consumer import LitePullConsumer
 from protocol.model import MessageQueue
 
@@ -217,3 +217,33 @@ async def test_lite_pull_assign_reads_only_assigned_queues(cluster: Cluster) -> 
             for m in await c.poll(timeout_ms=1000):
                 assert m.queue_id == 0
                 got.add(m.msg_id)
+
+
+async def test_reconsume_later_goes_through_the_retry_topic(cluster: Cluster) -> None:
+    await cluster.start_broker()
+    await cluster.create_topic("T", 2)
+    attempts: dict[str, int] = defaultdict(int)
+    seen_topics: list[str] = []
+
+    def listener(msgs: list[Any]) -> ConsumeConcurrentlyStatus:
+        m = msgs[0]
+        attempts[m.body] += 1
+        seen_topics.append(m.topic)
+        if attempts[m.body] == 1:
+            raise RuntimeError("first delivery fails")  # counts as RECONSUME_LATER
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    c = cluster.consumer("rg", "retry-consumer", consume_from_where="first")
+    c.subscribe("T")
+    c.register_message_listener(listener)
+    await c.start()
+    producer = cluster.producer()
+    await producer.start()
+    sent = {(await producer.send("T", b"r%d" % i)).msg_id for i in range(3)}
+    # delay level 3 is 10 s, 0.5 s scaled; the retry topic's route is learnt at the next 30 s poll
+    await wait_until(lambda: len(attempts) == 3 and all(v >= 2 for v in attempts.values()), 15, "redelivery")
+    assert set(seen_topics) == {"T"}  # the listener sees the original topic, also for retried messages
+    consumed = cluster.events("message_consumed")
+    assert {e["msg_id"] for e in consumed} == sent  # a retried message keeps the id the producer got
+    assert {e["topic"] for e in consumed} == {"%RETRY%rg"}
+    assert len(cluster.events("message_sent_back")) >= 3

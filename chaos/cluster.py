@@ -167,6 +167,16 @@ class LocalCluster:
                 nodes.append(m.node)
         await asyncio.gather(*(self.sup.astop(n, timeout_s=timeout_s, nemesis=False) for n in nodes))
 
+    async def kill_role(self, role: str) -> list[str]:
+        """SIGKILL every live member of a role at once, without a nemesis event (the end of a run)."""
+        nodes = []
+        for m in self.sup:
+            self.sup.refresh(m)
+            if m.role == role and m.state in ("starting", "running", "paused", "stopping"):
+                nodes.append(m.node)
+        await asyncio.gather(*(self.sup.akill(n, nemesis=False) for n in nodes))
+        return nodes
+
     async def close(self) -> None:
         """Stop everything that is left (consumers first, so they can leave their group cleanly)."""
         try:

@@ -188,8 +188,7 @@ class Runner:
             await self._execute()
             await self._drain()
             self._phase = "stop"
-            await self.cluster.stop_role("consumer")
-            await self.cluster.stop_role("producer")
+            await self._teardown()
         except asyncio.CancelledError:
             self.result.interrupted = True
             self.say("interrupted: stopping the cluster")
@@ -438,6 +437,19 @@ class Runner:
                 + (f"; producers still running: {', '.join(busy)}" if busy else "")
             )
         self.result.quick_verdict = "ok" if self.result.drained and not self.result.errors else "fail"
+
+    async def _teardown(self) -> None:
+        """End the run: clients are SIGKILLed together, without nemesis events, then the servers stop.
+
+        A graceful stop would write a ``consumer_stopped`` per consumer, and EVENTS.md makes each a
+        change point that must converge -- which the last consumers of a group leaving at once never
+        can. Killing them, unannounced, leaves the experiment's own change points as the only ones.
+        """
+        assert self.cluster is not None
+        self.log_emit("teardown", mode="kill")
+        killed = await self.cluster.kill_role("consumer")
+        killed += await self.cluster.kill_role("producer")
+        self.log_emit("teardown_clients_killed", nodes=killed)
 
     def _finish(self, started_ms: int) -> None:
         assert self.cluster is not None

@@ -12,6 +12,7 @@ from client.errors import MQClientError
 from client.instance import MQClientInstance, MQClientManager
 from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from client.process_queue import PullRequest
+from client.producer import check_topic
 from client.rebalance import RebalanceImpl, shorts
 from client.route import MASTER_ID, TopicRouteData
 from protocol.model import (
@@ -158,8 +159,7 @@ class ConsumerBase:
 
     # -- subscriptions --------------------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str | None = "*") -> None:
-        if not isinstance(topic, str) or not topic.strip():
-            raise MQClientError("topic must be a non-empty string")
+        check_topic(topic)
         expr = (expression or "*").strip() or "*"
         self._subscriptions[topic] = expr
         sub = SubscriptionData.build(topic, expr, self.clock.now_ms())

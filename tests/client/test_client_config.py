@@ -100,3 +100,18 @@ def test_layering_toml_env_and_set(tmp_path: object) -> None:
         layered_settings(
             ConsumerConfig, parser.parse_args(["--set", "pull_batch_size=x"]), "consumer", environ={}
         )
+
+
+def test_consumer_rejects_bad_arguments_clearly() -> None:
+    from client.errors import MQClientError
+    from client.push_consumer import PushConsumer
+
+    with pytest.raises(MQClientError, match="group"):
+        PushConsumer("", namesrv="127.0.0.1:9876")
+    with pytest.raises(ValueError, match="unknown allocation strategy"):
+        PushConsumer("g", namesrv="127.0.0.1:9876", strategy="NOPE")
+    c = PushConsumer("g", namesrv="127.0.0.1:9876")
+    with pytest.raises(MQClientError, match="illegal characters"):
+        c.subscribe("a topic")
+    with pytest.raises(MQClientError, match="callable"):
+        c.register_message_listener("not a function")  # type: ignore[arg-type]

@@ -83,6 +83,7 @@ class Runner:
         out: TextIO | None = None,
         ready_timeout_s: float = 60.0,
         progress_interval_s: float = 0.5,
+        analysis_command: list[str] | None = None,
     ) -> None:
         self.exp = exp
         self.run_dir = Path(run_dir)
@@ -91,6 +92,7 @@ class Runner:
         self.tty = self.out.isatty()
         self.ready_timeout_s = ready_timeout_s
         self.progress_interval_s = progress_interval_s
+        self.analysis_command = analysis_command or [sys.executable, "-m", "pipeline"]
         self.result = RunResult(self.run_dir)
         self.tailer = LogTailer(self.run_dir)
         self.tally = RunTally({c.group: {c.topic} for c in exp.consumers})
@@ -492,9 +494,7 @@ class Runner:
             return
         self.say("analysing the run (python -m pipeline) ...")
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "pipeline",
+            *self.analysis_command,
             str(self.run_dir),
             stdout=None,
             stderr=None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -173,3 +174,33 @@ def test_short_experiment_with_a_consumer_sigkill(tmp_path: Path) -> None:
     assert group["lost"] == 0 and group["sent"] == 360
     assert [c["cause"] for c in group["convergence"] if "kill" in c["cause"]] == ["kill consumer-2"]
     assert group["verdict"] == "ok", group
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_whole_cluster(tmp_path: Path) -> None:
+    exp_file = tmp_path / "e2e.toml"
+    exp_file.write_text(EXPERIMENT.replace("duration = 200", "duration = 2000"))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chaos", "run", str(exp_file), "--out", str(run_dir), "--no-analyze"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("running for"):
+                break
+        assert len(processes_mentioning(str(run_dir))) >= 7  # name server, brokers, consumers, producer
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=60)[0]
+        assert proc.returncode == 130, rest
+        assert "interrupted: stopping the cluster" in rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert processes_mentioning(str(run_dir)) == []
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["interrupted"] is True

@@ -1,0 +1,81 @@
+"""The runner's hand-over to the analysis: ``python -m pipeline RUN_DIR`` decides the verdict and the
+exit code (0 only when ok). A stand-in ``pipeline`` package plays the analysis here."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chaos import runner as runner_mod
+from chaos.__main__ import resolve
+from chaos.runner import Runner
+
+FAKE_PIPELINE = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    run = Path(sys.argv[1])
+    verdict = (run / "want").read_text().strip()
+    if verdict == "crash":
+        sys.exit(2)
+    summary = {"run": {"events": 1}, "groups": {"g1": {
+        "verdict": verdict, "sent": 10, "consumed_unique": 10 if verdict == "ok" else 7,
+        "lost": 0 if verdict == "ok" else 3, "duplicates": 1,
+        "convergence": [
+            {"change_ms": 1, "cause": "kill consumer-2", "converged": True, "convergence_ms": 42}]}}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "report.html").write_text("<html></html>")
+    sys.exit(0 if verdict == "ok" else 1)
+    """
+)
+
+
+@pytest.fixture
+def fake_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    script = tmp_path / "fake_pipeline.py"
+    script.write_text(FAKE_PIPELINE)
+    monkeypatch.setattr(runner_mod, "pipeline_available", lambda: True)
+    return [sys.executable, str(script)]
+
+
+@pytest.mark.parametrize(
+    ("want", "verdict", "code"), [("ok", "ok", 0), ("fail", "fail", 1), ("crash", None, 3)]
+)
+def test_verdict_and_exit_code_come_from_the_analysis(
+    fake_pipeline: list[str], tmp_path: Path, want: str, verdict: str | None, code: int
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "want").write_text(want)
+    out = io.StringIO()
+    r = Runner(resolve("demo"), run_dir, out=out, analysis_command=fake_pipeline)
+    r.result.quick_verdict = "ok"
+    asyncio.run(r._analyze())
+    r._print_verdict()
+    text = out.getvalue()
+    assert r.result.verdict == verdict and r.result.exit_code == code
+    if verdict is not None:
+        assert f"verdict: {verdict.upper()} (analysis)" in text
+        assert f"report: {run_dir / 'report.html'}" in text
+        assert "group g1: " + verdict in text and "slowest convergence 42 ms" in text
+        assert json.loads((run_dir / "summary.json").read_text())["groups"]["g1"]["verdict"] == verdict
+    else:
+        assert "the analysis failed (python -m pipeline exited with 2)" in text
+
+
+def test_without_the_pipeline_the_live_counts_decide(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(runner_mod, "pipeline_available", lambda: False)
+    out = io.StringIO()
+    r = Runner(resolve("demo"), tmp_path, out=out)
+    r.result.quick_verdict = "fail"
+    asyncio.run(r._analyze())
+    r._print_verdict()
+    assert "analysis skipped: the pipeline extra (pyspark) is not installed" in out.getvalue()
+    assert "verdict: FAIL (live counts (no analysis))" in out.getvalue()
+    assert r.result.exit_code == 1

@@ -4,9 +4,11 @@ Everything here is pure: no processes, no sockets, no clock. A bad file raises
 ``ExperimentError`` whose message names the file, the line of the offending key and
 the problem, so nothing starts from a file that cannot run as written.
 
-Times in an experiment file (``duration``, ``at``, ``every``, ``for``, ``down``, latencies)
-are RocketMQ seconds: the lab runs them ``time_scale`` times faster on the wall clock,
-like every timer of the emulator. Rates (messages per second) are wall-clock rates.
+Times in an experiment file (``duration``, ``drain_timeout``, ``at``, ``every``, ``from``,
+``until``, ``for``, ``down``, and the latencies ``ms``/``jitter_ms``/``latency_ms``) are RocketMQ
+time: the lab runs them ``time_scale`` times faster on the wall clock, like every timer of the
+emulator, so changing the scale keeps an experiment's meaning. Load figures are wall-clock:
+``rate`` (messages per second) and ``consume_ms`` (the consumer's work per message).
 """
 
 from __future__ import annotations

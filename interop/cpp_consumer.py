@@ -7,8 +7,8 @@ meet the client's top-level ``rocketmq`` module. It joins a group, consumes, and
 
 The client's API exposes no allocation, but its own log says what it does: "Add mq:" when a queue is
 taken, "Drop mq:" when one is given up, and the allocation result of every changed rebalance. The driver
-follows that log and writes ``mq_added``, ``mq_removed`` and ``rebalance`` events from it (``cid_all`` is
-not in the log: those events carry the number of consumers as ``cid_count`` and an empty ``cid_all``), and
+follows that log (at DEBUG level) and writes ``rebalance`` (every round, with the client ids it used),
+``mq_added`` and ``mq_removed`` events from it, and
 ``pull_answer_ignored`` when the client drops a pull answer because it thinks the queue's request was
 dropped (the 2.1.0 bug behind a queue that is never pulled again after it comes back).
 
@@ -72,12 +72,11 @@ def local_ip() -> str:
 _MQ = r"MessageQueue \[topic=(?P<topic>[^,]+), brokerName=(?P<broker>[^,]+), queueId=(?P<qid>\d+)\]"
 _ADD_RE = re.compile(r"Add mq:" + _MQ + r", request initial offset:(?P<offset>-?\d+)")
 _DROP_RE = re.compile(r"Drop mq:" + _MQ + r",?\s*(?P<why>.*)$")
-_ALLOC_HEAD_RE = re.compile(
-    r"Allocation result for \[Consumer Group: (?P<group>[^,]+), Topic: (?P<topic>[^,]+), "
-    r"Current Consumer ID: (?P<cid>[^\]]+)\] is changed\."
-)
-_ALLOC_TOTAL_RE = re.compile(r"Total Queue :#(?P<queues>\d+), Total Consumer :#(?P<consumers>\d+)")
-_MQ_RE = re.compile(_MQ)
+# A rebalance round at DEBUG level: "client id:<cid> of topic:<topic>" per consumer id, then
+# "allocate mq:<queue>" per queue allocated to this client.
+_CID_RE = re.compile(r"\(debug\):client id:(?P<cid>\S+) of topic:(?P<topic>.+)\[doRebalance")
+_ALLOCATE_RE = re.compile(r"\(debug\):allocate mq:" + _MQ)
+_ROUND_END_RE = re.compile(r"start doRebalance|finish doRebalance|current topic is:|Allocation result for")
 # The client's own word that it ignores a pull answer because the queue's request was dropped.
 _IGNORED_RE = re.compile(r"Pull request for queue\[" + _MQ + r"\] has been set as dropped")
 
@@ -107,14 +106,14 @@ class ClientLogFollower(threading.Thread):
         self.client_id_known = threading.Event()
         self.stop_event = threading.Event()
         self._positions: dict[str, int] = {}
-        self._alloc: dict[str, Any] | None = None
+        self._round: dict[str, Any] | None = None
 
     def run(self) -> None:
         while not self.stop_event.is_set():
             self.poll()
             self.stop_event.wait(0.05)
         self.poll()
-        self._flush_alloc()
+        self._flush_round()
 
     def poll(self) -> None:
         for path in self._log_files():
@@ -153,22 +152,24 @@ class ClientLogFollower(threading.Thread):
                 self.client_id = m["cid"]
                 self.started(self.client_id)
             return
-        if self._alloc is not None:
-            m = _ALLOC_TOTAL_RE.search(line)
-            if m:
-                self._alloc["cid_count"] = int(m["consumers"])
-                return
-            queues = _MQ_RE.findall(line)
-            if queues and "Add mq" not in line and "Drop mq" not in line:
-                self._alloc["allocated"] += [f"{b}:{q}" for _t, b, q in queues]
-                return
-            self._flush_alloc()
-        m = _ALLOC_HEAD_RE.search(line)
+        m = _CID_RE.search(line)
         if m:
-            self._alloc = {"topic": m["topic"].strip(), "allocated": [], "cid_count": 0}
+            topic = m["topic"].strip()
+            if self._round is None or self._round["topic"] != topic or self._round["allocated"]:
+                self._flush_round()
+                self._round = {"topic": topic, "cid_all": [], "allocated": [], "changed": False}
+            self._round["cid_all"].append(m["cid"])
             return
+        m = _ALLOCATE_RE.search(line)
+        if m:
+            if self._round is not None and self._round["topic"] == m["topic"]:
+                self._round["allocated"].append(f"{m['broker']}:{m['qid']}")
+            return
+        if _ROUND_END_RE.search(line):
+            self._flush_round()
         m = _ADD_RE.search(line)
         if m:
+            self._mark_changed(m["topic"])
             self.events.emit(
                 "mq_added",
                 group=self.group,
@@ -193,6 +194,7 @@ class ClientLogFollower(threading.Thread):
             return
         m = _DROP_RE.search(line)
         if m:
+            self._mark_changed(m["topic"])
             reason = "pull_expired" if "timeout" in m["why"].lower() else "reallocated"
             self.events.emit(
                 "mq_removed",
@@ -204,22 +206,24 @@ class ClientLogFollower(threading.Thread):
                 reason=reason,
             )
 
-    def _flush_alloc(self) -> None:
-        alloc, self._alloc = self._alloc, None
-        # The client passes this line through printf: a topic with '%' (the retry topic) comes out
-        # garbled, so only the subscribed topic's allocations are reported.
-        if alloc is None or alloc["topic"] != self.topic:
+    def _mark_changed(self, topic: str) -> None:
+        if self._round is not None and self._round["topic"] == topic:
+            self._round["changed"] = True
+
+    def _flush_round(self) -> None:
+        rnd, self._round = self._round, None
+        # Only the subscribed topic: the retry topic's rounds are the client's own business.
+        if rnd is None or rnd["topic"] != self.topic:
             return
         self.events.emit(
             "rebalance",
             group=self.group,
             client_id=self.client_id,
-            topic=alloc["topic"],
+            topic=rnd["topic"],
             strategy="AVG",
-            cid_all=[],
-            cid_count=alloc["cid_count"],
-            allocated=alloc["allocated"],
-            changed=True,
+            cid_all=sorted(rnd["cid_all"]),
+            allocated=rnd["allocated"],
+            changed=rnd["changed"],
         )
 
 
@@ -255,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     consumer.set_instance_name(instance)
     consumer.set_thread_count(args.threads)
     dll.SetPushConsumerLogLevel.argtypes = [ctypes.c_void_p, ctypes.c_int]
-    dll.SetPushConsumerLogLevel(consumer._handle, 4)  # INFO: the rebalance lines the follower reads
+    dll.SetPushConsumerLogLevel(consumer._handle, 5)  # DEBUG: the rebalance rounds the follower reads
     # Message trace must be OPEN (0) before start(): with it closed, 2.1.0's shutdown() crashes.
     dll.SetPushConsumerMessageTrace.argtypes = [ctypes.c_void_p, ctypes.c_int]
     dll.SetPushConsumerMessageTrace(consumer._handle, 0)

@@ -91,6 +91,18 @@ def test_cpp_and_python_consumers_share_a_group(lab: Lab):
         )
     # C++ and Python computed the same averagely allocation over the same sorted client ids.
     assert held == expected_averagely(clients, queues)
+    for name in ids:
+        latest = wait_for(
+            f"{name}'s rebalance over all four",
+            lambda name=name: [
+                e
+                for e in lab.events(name, "rebalance")
+                if e["topic"] == topic and set(e["cid_all"]) == set(clients)
+            ],
+            15,
+            lab,
+        )[-1]
+        assert sorted(latest["allocated"]) == sorted(f"broker-a:{q}" for q in held[ids[name]])
 
     # Ours -> everyone: our producer's messages are consumed, each by the owner of its queue.
     assert lab.py_producer("py-producer", topic, 40).popen.wait(30) == 0

@@ -41,6 +41,7 @@ class ClientConfig:
     heartbeat_broker_interval: int = 30_000
     persist_consumer_offset_interval: int = 5_000
     mq_client_api_timeout: int = 3_000
+    connect_timeout_millis: int = 3_000  # NettyClientConfig.connectTimeoutMillis
     pull_time_delay_mills_when_exception: int = 1_000  # the effective value (see ROCKETMQ-FACTS §2)
     # first runs of MQClientInstance.startScheduledTask
     poll_name_server_first_delay: int = 10

@@ -173,7 +173,9 @@ class MQClientInstance:
         self.client_id = client_id or build_client_id(config.instance_name)
         self.log = log or EventLog.null()
         self.clock = clock or SystemClock()
-        self.remoting = RemotingClient(log=self.log)
+        # scaled like every other timer, with a floor so a slow loopback connect is not cut short
+        connect_s = max(0.2, config.seconds(config.connect_timeout_millis))
+        self.remoting = RemotingClient(log=self.log, connect_timeout_s=connect_s)
         self.api = MQClientAPI(self.remoting)
         self.consumer_table: dict[str, ConsumerInner] = {}
         self.producer_table: dict[str, ProducerInner] = {}

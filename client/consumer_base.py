@@ -247,10 +247,14 @@ class ConsumerBase:
 
     async def _stop_client(self) -> None:
         self.running = False
-        await self.persist_consumer_offset()
+        try:
+            # one-way writes cannot block for long, unless a paused broker stopped reading altogether
+            async with asyncio.timeout(self.config.seconds(2 * self.config.mq_client_api_timeout)):
+                await self.persist_consumer_offset()
+        except TimeoutError:
+            self.log.warning("persisting offsets at shutdown timed out", group=self.group)
         self.instance.unregister_consumer_local(self.group)
         await self.instance.unregister_client(consumer_group=self.group)
         if not self.instance.consumer_table and not self.instance.producer_table:
             await self.instance.shutdown()
         self.rebalance_impl.destroy()
-        await asyncio.sleep(0)

@@ -212,8 +212,7 @@ class ClientLogFollower(threading.Thread):
 
     def _flush_round(self) -> None:
         rnd, self._round = self._round, None
-        # Only the subscribed topic: the retry topic's rounds are the client's own business.
-        if rnd is None or rnd["topic"] != self.topic:
+        if rnd is None:
             return
         self.events.emit(
             "rebalance",

@@ -107,7 +107,7 @@ consumer.updateProcessQueueTableInRebalance = async (topic, mqSet) => {
       emit('mq_added', { group, client_id: clientId, topic, broker: mq.brokerName, queue_id: Number(mq.queueId), next_offset: Number(entry.nextOffset) });
     }
   }
-  if (topic === args.topic && lastAllocation) {
+  if (lastAllocation) { // every subscribed topic, the retry topic included, as our own client reports
     emit('rebalance', {
       group, client_id: clientId, topic, strategy: 'AVG', cid_all: lastAllocation.cidAll,
       allocated: lastAllocation.result.map(mq => `${mq.brokerName}:${mq.queueId}`), changed: Boolean(changed),

@@ -1,5 +1,5 @@
 """Processes for the interop tests: a broker with a native port, real-client drivers and our own
-consumer and producer, with their event files, and helpers that read those events."""
+consumer and producer, with their event files, and functions that read those events."""
 
 from __future__ import annotations
 

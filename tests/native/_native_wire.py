@@ -1,4 +1,4 @@
-"""Test-side RocketMQ wire helpers, written from the Java layouts and independent of protocol.native:
+"""Test-side RocketMQ wire functions, written from the Java layouts and independent of protocol.native:
 they build frames as real clients do and decode what the emulator answers, so a shared bug cannot hide."""
 
 from __future__ import annotations

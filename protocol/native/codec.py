@@ -70,12 +70,14 @@ def _remember(table: OrderedDict[int, int], opaque: int, code: int) -> None:
         table.popitem(last=False)
 
 
-def port_rewriter(primary_port: int, native_port: int) -> Callable[[str], str]:
-    """Rewrites ``host:<primary_port>`` to ``host:<native_port>``; other addresses stay as they are."""
+def port_rewriter(primary_port: int, native_port: int, *also: int) -> Callable[[str], str]:
+    """Rewrites ``host:<primary_port>`` (or any port in ``also``) to ``host:<native_port>``; other
+    addresses stay as they are."""
+    ports = {str(primary_port), *(str(p) for p in also)}
 
     def rewrite(addr: str) -> str:
         host, sep, port = addr.rpartition(":")
-        if sep and port == str(primary_port):
+        if sep and port in ports:
             return f"{host}:{native_port}"
         return addr
 

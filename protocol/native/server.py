@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from protocol.native.codec import NativeCodec, native_codec_factory, port_rewriter
@@ -9,13 +10,22 @@ from protocol.remoting import RemotingServer
 from protocol.runtime import local_ip
 
 
-async def start_native_port(primary: RemotingServer, host: str, port: int, log: Any = None) -> RemotingServer:
+async def start_native_port(
+    primary: RemotingServer,
+    host: str,
+    port: int,
+    log: Any = None,
+    *,
+    route_ports: Iterable[int] = (),
+) -> RemotingServer:
     """Start a server on ``host:port`` (0 = any free port) serving ``primary``'s handlers and connection
     callbacks with the native codec; returns it (close it with ``await server.close()``).
 
-    Route answers given on it name the native port wherever the primary's port appears, so real clients
-    that looked the topic up here come back to this port.
+    Route answers given on it name the native port wherever the primary's port (or one of
+    ``route_ports``, e.g. an advertised port) appears, so real clients that looked a topic up here come
+    back to this port.
     """
+    extra_ports = tuple(route_ports)
     server = RemotingServer(
         host,
         port,
@@ -30,7 +40,7 @@ async def start_native_port(primary: RemotingServer, host: str, port: int, log: 
         return native_codec_factory(
             max_frame_bytes,
             store_host=f"{advertised}:{server.port}",
-            rewrite_broker_addr=port_rewriter(primary.port, server.port),
+            rewrite_broker_addr=port_rewriter(primary.port, server.port, *extra_ports),
         )
 
     server.codec_factory = factory

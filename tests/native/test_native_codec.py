@@ -305,6 +305,11 @@ def test_route_answer_points_at_the_native_port():
     assert got["queueDatas"][0]["readQueueNums"] == 4 and got["queueDatas"][0]["topicSysFlag"] == 0
 
 
+def test_advertised_ports_are_rewritten_too():
+    rewrite = port_rewriter(7000, 7001, 7100)
+    assert [rewrite(a) for a in ("h:7000", "h:7100", "h:7200")] == ["h:7001", "h:7001", "h:7200"]
+
+
 def test_route_answer_prefers_registered_native_addresses():
     c = codec()
     cmd = one(c, json_frame(RequestCode.GET_ROUTEINFO_BY_TOPIC, 2, {"topic": "T"}))

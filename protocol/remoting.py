@@ -274,9 +274,11 @@ class Connection(asyncio.Protocol):
         fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending[cmd.opaque] = fut
         try:
-            self._write(cmd)
-            await self._drain()
             async with asyncio.timeout(timeout_s):
+                # Waiting for a full write buffer counts against the timeout: a peer that stopped
+                # reading (SIGSTOP) must not block the caller forever.
+                self._write(cmd)
+                await self._drain()
                 return await fut
         except TimeoutError:
             raise RemotingTimeoutError(
@@ -286,11 +288,18 @@ class Connection(asyncio.Protocol):
         finally:
             self._pending.pop(cmd.opaque, None)
 
-    async def invoke_oneway(self, cmd: RemotingCommand) -> None:
+    async def invoke_oneway(self, cmd: RemotingCommand, timeout_s: float = 3.0) -> None:
         cmd.opaque = self._next_opaque()
         cmd.flag = (cmd.flag | Flag.ONEWAY) & ~Flag.RESPONSE
         self._write(cmd)
-        await self._drain()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._drain()
+        except TimeoutError:
+            raise RemotingTimeoutError(
+                f"one-way {code_name(cmd.code, response=False)} to {self.remote_addr}: "
+                f"peer not reading for {timeout_s:.3f}s"
+            ) from None
 
     def close(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
@@ -538,9 +547,9 @@ class RemotingClient:
         conn = await self.connection(addr)
         return await conn.invoke(cmd, timeout_s)
 
-    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> None:
         conn = await self.connection(addr)
-        await conn.invoke_oneway(cmd)
+        await conn.invoke_oneway(cmd, timeout_s)
 
     def close_connection(self, addr: str) -> None:
         conn = self._conns.pop(addr, None)

@@ -231,3 +231,29 @@ async def test_pending_request_fails_when_connection_drops(
     server.register(8, drop)
     with pytest.raises(RemotingConnectionError):
         await client.invoke(server.address, RemotingCommand.request(8), 2)
+
+
+async def test_invoke_times_out_when_the_peer_stops_reading() -> None:
+    """A peer that accepts but never reads (a SIGSTOPped broker): the write buffer fills and the call
+    must still end at its timeout instead of blocking on the drain."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # never read
+
+    srv = await asyncio.start_server(on_client, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    cli = RemotingClient()
+    try:
+        big = RemotingCommand.request(RequestCode.SEND_MESSAGE, body={"body": b"x" * (1 << 20)})
+        with pytest.raises(RemotingTimeoutError):
+            async with asyncio.timeout(10):
+                for _ in range(64):
+                    await cli.invoke_oneway(f"127.0.0.1:{port}", big, timeout_s=0.2)
+        with pytest.raises(RemotingTimeoutError):
+            await cli.invoke(f"127.0.0.1:{port}", big, 0.2)
+    finally:
+        await cli.close()
+        for w in accepted:
+            w.close()
+        srv.close()

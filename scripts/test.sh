@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 ensure_venv '.[dev,pipeline]'
+echo "==> real RocketMQ clients for the interop tests (their own environments)"
+bash scripts/setup_real_clients.sh
 echo "==> ruff"
 "$VENV/bin/ruff" check .
 echo "==> pytest"

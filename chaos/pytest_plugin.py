@@ -101,12 +101,18 @@ class RmqLab:
 
     def close(self) -> None:
         try:
-            for node in [m.node for m in self.sup if m.role == "consumer"]:
-                m = self.sup.member(node)
+            # Consumers leave first (all at once) so they can unregister while the broker is still up.
+            stopping = []
+            for m in self.sup:
                 self.sup.refresh(m)
-                if m.state in ("starting", "running", "paused"):
+                if m.role == "consumer" and m.state in ("starting", "running", "paused") and m.proc:
                     with contextlib.suppress(Exception):
-                        self.sup.stop(node, nemesis=False)
+                        stopping.append(self.sup.begin_stop(m.node, nemesis=False))
+            deadline = time.monotonic() + 10
+            while any(m.proc is not None and m.proc.poll() is None for m in stopping):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
             self.sup.close()
             for b in list(self._in_process.values()):
                 with contextlib.suppress(Exception):

@@ -35,7 +35,7 @@ def load_listener(spec: str) -> Callable[..., Any]:
         path = Path(path_text).resolve()
         if not path.is_file():
             raise ListenerError(f"listener file {path} does not exist")
-        # Let the file import its neighbours (helpers, conftest-style modules) as it does under pytest.
+        # Let the file import its sibling modules (conftest-style ones too) as it does under pytest.
         for p in (str(path.parent), str(path.parent.parent)):
             if p not in sys.path:
                 sys.path.insert(0, p)

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from chaos_helpers import STANDIN
+from chaos_support import STANDIN
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Helpers for the chaos tests: a stand-in role process, an event collector, process-state probes."""
+"""Shared pieces of the chaos tests: a stand-in role process, an event collector, process-state probes."""
 
 from __future__ import annotations
 

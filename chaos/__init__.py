@@ -1,1 +1,2 @@
-"""chaos package."""
+"""The chaos lab: local cluster supervisor, fault proxy, experiments and their runner, rmq-admin, and the
+rmqlab pytest plugin."""

@@ -17,6 +17,22 @@ if TYPE_CHECKING:
     from broker.controller import BrokerController
 
 
+_ATTR_LAST_HEARTBEAT = "last_heartbeat"
+
+
+def parse_heartbeat(body: dict) -> HeartbeatData:
+    hb = HeartbeatData.from_wire(body)
+    if not hb.client_id:
+        raise InvalidParameter("clientID", "is empty")
+    for i, cd in enumerate(hb.consumer_data_set):
+        if not cd.group_name:
+            raise InvalidParameter(f"consumerDataSet[{i}].groupName", "is empty")
+    for i, pd in enumerate(hb.producer_data_set):
+        if not pd.group_name:
+            raise InvalidParameter(f"producerDataSet[{i}].groupName", "is empty")
+    return hb
+
+
 class ClientManageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -30,15 +46,14 @@ class ClientManageProcessor:
         }
 
     async def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        hb = HeartbeatData.from_wire(cmd.body_map())
-        if not hb.client_id:
-            raise InvalidParameter("clientID", "is empty")
-        for i, cd in enumerate(hb.consumer_data_set):
-            if not cd.group_name:
-                raise InvalidParameter(f"consumerDataSet[{i}].groupName", "is empty")
-        for i, pd in enumerate(hb.producer_data_set):
-            if not pd.group_name:
-                raise InvalidParameter(f"producerDataSet[{i}].groupName", "is empty")
+        body = cmd.body_map()
+        # A client sends the same heartbeat again and again: reuse the parse of an identical body.
+        cached = conn.attrs.get(_ATTR_LAST_HEARTBEAT)
+        if cached is not None and cached[0] == body:
+            hb = cached[1]
+        else:
+            hb = parse_heartbeat(body)
+            conn.attrs[_ATTR_LAST_HEARTBEAT] = (body, hb)
         b = self.broker
         now = b.clock.monotonic_ms()
         wall = b.clock.now_ms()

@@ -121,7 +121,12 @@ class PullMessageProcessor:
         code = _STATUS_CODE[result.status]
         b = self.broker
         if b.pull_events:
-            client_id = conn.attrs.get(ATTR_GROUPS, {}).get(group) or conn.attrs.get(ATTR_CLIENT_ID)
+            # a puller that never sent a heartbeat is named by its address
+            client_id = (
+                conn.attrs.get(ATTR_GROUPS, {}).get(group)
+                or conn.attrs.get(ATTR_CLIENT_ID)
+                or conn.remote_addr
+            )
             b.log.emit(
                 "pull_served",
                 group=group,

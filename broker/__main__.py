@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sqlite3
 import sys
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
+from broker.store import StoreError
 from protocol.command import DEFAULT_MAX_FRAME_BYTES
 from protocol.runtime import (
     EventLog,
@@ -91,8 +93,8 @@ async def serve(config: BrokerConfig, log: EventLog) -> int:
     broker = BrokerController(config, log=log)
     try:
         await broker.start()
-    except OSError as exc:
-        print(f"rmq-broker: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
+    except (OSError, sqlite3.Error, StoreError) as exc:
+        print(f"rmq-broker: cannot start on {config.host}:{config.port}: {exc}", file=sys.stderr)
         return 2
     try:
         announce_ready(broker.address)

@@ -111,7 +111,11 @@ class BrokerController:
             self.store = MemoryMessageStore(
                 cfg.broker_name, host=self.broker_addr.rsplit(":", 1)[0], port=self.port, clock=self.clock
             )
-        await self.store.open()
+        try:
+            await self.store.open()
+        except BaseException:
+            await self.server.close()
+            raise
         for tc in self.store.loaded_topics:
             self.topic_manager.put(tc)
         for group, topic, qid, offset in self.store.loaded_offsets:

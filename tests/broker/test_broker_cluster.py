@@ -161,6 +161,18 @@ async def test_broker_cli_rejects_bad_flags():
     assert proc.returncode == 2 and b"--time-scale" in err
 
 
+async def test_broker_cli_reports_an_unusable_store_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "broker", "--port", "0", "--store-dir", str(blocker / "store"), cwd=REPO,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 2 and b"READY" not in out
+    assert b"cannot start" in err and b"Not a directory" in err
+
+
 async def test_durability_across_sigkill(procs, make_peer, tmp_path):
     store = str(tmp_path / "store")
     log_file = tmp_path / "broker.jsonl"

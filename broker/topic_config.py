@@ -62,12 +62,21 @@ class TopicConfig:
         }
 
 
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+
+
 class TopicConfigManager:
     def __init__(self, default_queue_nums: int = 4, auto_create: bool = True) -> None:
         self.default_queue_nums = default_queue_nums
         self.auto_create = auto_create
         self.table: dict[str, TopicConfig] = {}
         self.data_version = 0  # bumped on every change; the name-server registration watches it
+        if auto_create:
+            # RocketMQ's auto-create key topic: producers (real ones included) look its route up to
+            # find a broker that will create an unknown topic on first send.
+            self.put(
+                TopicConfig(AUTO_CREATE_TOPIC_KEY, default_queue_nums, default_queue_nums, PERM_READ_WRITE)
+            )
 
     def select(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)

@@ -103,7 +103,7 @@ async def test_consumer_and_producer_processes(cluster: Cluster, tmp_path: Path)
 
 
 async def test_cli_errors_are_clear(cluster: Cluster) -> None:
-    await cluster.start_broker()
+    await cluster.start_broker(auto_create_topic=False)
     bad_strategy = await spawn(
         "client.consumer_main",
         "--namesrv",

@@ -102,7 +102,7 @@ async def test_producer_fails_over_when_a_broker_dies(cluster: Cluster, fault_to
 
 
 async def test_send_rejects_bad_input_clearly(cluster: Cluster) -> None:
-    await cluster.start_broker()
+    await cluster.start_broker(auto_create_topic=False)
     producer = cluster.producer()
     with pytest.raises(MQClientError, match="not running"):
         await producer.send("T", b"x")
@@ -115,3 +115,18 @@ async def test_send_rejects_bad_input_clearly(cluster: Cluster) -> None:
         await producer.send("T", "text")  # type: ignore[arg-type]
     with pytest.raises(MQClientError, match="no route info"):
         await producer.send("NoSuchTopic", b"x")
+
+
+async def test_send_to_an_unknown_topic_creates_it_through_tbw102(cluster: Cluster) -> None:
+    """With auto-creation on, the producer finds the broker through TBW102's route and the broker
+    creates the topic on the first send (PROTOCOL.md: 4 queues)."""
+    broker = await cluster.start_broker()
+    producer = cluster.producer()
+    await producer.start()
+    try:
+        result = await producer.send("BrandNewTopic", b"x")
+        assert result.queue_offset == 0
+        tc = broker.topic_manager.select("BrandNewTopic")
+        assert tc is not None and tc.write_queue_nums == 4
+    finally:
+        await producer.shutdown()

@@ -10,6 +10,7 @@ import sys
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.store import StoreError
+from broker.topic_config import PERM_READ_WRITE, TopicConfig
 from protocol.command import DEFAULT_MAX_FRAME_BYTES
 from protocol.runtime import (
     EventLog,
@@ -24,6 +25,17 @@ from protocol.runtime import (
 
 def _namesrv(text: str) -> str:
     return text if text == "embedded" else host_port(text)
+
+
+def _topic_spec(text: str) -> tuple[str, int | None]:
+    name, sep, queues = text.partition(":")
+    if not name or any(c.isspace() for c in name):
+        raise argparse.ArgumentTypeError(f"bad topic name in {text!r}")
+    if not sep:
+        return name, None
+    if not queues.isdigit() or not 1 <= int(queues) <= 1024:
+        raise argparse.ArgumentTypeError(f"queues must be 1..1024 in {text!r}")
+    return name, int(queues)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,10 +72,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--disable-notify", action="store_true", help="send no NOTIFY_CONSUMER_IDS_CHANGED at all")
     p.add_argument(
-        "--remoting-port",
+        "--create-topic",
+        action="append",
+        default=[],
+        type=_topic_spec,
+        metavar="TOPIC[:QUEUES]",
+        help="create this topic at start (repeatable; queues default to --default-queue-nums); real "
+        "clients look a topic's route up before its first message",
+    )
+    p.add_argument(
+        "--advertise-port",
         type=port_number,
         default=None,
         help="port published in routes when clients must reach the broker elsewhere (e.g. a fault proxy)",
+    )
+    p.add_argument(
+        "--remoting-port",
+        "--native-port",
+        dest="remoting_port",
+        type=port_number,
+        default=None,
+        help="also serve RocketMQ's own remoting protocol on this port, for real RocketMQ clients "
+        "(0 picks a free one); the msgpack port is unchanged",
     )
     return p
 
@@ -76,7 +106,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         cluster_name=args.cluster,
         host=args.host,
         port=args.port,
-        advertised_port=args.remoting_port or None,
+        advertised_port=args.advertise_port or None,
         time_scale=args.time_scale,
         store_dir=args.store_dir,
         namesrv=args.namesrv,
@@ -89,7 +119,12 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     )
 
 
-async def serve(config: BrokerConfig, log: EventLog) -> int:
+async def serve(
+    config: BrokerConfig,
+    log: EventLog,
+    native_port: int | None = None,
+    topics: list[tuple[str, int | None]] | None = None,
+) -> int:
     broker = BrokerController(config, log=log)
     try:
         await broker.start()
@@ -97,7 +132,19 @@ async def serve(config: BrokerConfig, log: EventLog) -> int:
         print(f"rmq-broker: cannot start on {config.host}:{config.port}: {exc}", file=sys.stderr)
         return 2
     try:
-        announce_ready(broker.address)
+        for name, queues in topics or []:
+            n = queues or config.default_topic_queue_nums
+            tc = TopicConfig(name, n, n, PERM_READ_WRITE)
+            if broker.topic_manager.put(tc):
+                broker.topic_created(tc)
+        ready = broker.address
+        if native_port is not None:
+            try:
+                ready += f" native={await broker.start_native_port(native_port)}"
+            except OSError as exc:
+                print(f"rmq-broker: cannot listen on {config.host}:{native_port}: {exc}", file=sys.stderr)
+                return 2
+        announce_ready(ready)
         await asyncio.Event().wait()  # until SIGTERM/SIGINT cancels us
     finally:
         await asyncio.shield(broker.shutdown())
@@ -109,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from_args(args)
     log = EventLog(args.node or config.broker_name, "broker", args.log_file)
     try:
-        return run_async_main(lambda: serve(config, log))
+        return run_async_main(lambda: serve(config, log, args.remoting_port, args.create_topic))
     finally:
         log.close()
 

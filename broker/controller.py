@@ -52,6 +52,8 @@ class BrokerController:
         from broker.topic_config import TopicConfigManager
 
         self.topic_manager = TopicConfigManager(config.default_topic_queue_nums, config.auto_create_topic)
+        self.native_server: RemotingServer | None = None
+        self.native_addr: str | None = None
         self.hold_service = PullRequestHoldService()
         self.schedule_service = ScheduleMessageService(config.scaled_delay_levels)
         self.faults = FaultTable()
@@ -146,10 +148,27 @@ class BrokerController:
             messages=self.store.message_count(),
         )
 
+    async def start_native_port(self, port: int) -> str:
+        """Open a second port speaking RocketMQ's own remoting protocol (real RocketMQ clients) with the
+        same processors; it is published to the name server as ``nativeAddr``. Returns its address."""
+        from protocol.native import start_native_port
+
+        route_ports = [self.config.advertised_port] if self.config.advertised_port else []
+        self.native_server = await start_native_port(
+            self.server, self.config.host, port, log=self.log, route_ports=route_ports
+        )
+        host = self.broker_addr.rsplit(":", 1)[0]
+        self.native_addr = f"{host}:{self.native_server.port}"
+        self.log.emit("native_port_started", broker=self.config.broker_name, addr=self.native_addr)
+        await self.register_broker_all()
+        return self.native_addr
+
     async def shutdown(self) -> None:
         if self._stopped:
             return
         self._stopped = True
+        if self.native_server is not None:
+            await self.native_server.close()
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -426,15 +445,16 @@ class BrokerController:
 
     def _register_broker_request(self) -> RemotingCommand:
         cfg = self.config
+        ext: dict[str, Any] = {
+            "brokerName": cfg.broker_name,
+            "brokerAddr": self.broker_addr,
+            "clusterName": cfg.cluster_name,
+            "brokerId": cfg.broker_id,
+        }
+        if self.native_addr:
+            ext["nativeAddr"] = self.native_addr
         return RemotingCommand.request(
-            RequestCode.REGISTER_BROKER,
-            {
-                "brokerName": cfg.broker_name,
-                "brokerAddr": self.broker_addr,
-                "clusterName": cfg.cluster_name,
-                "brokerId": cfg.broker_id,
-            },
-            {"topicConfigTable": self.topic_config_table()},
+            RequestCode.REGISTER_BROKER, ext, {"topicConfigTable": self.topic_config_table()}
         )
 
     def _unregister_broker_request(self) -> RemotingCommand:
@@ -457,7 +477,13 @@ class BrokerController:
                 for t, tc in self.topic_manager.table.items()
             }
             self.namesrv_processor.register_local(
-                cfg.cluster_name, cfg.broker_name, self.broker_addr, cfg.broker_id, topics, None
+                cfg.cluster_name,
+                cfg.broker_name,
+                self.broker_addr,
+                cfg.broker_id,
+                topics,
+                None,
+                self.native_addr,
             )
             return True
         if self._namesrv_client is None:

@@ -41,7 +41,8 @@ class NamesrvProcessor:
         cluster = _non_empty(cmd, "clusterName")
         broker_id = cmd.ext_int("brokerId")
         topics = parse_topic_config_table(cmd.body)
-        self.register_local(cluster, name, addr, broker_id, topics, conn.id)
+        native_addr = cmd.ext_str("nativeAddr", default=None)
+        self.register_local(cluster, name, addr, broker_id, topics, conn.id, native_addr)
         return cmd.response()
 
     def register_local(
@@ -52,9 +53,10 @@ class NamesrvProcessor:
         broker_id: int,
         topics: dict[str, Any],
         conn_id: int | None,
+        native_addr: str | None = None,
     ) -> None:
         first = self.route_info.register_broker(
-            cluster, name, addr, broker_id, topics, self.clock.monotonic_ms(), conn_id
+            cluster, name, addr, broker_id, topics, self.clock.monotonic_ms(), conn_id, native_addr
         )
         if first:
             self.log.emit(

@@ -24,21 +24,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=9876, help="port to listen on; 0 picks a free one")
     p.add_argument("--max-frame-bytes", type=positive_int, default=DEFAULT_MAX_FRAME_BYTES)
+    p.add_argument(
+        "--remoting-port",
+        "--native-port",
+        dest="remoting_port",
+        type=port_number,
+        default=None,
+        help="also serve RocketMQ's own remoting protocol on this port, for real RocketMQ clients",
+    )
     add_common_args(p)
     return p
 
 
-async def serve(config: NamesrvConfig, log: EventLog) -> int:
+async def serve(config: NamesrvConfig, log: EventLog, native_port: int | None = None) -> int:
     ns = NamesrvController(config, log=log)
     try:
         await ns.start()
     except OSError as exc:
         print(f"rmq-namesrv: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
         return 2
+    native = None
+    ready = ns.address
+    if native_port is not None:
+        from protocol.native import start_native_port
+
+        try:
+            # Brokers that opened a native port register it as nativeAddr; routes asked for here
+            # point real clients at those ports.
+            native = await start_native_port(ns.server, config.host, native_port, log=log)
+        except OSError as exc:
+            print(f"rmq-namesrv: cannot listen on {config.host}:{native_port}: {exc}", file=sys.stderr)
+            await ns.shutdown()
+            return 2
+        ready += f" native={config.host}:{native.port}"
     try:
-        announce_ready(ns.address)
+        announce_ready(ready)
         await asyncio.Event().wait()
     finally:
+        if native is not None:
+            await asyncio.shield(native.close())
         await asyncio.shield(ns.shutdown())
     return 0
 
@@ -50,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     log = EventLog(args.node or "namesrv", "namesrv", args.log_file)
     try:
-        return run_async_main(lambda: serve(config, log))
+        return run_async_main(lambda: serve(config, log, args.remoting_port))
     finally:
         log.close()
 

@@ -33,13 +33,18 @@ class BrokerData:
     cluster: str
     broker_name: str
     broker_addrs: dict[int, str] = field(default_factory=dict)
+    # Addresses of the brokers' RocketMQ-native ports, for real clients (absent when none is open).
+    native_addrs: dict[int, str] = field(default_factory=dict)
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire: dict[str, Any] = {
             "cluster": self.cluster,
             "brokerName": self.broker_name,
             "brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
         }
+        if self.native_addrs:
+            wire["nativeAddrs"] = {str(k): v for k, v in sorted(self.native_addrs.items())}
+        return wire
 
 
 @dataclass(slots=True)
@@ -93,6 +98,7 @@ class RouteInfoManager:
         topics: dict[str, QueueData],
         now_ms: int,
         conn_id: int | None = None,
+        native_addr: str | None = None,
     ) -> bool:
         """Register or refresh a broker; returns True for a broker address not known before."""
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
@@ -104,6 +110,10 @@ class RouteInfoManager:
             if addr == broker_addr and bid != broker_id:
                 del bd.broker_addrs[bid]
         bd.broker_addrs[broker_id] = broker_addr
+        if native_addr:
+            bd.native_addrs[broker_id] = native_addr
+        else:
+            bd.native_addrs.pop(broker_id, None)
         first = broker_addr not in self.broker_live_table
         self.broker_live_table[broker_addr] = BrokerLiveInfo(
             broker_addr, broker_name, cluster, broker_id, now_ms, conn_id
@@ -128,6 +138,7 @@ class RouteInfoManager:
             for bid, addr in list(bd.broker_addrs.items()):
                 if addr == broker_addr:
                     del bd.broker_addrs[bid]
+                    bd.native_addrs.pop(bid, None)
                     removed = True
             if not bd.broker_addrs:
                 del self.broker_addr_table[name]

@@ -15,7 +15,7 @@ def test_broker_flags():
             "--log-file", "x.jsonl", "--broker-name", "broker-b", "--cluster", "C", "--store-dir", "d",
             "--namesrv", "h:9876", "--max-frame-bytes", "1024", "--no-auto-create-topic",
             "--default-queue-nums", "8", "--notify-on-channel-expired", "--release-locks-on-close",
-            "--disable-notify", "--remoting-port", "7000",
+            "--disable-notify", "--advertise-port", "7000",
         ]
     )  # fmt: skip
     cfg = config_from_args(args)

@@ -96,7 +96,7 @@ class Lab:
         return proc
 
     def start_broker(self, topics: list[str], queue_nums: int = 4, *extra: str) -> None:
-        argv = [sys.executable, "interop/native_broker.py", "--port", "0", "--native-port", "0"]
+        argv = [sys.executable, "-m", "broker", "--port", "0", "--remoting-port", "0"]
         argv += ["--default-queue-nums", str(queue_nums), "--node", "broker-a"]
         argv += ["--log-file", str(self.dir / "broker-a.jsonl"), *extra]
         for t in topics:

@@ -175,6 +175,10 @@ class Connection(asyncio.Protocol):
             self._warn("closing connection after a bad frame", reason=str(exc))
             self.close()
             return
+        except Exception as exc:  # a codec bug must cost this connection only, never the process
+            self._warn("closing connection: the codec failed", reason=f"{type(exc).__name__}: {exc}")
+            self.close()
+            return
         for cmd in commands:
             if cmd.is_response:
                 fut = self._pending.pop(cmd.opaque, None)

@@ -257,3 +257,26 @@ async def test_invoke_times_out_when_the_peer_stops_reading() -> None:
         for w in accepted:
             w.close()
         srv.close()
+
+
+async def test_a_failing_codec_closes_only_its_connection() -> None:
+    class Broken:
+        def feed(self, data: bytes) -> list[RemotingCommand]:
+            raise TypeError("codec bug")
+
+        def encode(self, cmd: RemotingCommand) -> bytes:
+            return encode_frame(cmd)
+
+    srv = RemotingServer(codec_factory=lambda _max: Broken())
+    closed: list[Connection] = []
+    srv.on_connection_closed(closed.append)
+    await srv.start()
+    try:
+        assert await raw_request(srv.address, b"\x00\x00\x00\x01\x80") == []
+        for _ in range(50):
+            if closed:
+                break
+            await asyncio.sleep(0.01)
+        assert len(closed) == 1
+    finally:
+        await srv.close()

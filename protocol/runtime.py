@@ -199,6 +199,7 @@ class EventLog:
             self._log.msg(event, **fields)
 
     def _text(self, level: str, msg: str, kv: dict[str, Any]) -> None:
+        """Every log line passes here, so a recording subclass overrides this and ``emit`` only."""
         if not self._closed:
             self._log.msg("log", level=level, msg=msg, **kv)
 

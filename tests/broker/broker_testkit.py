@@ -10,12 +10,14 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.model import ConsumerData, HeartbeatData, MessageModel, SubscriptionData
 from protocol.remoting import Connection, RemotingClient
+from protocol.runtime import EventLog
 
 
-class RecordingLog:
-    """Duck-typed EventLog that keeps events in memory for assertions."""
+class RecordingLog(EventLog):
+    """An EventLog that keeps events and log lines in memory for assertions instead of writing them."""
 
     def __init__(self) -> None:
+        super().__init__("test", "test", None, _discard=True)
         self.events: list[dict[str, Any]] = []
         self.lines: list[tuple[str, str, dict[str, Any]]] = []
 
@@ -24,24 +26,6 @@ class RecordingLog:
 
     def _text(self, level: str, msg: str, kv: dict[str, Any]) -> None:
         self.lines.append((level, msg, kv))
-
-    def debug(self, msg: str, **kv: Any) -> None:
-        self._text("debug", msg, kv)
-
-    def info(self, msg: str, **kv: Any) -> None:
-        self._text("info", msg, kv)
-
-    def warning(self, msg: str, **kv: Any) -> None:
-        self._text("warning", msg, kv)
-
-    def error(self, msg: str, **kv: Any) -> None:
-        self._text("error", msg, kv)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
     def of(self, event: str, **match: Any) -> list[dict[str, Any]]:
         return [

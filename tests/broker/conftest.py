@@ -17,7 +17,7 @@ async def make_broker():
 
     async def make(**kw: Any) -> BrokerController:
         kw.setdefault("port", 0)
-        b = BrokerController(BrokerConfig(**kw), log=RecordingLog())  # type: ignore[arg-type]
+        b = BrokerController(BrokerConfig(**kw), log=RecordingLog())
         await b.start()
         brokers.append(b)
         return b

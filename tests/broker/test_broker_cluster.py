@@ -28,14 +28,14 @@ async def route(peer, topic: str):
 
 
 async def test_two_brokers_behind_one_name_server(make_peer):
-    ns = NamesrvController(NamesrvConfig(port=0, time_scale=0.01), log=RecordingLog())  # type: ignore[arg-type]
+    ns = NamesrvController(NamesrvConfig(port=0, time_scale=0.01), log=RecordingLog())
     await ns.start()
     brokers = []
     try:
         for name in ("broker-a", "broker-b"):
             b = BrokerController(
                 BrokerConfig(port=0, broker_name=name, namesrv=ns.address, time_scale=0.01),
-                log=RecordingLog(),  # type: ignore[arg-type]
+                log=RecordingLog(),
             )
             await b.start()
             brokers.append(b)

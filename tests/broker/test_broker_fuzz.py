@@ -72,7 +72,7 @@ class LiveBroker:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.broker = BrokerController(BrokerConfig(port=0), log=RecordingLog())  # type: ignore[arg-type]
+        self.broker = BrokerController(BrokerConfig(port=0), log=RecordingLog())
         self.run(self.broker.start())
         host, port = self.broker.address.rsplit(":", 1)
         self.addr = (host, int(port))

@@ -330,6 +330,20 @@ class Connection(asyncio.Protocol):
         return f"<Connection #{self.id} {self.remote_addr}>"
 
 
+async def _close_connections(conns: list[Connection], grace_s: float = 2.0) -> None:
+    """Shut channels down: cancel the requests they are handling, close them all, then abort any that
+    has not finished closing within ``grace_s``."""
+    for conn in conns:
+        conn.cancel_requests()
+        conn.close()
+    for conn in conns:
+        try:
+            async with asyncio.timeout(grace_s):
+                await conn.wait_closed()
+        except TimeoutError:
+            conn.abort()
+
+
 def _fmt_addr(addr: Any) -> str:
     if isinstance(addr, tuple) and len(addr) >= 2:
         host = addr[0]
@@ -431,16 +445,7 @@ class RemotingServer:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        conns = list(self.connections)
-        for conn in conns:
-            conn.cancel_requests()
-            conn.close()
-        for conn in conns:
-            try:
-                async with asyncio.timeout(2):
-                    await conn.wait_closed()
-            except TimeoutError:
-                conn.abort()
+        await _close_connections(list(self.connections))
         if self._server is not None:
             try:
                 async with asyncio.timeout(2):
@@ -564,12 +569,4 @@ class RemotingClient:
         self._shut = True
         conns = list(self._conns.values())
         self._conns.clear()
-        for conn in conns:
-            conn.cancel_requests()
-            conn.close()
-        for conn in conns:
-            try:
-                async with asyncio.timeout(2):
-                    await conn.wait_closed()
-            except TimeoutError:
-                conn.abort()
+        await _close_connections(conns)

@@ -90,6 +90,20 @@ class OffsetStore:
         return None
 
     async def read_offset(self, mq: MessageQueue | None, how: ReadOffsetType) -> int:
+        """readOffset: the in-memory offset where ``how`` allows it, otherwise (or when memory has none
+        and ``how`` is MEMORY_FIRST_THEN_STORE) the store's; NOT_FOUND, READ_ERROR or NO_QUEUE below 0."""
+        if mq is None:
+            return NO_QUEUE
+        if how in (ReadOffsetType.READ_FROM_MEMORY, ReadOffsetType.MEMORY_FIRST_THEN_STORE):
+            off = self.offset_table.get(mq)
+            if off is not None:
+                return off
+            if how is ReadOffsetType.READ_FROM_MEMORY:
+                return NOT_FOUND
+        return await self._read_offset_from_store(mq)
+
+    async def _read_offset_from_store(self, mq: MessageQueue) -> int:
+        """The READ_FROM_STORE branch of readOffset: the stored offset, also put in memory."""
         raise NotImplementedError
 
     async def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
@@ -111,15 +125,7 @@ class RemoteBrokerOffsetStore(OffsetStore):
         # 4.9 reads any broker error code as "no offset" (-1); >=5.0 only QUERY_NOT_FOUND, others are -2.
         self.broker_error_as_not_found = broker_error_as_not_found
 
-    async def read_offset(self, mq: MessageQueue | None, how: ReadOffsetType) -> int:
-        if mq is None:
-            return NO_QUEUE
-        if how in (ReadOffsetType.READ_FROM_MEMORY, ReadOffsetType.MEMORY_FIRST_THEN_STORE):
-            off = self.offset_table.get(mq)
-            if off is not None:
-                return off
-            if how is ReadOffsetType.READ_FROM_MEMORY:
-                return NOT_FOUND
+    async def _read_offset_from_store(self, mq: MessageQueue) -> int:
         try:
             off = await self.api.query_consumer_offset(mq, self.group)
         except OffsetNotFoundError:
@@ -225,15 +231,7 @@ class LocalFileOffsetStore(OffsetStore):
         loaded = await asyncio.to_thread(read_offset_file, self.path)
         self.offset_table.update(loaded)
 
-    async def read_offset(self, mq: MessageQueue | None, how: ReadOffsetType) -> int:
-        if mq is None:
-            return NO_QUEUE
-        if how in (ReadOffsetType.READ_FROM_MEMORY, ReadOffsetType.MEMORY_FIRST_THEN_STORE):
-            off = self.offset_table.get(mq)
-            if off is not None:
-                return off
-            if how is ReadOffsetType.READ_FROM_MEMORY:
-                return NOT_FOUND
+    async def _read_offset_from_store(self, mq: MessageQueue) -> int:
         try:
             stored = await asyncio.to_thread(read_offset_file, self.path)
         except OSError:

@@ -157,6 +157,18 @@ class ConsumerBase:
     def message_model(self) -> MessageModel:
         return self.config.message_model
 
+    def emit_queue_event(self, event: str, mq: MessageQueue, **fields: Any) -> None:
+        """Write an event about one of this consumer's message queues (group, client id and the queue)."""
+        self.log.emit(
+            event,
+            group=self.group,
+            client_id=self.client_id,
+            topic=mq.topic,
+            broker=mq.broker_name,
+            queue_id=mq.queue_id,
+            **fields,
+        )
+
     # -- subscriptions --------------------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str | None = "*") -> None:
         check_topic(topic)

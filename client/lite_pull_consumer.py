@@ -189,15 +189,7 @@ class LitePullConsumer(ConsumerBase):
         self._consume_offset.pop(mq, None)
         self._seek.pop(mq, None)
         if self._manual:
-            self.log.emit(
-                "mq_removed",
-                group=self.group,
-                client_id=self.client_id,
-                topic=mq.topic,
-                broker=mq.broker_name,
-                queue_id=mq.queue_id,
-                reason=str(DropReason.UNASSIGNED),
-            )
+            self.emit_queue_event("mq_removed", mq, reason=str(DropReason.UNASSIGNED))
 
     def _start_pull_tasks(self) -> None:
         for mq, pq in self._assigned.items():
@@ -274,13 +266,9 @@ class LitePullConsumer(ConsumerBase):
                 raise
             except Exception as exc:
                 code = exc.code_name if isinstance(exc, MQBrokerError) else type(exc).__name__
-                self.log.emit(
+                self.emit_queue_event(
                     "pull_failed",
-                    group=self.group,
-                    client_id=self.client_id,
-                    topic=mq.topic,
-                    broker=mq.broker_name,
-                    queue_id=mq.queue_id,
+                    mq,
                     code=code,
                     remark=str(exc),
                     delay_ms=int(cfg.ms(cfg.pull_time_delay_mills_when_exception)),

@@ -237,13 +237,9 @@ class PushConsumer(ConsumerBase):
             when_broker_flow_control=cfg.pull_time_delay_mills_when_broker_flow_control,
         )
         mq = req.message_queue
-        self.log.emit(
+        self.emit_queue_event(
             "pull_failed",
-            group=self.group,
-            client_id=self.client_id,
-            topic=mq.topic,
-            broker=mq.broker_name,
-            queue_id=mq.queue_id,
+            mq,
             code=code_name,
             remark=remark or "",
             delay_ms=int(cfg.ms(delay)),

@@ -77,15 +77,7 @@ class RebalanceImpl:
         return self.consumer.clock.monotonic_ms()
 
     def _emit_mq(self, event: str, mq: MessageQueue, **fields: Any) -> None:
-        self.log.emit(
-            event,
-            group=self.group,
-            client_id=self.client_id,
-            topic=mq.topic,
-            broker=mq.broker_name,
-            queue_id=mq.queue_id,
-            **fields,
-        )
+        self.consumer.emit_queue_event(event, mq, **fields)
 
     # -- doRebalance ----------------------------------------------------------------------------------
     async def do_rebalance(self, is_order: bool) -> bool:

@@ -1,14 +1,18 @@
-"""Configuration layering shared by rmq-consumer and rmq-producer: TOML file, RMQ_* environment variables,
-``--set key=value`` options, then the explicit flags (later layers win)."""
+"""What rmq-consumer and rmq-producer share: configuration layering (TOML file, RMQ_* environment
+variables, ``--set key=value`` options, then the explicit flags; later layers win) and the process entry."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
+import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from client.config import ClientConfig, ConfigError, _parse_scalar
+from client.errors import MQClientError
+from protocol.runtime import EventLog, run_async_main
 
 
 def add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -51,3 +55,20 @@ def layered_settings(
             items = value.split(",") if isinstance(value, str) else value
             out[key] = tuple(int(v) for v in items)
     return out
+
+
+def run_client_main(prog: str, log: EventLog, run: Callable[[], Awaitable[int]]) -> int:
+    """Run a client process until ``run`` returns: a bad setting or a client error is one line on
+    stderr and exit code 2, not a traceback; the event log is flushed and closed in every case."""
+
+    async def entry() -> int:
+        try:
+            return await run()
+        except (ConfigError, MQClientError, ValueError) as exc:
+            print(f"{prog}: {exc}", file=sys.stderr)
+            return 2
+
+    try:
+        return run_async_main(entry)
+    finally:
+        log.close()

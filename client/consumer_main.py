@@ -12,10 +12,9 @@ import asyncio
 import sys
 
 from client.allocate import STRATEGY_NAMES
-from client.cli_common import add_config_args, layered_settings
-from client.config import ConfigError, ConsumerConfig
+from client.cli_common import add_config_args, layered_settings, run_client_main
+from client.config import ConsumerConfig
 from client.consumer_base import normalize_enums
-from client.errors import MQClientError
 from client.push_consumer import PushConsumer
 from protocol.model import Message, MessageModel
 from protocol.runtime import (
@@ -24,7 +23,6 @@ from protocol.runtime import (
     announce_ready,
     host_port,
     non_negative_int,
-    run_async_main,
 )
 
 
@@ -112,18 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     node = args.node or f"consumer-{args.group}"
     log = EventLog(node, "consumer", args.log_file)
-
-    async def entry() -> int:
-        try:
-            return await run(args, log)
-        except (ConfigError, MQClientError, ValueError) as exc:
-            print(f"rmq-consumer: {exc}", file=sys.stderr)
-            return 2
-
-    try:
-        return run_async_main(entry)
-    finally:
-        log.close()
+    return run_client_main("rmq-consumer", log, lambda: run(args, log))
 
 
 if __name__ == "__main__":

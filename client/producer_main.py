@@ -11,7 +11,7 @@ import argparse
 import asyncio
 import sys
 
-from client.cli_common import add_config_args, layered_settings
+from client.cli_common import add_config_args, layered_settings, run_client_main
 from client.config import ConfigError, ProducerConfig
 from client.errors import MQClientError
 from client.producer import DEFAULT_PRODUCER_GROUP, Producer, check_topic
@@ -23,7 +23,6 @@ from protocol.runtime import (
     non_negative_int,
     positive_float,
     positive_int,
-    run_async_main,
 )
 
 
@@ -104,18 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     node = args.node or "producer"
     log = EventLog(node, "producer", args.log_file)
-
-    async def entry() -> int:
-        try:
-            return await run(args, log, node)
-        except (ConfigError, MQClientError, ValueError) as exc:
-            print(f"rmq-producer: {exc}", file=sys.stderr)
-            return 2
-
-    try:
-        return run_async_main(entry)
-    finally:
-        log.close()
+    return run_client_main("rmq-producer", log, lambda: run(args, log, node))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from client.allocate import sort_cid_all, sort_mq_all
@@ -281,29 +281,38 @@ class RebalanceImpl:
         except Exception as exc:
             self._emit_mq("mq_lock", mq, result="error", error=repr(exc))
             return False
-        now = self._now()
-        for got in locked:
-            pq = self.process_queue_table.get(got)
-            if pq is not None:
-                pq.locked = True
-                pq.last_lock_timestamp = now
+        self._set_locked(locked, True)
         ok = mq in locked
         self._emit_mq("mq_lock", mq, result="ok" if ok else "failed")
         return ok
 
-    def _by_broker(self) -> dict[str, set[MessageQueue]]:
-        out: dict[str, set[MessageQueue]] = defaultdict(set)
+    def _set_locked(self, mqs: Iterable[MessageQueue], locked: bool) -> None:
+        """Record a broker's lock answer in the process queues of ``mqs``; a granted lock also renews
+        ``last_lock_timestamp``, from which the client-side lock expires."""
+        now = self._now() if locked else 0
+        for mq in mqs:
+            pq = self.process_queue_table.get(mq)
+            if pq is not None:
+                pq.locked = locked
+                if locked:
+                    pq.last_lock_timestamp = now
+
+    def _by_broker(self) -> Iterator[tuple[str, str, set[MessageQueue]]]:
+        """buildProcessQueueTableByBrokerName: (broker name, master address, queues not dropped) for
+        every broker whose master address is known, in broker name order. The queues are taken when
+        iteration starts; each address is looked up when its turn comes, after the previous call."""
+        by_name: dict[str, set[MessageQueue]] = defaultdict(set)
         for mq, pq in self.process_queue_table.items():
             if not pq.dropped:
-                out[mq.broker_name].add(mq)
-        return out
+                by_name[mq.broker_name].add(mq)
+        for broker_name, mqs in sorted(by_name.items()):
+            addr = self.instance.find_broker_address_in_subscribe(broker_name, MASTER_ID, True)
+            if addr is not None:
+                yield broker_name, addr, mqs
 
     async def lock_all(self) -> None:
         cfg = self.consumer.config
-        for broker_name, mqs in sorted(self._by_broker().items()):
-            addr = self.instance.find_broker_address_in_subscribe(broker_name, MASTER_ID, True)
-            if addr is None or not mqs:
-                continue
+        for broker_name, addr, mqs in self._by_broker():
             try:
                 ok = await self.instance.api.lock_batch_mq(
                     addr, self.group, self.client_id, mqs, cfg.seconds(cfg.lock_batch_timeout)
@@ -314,17 +323,9 @@ class RebalanceImpl:
                 # nothing changes: the client-side lock ages toward its 30 s expiry
                 self.log.warning("lockBatchMQ failed", group=self.group, broker=broker_name, error=repr(exc))
                 continue
-            now = self._now()
-            for mq in ok:
-                pq = self.process_queue_table.get(mq)
-                if pq is not None:
-                    pq.locked = True
-                    pq.last_lock_timestamp = now
+            self._set_locked(ok, True)
             lost = sorted(mq for mq in mqs if mq not in ok)
-            for mq in lost:
-                pq = self.process_queue_table.get(mq)
-                if pq is not None:
-                    pq.locked = False
+            self._set_locked(lost, False)
             self.log.emit(
                 "lock_all",
                 group=self.group,
@@ -351,10 +352,7 @@ class RebalanceImpl:
 
     async def unlock_all(self, oneway: bool) -> None:
         cfg = self.consumer.config
-        for broker_name, mqs in sorted(self._by_broker().items()):
-            addr = self.instance.find_broker_address_in_subscribe(broker_name, MASTER_ID, True)
-            if addr is None or not mqs:
-                continue
+        for broker_name, addr, mqs in self._by_broker():
             try:
                 await self.instance.api.unlock_batch_mq(
                     addr, self.group, self.client_id, mqs, cfg.seconds(cfg.lock_batch_timeout), oneway=oneway
@@ -366,10 +364,7 @@ class RebalanceImpl:
                     "unlockBatchMQ failed", group=self.group, broker=broker_name, error=repr(exc)
                 )
                 continue
-            for mq in mqs:
-                pq = self.process_queue_table.get(mq)
-                if pq is not None:
-                    pq.locked = False
+            self._set_locked(mqs, False)
             self.log.emit(
                 "unlock_all",
                 group=self.group,

@@ -259,13 +259,7 @@ class BrokerController:
     def _on_connection_closed(self, conn: Connection) -> None:
         self.connections.pop(conn.id, None)
         for group, info in self.consumer_manager.do_channel_close_event(conn.id):
-            self.log.emit(
-                "consumer_unregistered",
-                group=group,
-                client_id=info.client_id,
-                reason="channel_closed",
-                client_addr=info.client_addr,
-            )
+            self.emit_consumer_unregistered(group, info.client_id, "channel_closed", info.client_addr)
             self.notify_group(group, "channel_closed")
         self.producer_manager.do_channel_close_event(conn.id)
         for req in self.hold_service.remove_connection(conn.id):
@@ -317,6 +311,19 @@ class BrokerController:
             topic=mq.topic,
             broker=mq.broker_name,
             queue_id=mq.queue_id,
+            **extra,
+        )
+
+    def emit_consumer_unregistered(
+        self, group: str, client_id: str, reason: str, client_addr: str, **extra: Any
+    ) -> None:
+        """A consumer left the group's channel table (channel closed or expired, unregister, replaced)."""
+        self.log.emit(
+            "consumer_unregistered",
+            group=group,
+            client_id=client_id,
+            reason=reason,
+            client_addr=client_addr,
             **extra,
         )
 
@@ -382,13 +389,7 @@ class BrokerController:
         to_close: set[int] = set()
         notify: set[str] = set()
         for group, info in self.consumer_manager.scan_not_active_channel(now, timeout):
-            self.log.emit(
-                "consumer_unregistered",
-                group=group,
-                client_id=info.client_id,
-                reason="channel_expired",
-                client_addr=info.client_addr,
-            )
+            self.emit_consumer_unregistered(group, info.client_id, "channel_expired", info.client_addr)
             to_close.add(info.conn_id)
             notify.add(group)
         for _, info in self.producer_manager.scan_not_active_channel(now, timeout):

@@ -75,13 +75,7 @@ class ClientManageProcessor:
             )
             groups[group] = hb.client_id
             if r.replaced_client_id is not None:
-                b.log.emit(
-                    "consumer_unregistered",
-                    group=group,
-                    client_id=r.replaced_client_id,
-                    reason="replaced",
-                    client_addr=conn.remote_addr,
-                )
+                b.emit_consumer_unregistered(group, r.replaced_client_id, "replaced", conn.remote_addr)
             if r.new_channel or r.replaced_client_id is not None:
                 b.log.emit(
                     "consumer_registered",
@@ -131,12 +125,11 @@ class ClientManageProcessor:
             removed = b.consumer_manager.unregister_consumer(consumer_group, conn.id)
             conn.attrs.get(ATTR_GROUPS, {}).pop(consumer_group, None)
             if removed is not None:
-                b.log.emit(
-                    "consumer_unregistered",
-                    group=consumer_group,
-                    client_id=removed.client_id,
-                    reason="unregister",
-                    client_addr=conn.remote_addr,
+                b.emit_consumer_unregistered(
+                    consumer_group,
+                    removed.client_id,
+                    "unregister",
+                    conn.remote_addr,
                     request_client_id=client_id,
                 )
             b.notify_group(consumer_group, "unregister")

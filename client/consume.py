@@ -211,10 +211,7 @@ class _ServiceBase:
         """CONSUMER_SEND_MSG_BACK to the master of the message's broker; False when it failed."""
         c = self.consumer
         cfg = c.config
-        addr = c.instance.find_broker_address_in_publish(msg.broker_name)
-        if addr is None:
-            await c.instance.update_topic_route_info_from_name_server(msg.topic)
-            addr = c.instance.find_broker_address_in_publish(msg.broker_name)
+        addr = await c.instance.find_broker_address_in_publish_or_update(msg.topic, msg.broker_name)
         if addr is None:
             return False
         try:

@@ -432,6 +432,15 @@ class MQClientInstance:
             addr = self.find_broker_address_in_subscribe(broker_name, broker_id, only_this_broker)
         return addr
 
+    async def find_broker_address_in_publish_or_update(self, topic: str, broker_name: str) -> str | None:
+        """The broker's master address, fetching ``topic``'s route from the name server once when it is
+        not known yet (as sendKernelImpl and sendMessageBack do before giving up)."""
+        addr = self.find_broker_address_in_publish(broker_name)
+        if addr is None:
+            await self.update_topic_route_info_from_name_server(topic)
+            addr = self.find_broker_address_in_publish(broker_name)
+        return addr
+
     def _find_broker_addr_by_topic(self, topic: str) -> str | None:
         route = self.topic_route_table.get(topic)
         if route is None or not route.broker_datas:

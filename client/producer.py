@@ -265,10 +265,7 @@ class Producer:
         properties: dict[str, str] | None,
         timeout_s: float,
     ) -> SendResult:
-        addr = self.instance.find_broker_address_in_publish(mq.broker_name)
-        if addr is None:
-            await self.instance.update_topic_route_info_from_name_server(mq.topic)
-            addr = self.instance.find_broker_address_in_publish(mq.broker_name)
+        addr = await self.instance.find_broker_address_in_publish_or_update(mq.topic, mq.broker_name)
         if addr is None:
             raise MQClientError(f"the broker[{mq.broker_name}] not exist")
         try:

@@ -257,10 +257,7 @@ class RebalanceImpl:
         return int(await self.instance.api.search_offset(addr, mq, plan.timestamp_ms, timeout))
 
     async def _offset_broker_addr(self, mq: MessageQueue) -> str:
-        addr = self.instance.find_broker_address_in_publish(mq.broker_name)
-        if addr is None:
-            await self.instance.update_topic_route_info_from_name_server(mq.topic)
-            addr = self.instance.find_broker_address_in_publish(mq.broker_name)
+        addr = await self.instance.find_broker_address_in_publish_or_update(mq.topic, mq.broker_name)
         if addr is None:
             raise MQClientError(f"the broker[{mq.broker_name}] not exist")
         return addr

@@ -92,6 +92,9 @@ class FakeInstance:
     async def find_broker_address_in_subscribe_or_update(self, *a: Any) -> str:
         return "127.0.0.1:1"
 
+    async def find_broker_address_in_publish_or_update(self, *a: Any) -> str:
+        return "127.0.0.1:1"
+
     async def update_topic_route_info_from_name_server(self, topic: str) -> bool:
         return True
 

@@ -12,6 +12,10 @@ follows that log (at DEBUG level) and writes ``rebalance`` (every round, with th
 ``pull_answer_ignored`` when the client drops a pull answer because it thinks the queue's request was
 dropped (the 2.1.0 bug behind a queue that is never pulled again after it comes back).
 
+Messages carry the address of the broker that stored them, not its name; ``--broker-addrs`` maps those
+addresses to names so that ``message_consumed`` names the right broker when there are several.
+``--client-log-dir`` has the client write its own log there (the lab keeps it in the run directory).
+
 Prints ``READY <client id>`` once started; SIGTERM or SIGINT shuts the consumer down gracefully.
 """
 
@@ -24,6 +28,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -85,8 +90,8 @@ _FACTORY_RE = re.compile(r"MQClientFactory:(?P<cid>\S+) start")
 
 
 def client_log_dirs(extra: str | None) -> list[str]:
-    """Where the library writes ``<pid>_rocketmq-cpp.log.N``: this build uses /logs/rocketmq-client,
-    Apache's sources $HOME/logs/rocketmq-cpp."""
+    """Where the library writes ``<pid>_rocketmq-cpp.log.N``: the folder given with ``--client-log-dir``,
+    else this build's /logs/rocketmq-client or Apache's sources' $HOME/logs/rocketmq-cpp."""
     dirs = [extra] if extra else []
     dirs += ["/logs/rocketmq-client", os.path.join(os.path.expanduser("~"), "logs", "rocketmq-cpp")]
     return dirs
@@ -226,6 +231,67 @@ class ClientLogFollower(threading.Thread):
         )
 
 
+def parse_broker_addrs(text: str) -> dict[str, str]:
+    """``broker-a=127.0.0.1:4001,broker-b=127.0.0.1:4002`` -> {address: broker name}."""
+    out: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, addr = item.partition("=")
+        host, colon, port = addr.rpartition(":")
+        if not sep or not name or not colon or not host or not port.isdigit():
+            raise argparse.ArgumentTypeError(f"expected NAME=HOST:PORT, got {item!r}")
+        out[addr] = name
+    return out
+
+
+class SockAddrIn(ctypes.Structure):
+    """``struct sockaddr`` as the library returns it by value (16 bytes: AF_INET, port, address)."""
+
+    _fields_ = [
+        ("family", ctypes.c_uint16),
+        ("port", ctypes.c_uint16),  # network byte order
+        ("addr", ctypes.c_uint32),  # network byte order
+        ("zero", ctypes.c_uint64),
+    ]
+
+
+class BrokerNames:
+    """The name of the broker a message came from, by the store host the library decoded from it.
+
+    The C API exposes no store host, so this calls the library's own accessor
+    (``MQMessageExt::getStoreHost() const``, a plain member returning ``sockaddr`` by value); the message
+    handle a listener gets is that object. Without the symbol, or for an unknown address, the default
+    name is used.
+    """
+
+    SYMBOL = "_ZNK8rocketmq12MQMessageExt12getStoreHostEv"
+
+    def __init__(self, dll: Any, addrs: dict[str, str], default: str) -> None:
+        self.addrs = addrs
+        self.by_port = {int(a.rpartition(":")[2]): n for a, n in addrs.items()}
+        self.default = default
+        self._fn = getattr(dll, self.SYMBOL, None) if addrs else None
+        if self._fn is not None:
+            self._fn.argtypes = [ctypes.c_void_p]
+            self._fn.restype = SockAddrIn
+
+    def store_host(self, handle: Any) -> str | None:
+        if self._fn is None:
+            return None
+        sa = self._fn(handle)
+        if sa.family != socket.AF_INET:
+            return None
+        return f"{socket.inet_ntoa(struct.pack('=I', sa.addr))}:{socket.ntohs(sa.port)}"
+
+    def name(self, handle: Any) -> str:
+        host = self.store_host(handle)
+        if host is None:
+            return self.default
+        if host in self.addrs:
+            return self.addrs[host]
+        # The advertised host may differ from the one the lab knows; the port alone is unique here.
+        return self.by_port.get(int(host.rpartition(":")[2]), self.default)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cpp_consumer", description=__doc__.split("\n\n")[0])
     p.add_argument("--namesrv", required=True, help="HOST:PORT of the emulator's native port")
@@ -234,17 +300,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tags", default="*", help="subscription expression (default *)")
     p.add_argument("--orderly", action="store_true", help="orderly listener (locks queues)")
     p.add_argument("--consume-ms", type=int, default=0, help="time the listener takes per message")
-    p.add_argument("--broker-name", default="broker-a", help="broker name written in events")
+    p.add_argument(
+        "--broker-name", default="broker-a", help="broker name written in events for an unknown store host"
+    )
+    p.add_argument(
+        "--broker-addrs",
+        type=parse_broker_addrs,
+        default={},
+        metavar="NAME=HOST:PORT,...",
+        help="brokers' native addresses, to name the broker each message came from",
+    )
     p.add_argument("--instance", default=None, help="instance name (default: pid and start time)")
     p.add_argument("--threads", type=int, default=4, help="consume threads")
     p.add_argument("--node", default=None, help="node name in events (default: cpp-<pid>)")
     p.add_argument("--log-file", default=None, help="events file (JSON lines); stderr when absent")
-    p.add_argument("--client-log-dir", default=None, help="another folder to look for the client's log in")
+    p.add_argument("--client-log-dir", default=None, help="folder the client writes its own log to")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.client_log_dir:
+        # This build reads its log folder from the environment once, when its logger starts
+        # (SetPushConsumerLogPath does not move it).
+        os.environ["ROCKETMQ_CLIENT_LOG_DIR"] = os.path.abspath(args.client_log_dir)
     from rocketmq.client import PushConsumer  # the real client's module, only in its own venv
     from rocketmq.ffi import dll
 
@@ -262,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     # Message trace must be OPEN (0) before start(): with it closed, 2.1.0's shutdown() crashes.
     dll.SetPushConsumerMessageTrace.argtypes = [ctypes.c_void_p, ctypes.c_int]
     dll.SetPushConsumerMessageTrace(consumer._handle, 0)
+    brokers = BrokerNames(dll, args.broker_addrs, args.broker_name)
 
     follower = ClientLogFollower(client_log_dirs(args.client_log_dir), events, args.group, args.topic)
 
@@ -275,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             client_id=follower.client_id,
             msg_id=msg.id,
             topic=msg.topic,
-            broker=args.broker_name,
+            broker=brokers.name(msg._handle),
             queue_id=int(msg.queue_id),
             queue_offset=int(msg.queue_offset),
             started_ms=started,

@@ -5,8 +5,12 @@
 // driver wraps its strategy (to see cid_all and the result) and its process-queue update (to see which
 // queues were added and dropped). Prints "READY <client id>" once started; SIGTERM closes it gracefully.
 //
+// Messages carry the address of the broker that stored them (storeHost); --broker-addrs maps those
+// addresses to broker names, so message_consumed names the right broker when there are several.
+//
 //   node interop/js/consumer.js --namesrv HOST:PORT --group G --topic T [--node N] [--log-file F]
-//        [--consume-ms N] [--broker-name B] [--instance NAME] [--rebalance-ms N] [--persist-ms N]
+//        [--consume-ms N] [--broker-name B] [--broker-addrs NAME=HOST:PORT,...] [--instance NAME]
+//        [--rebalance-ms N] [--persist-ms N]
 
 const fs = require('fs');
 const path = require('path');
@@ -20,6 +24,7 @@ function parseArgs(argv) {
     '--namesrv': 'namesrv', '--group': 'group', '--topic': 'topic', '--node': 'node',
     '--log-file': 'logFile', '--consume-ms': 'consumeMs', '--broker-name': 'brokerName',
     '--instance': 'instance', '--rebalance-ms': 'rebalanceMs', '--persist-ms': 'persistMs',
+    '--broker-addrs': 'brokerAddrs',
   };
   for (let i = 0; i < argv.length; i += 2) {
     const key = names[argv[i]];
@@ -36,7 +41,25 @@ function parseArgs(argv) {
     }
   }
   for (const n of [ 'consumeMs', 'rebalanceMs', 'persistMs' ]) args[n] = Number(args[n]);
+  args.brokerByAddr = new Map();
+  args.brokerByPort = new Map();
+  for (const item of (args.brokerAddrs || '').split(',').filter(Boolean)) {
+    const m = /^([^=]+)=(.+):(\d+)$/.exec(item.trim());
+    if (!m) {
+      process.stderr.write(`consumer.js: --broker-addrs expects NAME=HOST:PORT,..., got ${item}\n`);
+      process.exit(2);
+    }
+    args.brokerByAddr.set(`${m[2]}:${m[3]}`, m[1]);
+    args.brokerByPort.set(m[3], m[1]);
+  }
   return args;
+}
+
+// The broker a message came from, by its store host; the advertised host may differ from the one the
+// lab knows, and the port alone is unique on one machine.
+function brokerOf(msg) {
+  const host = msg.storeHost || '';
+  return args.brokerByAddr.get(host) || args.brokerByPort.get(host.split(':').pop()) || args.brokerName;
 }
 
 const args = parseArgs(process.argv.slice(2));
@@ -124,7 +147,7 @@ consumer.subscribe(args.topic, '*', async msg => {
   if (args.consumeMs > 0) await new Promise(resolve => setTimeout(resolve, args.consumeMs));
   emit('message_consumed', {
     // ali-ons shows the offset message id; RocketMQ's other clients show UNIQ_KEY, and so do the events.
-    group, client_id: clientId, msg_id: (msg.properties && msg.properties.UNIQ_KEY) || msg.msgId, topic: msg.topic, broker: args.brokerName,
+    group, client_id: clientId, msg_id: (msg.properties && msg.properties.UNIQ_KEY) || msg.msgId, topic: msg.topic, broker: brokerOf(msg),
     queue_id: Number(msg.queueId), queue_offset: Number(msg.queueOffset), started_ms: started,
     mode: 'CONCURRENTLY', reconsume_times: Number(msg.reconsumeTimes || 0), offset_msg_id: msg.msgId,
     body: msg.body ? msg.body.toString('utf8').slice(0, 200) : '',

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from chaos.experiment import Experiment, ExperimentError, load, parse
+from chaos.experiment import CLIENT_NAMES, Experiment, ExperimentError, load, parse
+from chaos.realclients import check_environment
 
 
 def shipped() -> dict[str, str]:
@@ -59,6 +60,7 @@ def _warnings(exp: Experiment) -> list[str]:
 def cmd_validate(args: argparse.Namespace) -> int:
     try:
         exp = resolve(args.file)
+        check_environment(exp)  # a real client this machine cannot run is a problem of the file's
     except ExperimentError as e:
         print(e, file=sys.stderr)
         return 2
@@ -76,7 +78,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"  {role}: {', '.join(roles[role])}")
     for c in exp.consumers:
         kind = "orderly" if c.orderly else "concurrent"
-        print(f"  group {c.group}: {c.count} x {kind} on {c.topic}, {c.strategy}, consume {c.consume_ms} ms")
+        joins = f", joining at {c.start:g}s" if c.start > 0 else ""
+        print(
+            f"  group {c.group}: {c.count} x {kind} on {c.topic}, {c.strategy}, consume {c.consume_ms} ms, "
+            f"{CLIENT_NAMES[c.client]} ({', '.join(c.nodes)}){joins}"
+        )
+    if exp.real_clients():
+        print("  real clients keep RocketMQ's own timers; the servers open their native ports for them")
     pol = exp.policies
     if pol.notify_on_channel_expired or pol.release_locks_on_close:
         print(f"  broker policies: {' '.join(pol.broker_flags())}")
@@ -117,6 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         exp = resolve(args.file)
+        check_environment(exp)
     except ExperimentError as e:
         print(e, file=sys.stderr)
         return 2

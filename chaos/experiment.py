@@ -9,6 +9,11 @@ Times in an experiment file (``duration``, ``drain_timeout``, ``at``, ``every``,
 time: the lab runs them ``time_scale`` times faster on the wall clock, like every timer of the
 emulator, so changing the scale keeps an experiment's meaning. Load figures are wall-clock:
 ``rate`` (messages per second) and ``consume_ms`` (the consumer's work per message).
+
+A ``[[consumers]]`` table may name a real RocketMQ client (``client = "cpp"`` or ``"js"``) instead of
+ours. Real clients keep RocketMQ's own timers whatever the time scale (30 s heartbeats, 10-20 s
+rebalances, 20 s lock renewals), so experiments with them must not run the broker so fast that it
+expires their channels or locks: see ``REAL_CLIENT_MIN_TIME_SCALE``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,20 @@ ROLES = ("namesrv", "broker", "producer", "consumer")
 # room list per consumer, which an experiment cannot give yet).
 KNOWN_STRATEGIES = ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH")
 CONSUME_FROM = ("first", "last", "timestamp")
+# Which client a consumer node runs: ours, or a real RocketMQ client through its driver in interop/.
+CLIENTS = ("python", "cpp", "js")
+REAL_CLIENTS = ("cpp", "js")
+CLIENT_NAMES = {
+    "python": "the lab's Python client",
+    "cpp": "Apache's C++ client 2.1.0",
+    "js": "ali-ons 3.12.0 (JS)",
+}
+# The broker scales its channel expiry (120 s) and its queue-lock lifetime (60 s) with the time scale,
+# but a real client still heartbeats every 30 s and an orderly one renews its locks every 20 s. At 0.5
+# the broker expires a silent channel after 60 s (two heartbeats) and a lock after 30 s (1.5 renewals);
+# at 0.25 the channel expiry would equal the heartbeat interval and real consumers would be dropped
+# from their group between two heartbeats, which is no fault of theirs.
+REAL_CLIENT_MIN_TIME_SCALE = 0.5
 MAX_BROKERS = 26
 _MAX_BODY = 4 * 1024 * 1024
 NAMESRV_NODE = "namesrv"
@@ -195,6 +214,12 @@ class ConsumerSpec:
     consume_ms: int
     consume_from: str
     nodes: tuple[str, ...]
+    client: str = "python"  # one of CLIENTS
+    start: float = 0.0  # lab seconds after the cluster is up at which the nodes join (0: with the cluster)
+
+    @property
+    def real(self) -> bool:
+        return self.client in REAL_CLIENTS
 
 
 @dataclass(frozen=True)
@@ -245,6 +270,7 @@ class NodeInfo:
     role: str
     group: str | None = None
     topic: str | None = None
+    client: str | None = None  # consumers only: one of CLIENTS
 
 
 @dataclass(frozen=True)
@@ -294,8 +320,12 @@ class Experiment:
                 out[node] = NodeInfo(node, "producer", None, topic)
         for c in self.consumers:
             for node in c.nodes:
-                out[node] = NodeInfo(node, "consumer", c.group, c.topic)
+                out[node] = NodeInfo(node, "consumer", c.group, c.topic, c.client)
         return out
+
+    def real_clients(self) -> set[str]:
+        """The real RocketMQ clients this experiment runs (empty when every consumer is ours)."""
+        return {c.client for c in self.consumers if c.real}
 
     def network_targets(self) -> set[str]:
         """Client nodes that need a fault proxy because a network nemesis may target them."""
@@ -336,6 +366,8 @@ class Experiment:
                     "consume_ms": c.consume_ms,
                     "consume_from": c.consume_from,
                     "nodes": list(c.nodes),
+                    "client": c.client,
+                    "start": c.start,
                 }
                 for c in self.consumers
             ],
@@ -623,15 +655,31 @@ def _build(
         broadcast = c.get("broadcast", "bool", False)
         consume_ms = c.get("consume_ms", "int", 0, _non_negative)
         consume_from = c.get("consume_from", "str", "first", _one_of(CONSUME_FROM))
+        client = c.get("client", "str", "python", _one_of(CLIENTS))
+        join = c.get("start", "number", 0.0, _non_negative)
         c.finish()
         if topic is not None and topic not in seen_topics:
             c.err("topic", f"topic {topic!r} is not declared in [[topics]]")
-        if group is None or topic is None or count is None:
+        if client in REAL_CLIENTS:
+            _check_real_client(c, client)
+        if group is None or topic is None or count is None or client is None:
             continue
         nodes = tuple(f"consumer-{number + i + 1}" for i in range(count))
         number += count
         consumers.append(
-            ConsumerSpec(group, topic, count, strategy, orderly, broadcast, consume_ms, consume_from, nodes)
+            ConsumerSpec(
+                group,
+                topic,
+                count,
+                strategy,
+                orderly,
+                broadcast,
+                consume_ms,
+                consume_from,
+                nodes,
+                client=client,
+                start=float(join or 0.0),
+            )
         )
 
     workload = None
@@ -663,6 +711,22 @@ def _build(
             nemeses.append(spec)
 
     root.finish()
+    real = sorted({c.client for c in consumers if c.real})
+    if real and time_scale is not None and time_scale < REAL_CLIENT_MIN_TIME_SCALE:
+        names = " and ".join(CLIENT_NAMES[k] for k in real)
+        root.err(
+            "time_scale",
+            f"must be >= {REAL_CLIENT_MIN_TIME_SCALE:g} with real clients ({names}), got {time_scale:g}: "
+            "they heartbeat every 30 s and renew locks every 20 s whatever the time scale, and a faster "
+            "broker would expire their channels and locks",
+        )
+    for i, c in enumerate(consumers):
+        if duration is not None and c.start >= duration:
+            pr.add(
+                ("consumers", i, "start"),
+                f"consumers[{i + 1}].start: start = {c.start:g} is not before the end of the experiment "
+                f"(duration = {duration:g})",
+            )
     if pr.items or duration is None or time_scale is None:
         return None
     exp = Experiment(
@@ -684,6 +748,23 @@ def _build(
     )
     _check_nemeses(exp, pr)
     return exp
+
+
+def _check_real_client(c: _Table, client: str) -> None:
+    """What the real clients' drivers (interop/) can and cannot do."""
+    name = CLIENT_NAMES[client]
+    if client == "js" and c.data.get("orderly") is True:
+        c.err("orderly", f"{name} consumes concurrently only: remove 'orderly' or use client \"cpp\"")
+    if c.data.get("broadcast") is True:
+        c.err("broadcast", f"the lab runs {name} in clustering mode only: remove 'broadcast'")
+    if c.data.get("strategy", "AVG") in KNOWN_STRATEGIES and c.data.get("strategy", "AVG") != "AVG":
+        c.err("strategy", f'{name} allocates averagely only: use strategy "AVG" or leave it out')
+    if "consume_from" in c.data:
+        c.err(
+            "consume_from",
+            f"cannot be set for {name}: its driver keeps the client's own setting (a new group starts "
+            "at the first offset of a queue the broker still holds from offset 0)",
+        )
 
 
 _SCHEDULE_KEYS = ("at", "every", "random")
@@ -818,6 +899,14 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
             roles = {nodes[n.target].role}
         if n.action in NETWORK_ACTIONS and not roles <= {"consumer", "producer"}:
             err("target", f"{n.action!r} acts on a client's link to a broker: target a consumer or producer")
+        elif n.action in NETWORK_ACTIONS:
+            real = [c for c in _candidates(n.target, n.group, nodes) if nodes[c].client in REAL_CLIENTS]
+            if real:
+                err(
+                    "target",
+                    f"{n.action!r} needs the lab's fault proxy, which speaks only the lab's own protocol: "
+                    f"it cannot sit in front of real clients ({', '.join(real)})",
+                )
         if n.action in BROKER_ACTIONS and roles != {"broker"}:
             err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")
         if n.action in NETWORK_ACTIONS:

@@ -2,7 +2,8 @@
 
 This is where the lab knows the CLIs of CONVENTIONS.md; the supervisor below it only knows processes.
 Consumers (and producers) that network nemeses may target get their own fault proxies (``ClientLinks``)
-and reach the name server and every broker through them.
+and reach the name server and every broker through them. Real RocketMQ clients (``add_real_consumer``)
+need the servers' native ports (``native=True``) and reach the name server's directly.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from chaos.admin import AdminClient
 from chaos.proxy import ClientLinks
+from chaos.realclients import RealClients
 from chaos.supervisor import EventSink, Member, Supervisor
 
 NAMESRV_MODULE = "broker.namesrv_main"
@@ -50,17 +52,28 @@ class LocalCluster:
         self._proxied: set[str] = set()
         self.namesrv: str | None = None
         self.brokers: dict[str, str] = {}  # broker name -> address
+        # RocketMQ's native remoting ports, when the servers were declared with native=True.
+        self.namesrv_native: str | None = None
+        self.brokers_native: dict[str, str] = {}
 
     # -- declaring and starting -------------------------------------------------------------------
     # Servers listen on port 0 and keep the port they got (from their READY line) across restarts, so
     # nothing can take a port between choosing and binding it. Clients name the name server as
     # "{namesrv}" (or "{namesrv@NODE}" through their fault proxies), filled in once it is known.
 
-    def add_namesrv(self, node: str = "namesrv") -> Member:
-        return self.sup.add(node, "namesrv", NAMESRV_MODULE, ["--host", "127.0.0.1", "--port", "0"], port=0)
+    # Servers declared with native=True also open RocketMQ's native remoting port (--remoting-port 0);
+    # a stand-alone name server then routes real clients to the brokers' native ports.
 
-    def add_broker(self, name: str, *, durable: bool = False, flags: list[str] | None = None) -> Member:
+    def add_namesrv(self, node: str = "namesrv", *, native: bool = False) -> Member:
+        args = ["--host", "127.0.0.1", "--port", "0"] + (["--remoting-port", "0"] if native else [])
+        return self.sup.add(node, "namesrv", NAMESRV_MODULE, args, port=0)
+
+    def add_broker(
+        self, name: str, *, durable: bool = False, flags: list[str] | None = None, native: bool = False
+    ) -> Member:
         args = ["--host", "127.0.0.1", "--port", "0", "--broker-name", name, "--namesrv", "{namesrv}"]
+        if native:
+            args += ["--remoting-port", "0"]
         if durable:
             store = self.run_dir / "store" / name
             store.mkdir(parents=True, exist_ok=True)
@@ -97,7 +110,45 @@ class LocalCluster:
         if consume_ms:
             args += ["--consume-ms", str(consume_ms)]
         args += extra or []
-        return self.sup.add(node, "consumer", CONSUMER_MODULE, args, group=group)
+        return self.sup.add(node, "consumer", CONSUMER_MODULE, args, group=group, client="python")
+
+    def add_real_consumer(
+        self,
+        node: str,
+        *,
+        client: str,
+        group: str,
+        topic: str,
+        orderly: bool = False,
+        consume_ms: int = 0,
+        clients: RealClients | None = None,
+    ) -> Member:
+        """A real RocketMQ client (``cpp`` or ``js``) through its driver, pointed at the native name server.
+
+        It gets no --time-scale: real clients keep RocketMQ's own timers.
+        """
+        clients = clients or RealClients()
+        args = ["--namesrv", "{namesrv_native}", "--group", group, "--topic", topic]
+        args += ["--broker-addrs", "{broker_addrs}"]
+        if consume_ms:
+            args += ["--consume-ms", str(consume_ms)]
+        if orderly:
+            if client != "cpp":
+                raise ValueError(f"{node}: the {client} client consumes concurrently only")
+            args.append("--orderly")
+        if client == "cpp":
+            # The client's own log (its rebalance and pull decisions) stays with the run.
+            args += ["--client-log-dir", str(self.run_dir / f"{node}.client-log")]
+        return self.sup.add(
+            node,
+            "consumer",
+            f"interop:{client}",
+            args,
+            group=group,
+            program=clients.program(client),
+            time_scaled=False,
+            client=client,
+        )
 
     def add_producer(
         self,
@@ -126,8 +177,16 @@ class LocalCluster:
             if m.role == "namesrv":
                 self.namesrv = m.address
                 self.sup.vars["namesrv"] = m.address or ""
+                if m.native_address:
+                    self.namesrv_native = m.native_address
+                    self.sup.vars["namesrv_native"] = m.native_address
             elif m.role == "broker":
                 self.brokers[n] = m.address or ""
+                if m.native_address:
+                    self.brokers_native[n] = m.native_address
+                    self.sup.vars["broker_addrs"] = ",".join(
+                        f"{b}={a}" for b, a in sorted(self.brokers_native.items())
+                    )
 
     async def start_links(self) -> None:
         """Start the fault proxies of the clients that need them (after the brokers are up)."""
@@ -200,6 +259,7 @@ class LocalCluster:
         return {
             "namesrv": self.namesrv,
             "brokers": dict(self.brokers),
+            "native": {"namesrv": self.namesrv_native, "brokers": dict(self.brokers_native)},
             "ports": {n: m.port for n, m in self.sup.members.items() if m.port is not None},
             "nodes": nodes,
         }

@@ -2,7 +2,8 @@
 
 The run directory ends up holding every process's JSON-lines events (``NODE.jsonl``, ``NODE.2.jsonl``
 after a restart, ``chaos.jsonl`` for the lab's own), their stdout/stderr (``NODE.out``), the experiment
-file as run, ``manifest.json`` and, after the analysis, ``summary.json`` and ``report.html``.
+file as run, ``manifest.json`` and, after the analysis, ``summary.json`` and ``report.html``. A real
+C++ client also leaves its own log in ``NODE.client-log/``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any, TextIO
 
 from chaos.admin import AdminError
 from chaos.cluster import LocalCluster
-from chaos.experiment import NETWORK_ACTIONS, Experiment, Step
+from chaos.experiment import NETWORK_ACTIONS, Experiment, ExperimentError, Step
+from chaos.realclients import RealClients, check_environment
 from chaos.supervisor import ProcessFailed, SupervisorError
 from chaos.tally import LogTailer, RunTally, progress_line
 from protocol.remoting import RemotingError
@@ -84,8 +86,10 @@ class Runner:
         ready_timeout_s: float = 60.0,
         progress_interval_s: float = 0.5,
         analysis_command: list[str] | None = None,
+        clients: RealClients | None = None,
     ) -> None:
         self.exp = exp
+        self.clients = clients or RealClients()
         self.run_dir = Path(run_dir)
         self.analyze = analyze
         self.out = out or sys.stdout
@@ -194,7 +198,15 @@ class Runner:
         except asyncio.CancelledError:
             self.result.interrupted = True
             self.say("interrupted: stopping the cluster")
-        except (ProcessFailed, SupervisorError, TimeoutError, AdminError, RemotingError, OSError) as e:
+        except (
+            ProcessFailed,
+            SupervisorError,
+            TimeoutError,
+            AdminError,
+            RemotingError,
+            OSError,
+            ExperimentError,
+        ) as e:
             self.result.errors.append(str(e))
             self.say(f"run failed: {e}")
         finally:
@@ -220,12 +232,27 @@ class Runner:
     async def _setup(self) -> None:
         exp, cluster = self.exp, self.cluster
         assert cluster is not None
-        cluster.add_namesrv()
+        # Real clients speak RocketMQ's own protocol: the servers open their native ports for them.
+        native = bool(exp.real_clients())
+        if native:
+            check_environment(exp, self.clients)
+        cluster.add_namesrv(native=native)
         for b in exp.brokers:
-            cluster.add_broker(b, durable=exp.durable, flags=exp.policies.broker_flags())
+            cluster.add_broker(b, durable=exp.durable, flags=exp.policies.broker_flags(), native=native)
         proxied = exp.network_targets()
         for c in exp.consumers:
             for node in c.nodes:
+                if c.real:
+                    cluster.add_real_consumer(
+                        node,
+                        client=c.client,
+                        group=c.group,
+                        topic=c.topic,
+                        orderly=c.orderly,
+                        consume_ms=c.consume_ms,
+                        clients=self.clients,
+                    )
+                    continue
                 cluster.add_consumer(
                     node,
                     group=c.group,
@@ -251,8 +278,9 @@ class Runner:
                 t.name, exp.topic_queues_per_broker(t.name), timeout_s=self.ready_timeout_s
             )
         await cluster.start_links()
-        consumers = [n for c in exp.consumers for n in c.nodes]
-        self.say(f"starting {len(consumers)} consumer(s)")
+        consumers = [n for c in exp.consumers if c.start <= 0 for n in c.nodes]
+        kinds = sorted({c.client for c in exp.consumers if c.start <= 0})
+        self.say(f"starting {len(consumers)} consumer(s) ({', '.join(kinds) or 'none'})")
         await cluster.start_all(consumers)
         self.log_emit("cluster_ready", nodes=len(cluster.sup.members))
 
@@ -272,6 +300,9 @@ class Runner:
         async with asyncio.TaskGroup() as tg:
             if exp.workload:
                 tg.create_task(self._start_producers())
+            for c in exp.consumers:
+                if c.start > 0:
+                    tg.create_task(self._join_consumers(c.start, list(c.nodes)))
             for step in exp.schedule():
                 tg.create_task(self._step(step))
             await asyncio.sleep(total)
@@ -286,6 +317,30 @@ class Runner:
             async with asyncio.timeout(self.exp.wall(w.start)):
                 await self._end_now.wait()
         await self.cluster.start_all([n for n, _ in w.nodes])
+
+    async def _join_consumers(self, at: float, nodes: list[str]) -> None:
+        """Start consumers that join the group later than the cluster (``start`` in their table)."""
+        assert self._t0 is not None and self.cluster is not None
+        delay = self._t0 + self.exp.wall(at) - time.monotonic()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._end_now.wait()
+        if self._end_now.is_set():
+            return
+        self.say(f"[{self._elapsed():6.1f}s] joining: {', '.join(nodes)}")
+        self.log_emit("consumers_joining", nodes=nodes, at=at)
+        for n in nodes:
+            lock = self._locks.setdefault(n, asyncio.Lock())
+            async with lock:
+                try:
+                    await self.cluster.sup.astart(n)
+                except ProcessFailed as e:
+                    self.result.errors.append(str(e))
+                    self.say(f"[{self._elapsed():6.1f}s] {n} did not start: {str(e).splitlines()[0]}")
+                except SupervisorError as e:  # a nemesis started it already
+                    self.result.skipped.append(f"join {n}: {e}")
+                    self.log_emit("join_skipped", target=n, reason=str(e))
 
     async def _step(self, step: Step) -> None:
         assert self._t0 is not None
@@ -432,12 +487,18 @@ class Runner:
         if self.result.drained:
             self.say(f"drained: every group consumed all {self.tally.sent_total} sent message(s)")
         else:
-            missing = ", ".join(f"{g}: {n} missing" for g, n in sorted(self.tally.missing().items()))
+            parts = []
+            for g, n in sorted(self.tally.missing().items()):
+                where = ", ".join(f"{q} {k}" for q, k in self.tally.missing_by_queue(g).items())
+                parts.append(f"{g}: {n} missing" + (f" ({where})" if n and where else ""))
             busy = [m.node for m in producers if m.state not in ("exited", "stopped")]
             self.say(
-                f"not drained after {timeout:.1f}s: {missing or 'nothing consumed'}"
+                f"not drained after {timeout:.1f}s: {'; '.join(parts) or 'nothing consumed'}"
                 + (f"; producers still running: {', '.join(busy)}" if busy else "")
             )
+        if self.tally.ignored_pulls:
+            where = ", ".join(f"{q} x{k}" for q, k in sorted(self.tally.ignored_pulls.items()))
+            self.say(f"pull answers a real client ignored for queues it holds (pull_answer_ignored): {where}")
         self.result.quick_verdict = "ok" if self.result.drained and not self.result.errors else "fail"
 
     async def _teardown(self) -> None:
@@ -463,7 +524,8 @@ class Runner:
             "question": self.exp.question,
             "seed": self.exp.seed,
             "time_scale": self.exp.time_scale,
-            "versions": versions(),
+            "versions": {**versions(), **self._client_versions()},
+            "clients": {n: c.client for c in self.exp.consumers for n in c.nodes},
             "started_ms": started_ms,
             "ended_ms": ended_ms,
             **self.cluster.manifest(),
@@ -485,6 +547,10 @@ class Runner:
                 interrupted=self.result.interrupted,
             )
             self.log.close()
+
+    def _client_versions(self) -> dict[str, Any]:
+        kinds = self.exp.real_clients()
+        return {"real_clients": self.clients.versions(kinds)} if kinds else {}
 
     async def _analyze(self) -> None:
         if not pipeline_available():

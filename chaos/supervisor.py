@@ -1,6 +1,7 @@
 """Local cluster supervisor: runs every role as a real OS process and never leaves one behind.
 
-Each member runs as ``python -m MODULE --node NAME --time-scale X --log-file RUN/NAME.jsonl ...`` in a
+Each member runs as ``python -m MODULE --node NAME --time-scale X --log-file RUN/NAME.jsonl ...`` (or,
+for a real RocketMQ client, its driver's program with the same flags but ``--time-scale``) in a
 process group of its own, so signals reach it (and anything it forks) and nothing else. Its stdout and
 stderr go to ``RUN/NAME.out``; readiness is the ``READY ...`` line there. Cleanup is layered: ``close()``
 (also the context manager and the runner's ``finally``), an ``atexit`` hook, SIGTERM/SIGHUP handlers
@@ -73,6 +74,12 @@ class Member:
     group: str | None = None
     port: int | None = None
     expect_exit: bool = False  # producers finish on their own
+    # argv that runs the member instead of ``python -m module`` (a real client's driver), and whether
+    # it takes --time-scale (real clients keep RocketMQ's own timers).
+    program: list[str] | None = None
+    time_scaled: bool = True
+    client: str | None = None  # consumers: "python", "cpp" or "js"
+    native_port: int | None = None  # servers started with --remoting-port: RocketMQ's native port
     state: str = "new"  # new | starting | running | paused | stopping | stopped | exited
     proc: subprocess.Popen[bytes] | None = None
     incarnation: int = 0
@@ -92,6 +99,10 @@ class Member:
         return f"127.0.0.1:{self.port}" if self.port else None
 
     @property
+    def native_address(self) -> str | None:
+        return f"127.0.0.1:{self.native_port}" if self.native_port else None
+
+    @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -100,6 +111,8 @@ class Member:
             "role": self.role,
             "group": self.group,
             "port": self.port,
+            "native_port": self.native_port,
+            "client": self.client,
             "state": self.state,
             "incarnations": self.incarnation,
             "client_ids": list(self.client_ids),
@@ -192,12 +205,28 @@ class Supervisor:
         group: str | None = None,
         port: int | None = None,
         expect_exit: bool = False,
+        program: list[str] | None = None,
+        time_scaled: bool = True,
+        client: str | None = None,
     ) -> Member:
         if node in self.members:
             raise SupervisorError(f"node {node!r} already exists")
         if not node or "/" in node or node.startswith((".", "_")):
             raise SupervisorError(f"bad node name {node!r}")
-        m = Member(node, role, module, list(args or []), group=group, port=port, expect_exit=expect_exit)
+        if program is not None and (not program or not os.path.isabs(program[0])):
+            raise SupervisorError(f"{node}: the program must start with an absolute path, got {program!r}")
+        m = Member(
+            node,
+            role,
+            module,
+            list(args or []),
+            group=group,
+            port=port,
+            expect_exit=expect_exit,
+            program=list(program) if program is not None else None,
+            time_scaled=time_scaled,
+            client=client,
+        )
         m.out_file = str(self.run_dir / f"{node}.out")
         self.members[node] = m
         return m
@@ -223,14 +252,13 @@ class Supervisor:
         return arg
 
     def command(self, m: Member, log_file: str) -> list[str]:
+        head = m.program if m.program is not None else [self.python, "-m", m.module]
+        scale = ["--time-scale", f"{self.time_scale:g}"] if m.time_scaled else []
         role_cmd = [
-            self.python,
-            "-m",
-            m.module,
+            *head,
             "--node",
             m.node,
-            "--time-scale",
-            f"{self.time_scale:g}",
+            *scale,
             "--log-file",
             log_file,
             *(self._resolve(a) for a in m.args),
@@ -319,15 +347,23 @@ class Supervisor:
 
     @staticmethod
     def _learn_port(m: Member) -> None:
-        """A server started with ``--port 0`` keeps the port it got (READY host:port) for its restarts."""
-        _, sep, port = (m.ready_info or "").rpartition(":")
-        if not sep or not port.isdigit() or "--port" not in m.args:
+        """A server started with ``--port 0`` keeps the port it got for its restarts, and so does its
+        native port (``--remoting-port 0``): READY host:port [native=host:port]."""
+        words = (m.ready_info or "").split()
+        if not words:
             return
-        for i, a in enumerate(m.args[:-1]):
-            if a == "--port" and m.args[i + 1] == "0":
-                m.args[i + 1] = port
-        if m.port in (None, 0):
-            m.port = int(port)
+        native = next((w.removeprefix("native=") for w in words[1:] if w.startswith("native=")), "")
+        for flag, addr in (("--port", words[0]), ("--remoting-port", native)):
+            _, sep, port = addr.rpartition(":")
+            if not sep or not port.isdigit() or flag not in m.args:
+                continue
+            for i, a in enumerate(m.args[:-1]):
+                if a == flag and m.args[i + 1] == "0":
+                    m.args[i + 1] = port
+            if flag == "--port" and m.port in (None, 0):
+                m.port = int(port)
+            if flag == "--remoting-port":
+                m.native_port = int(port)
 
     def refresh(self, m: Member) -> None:
         """Notice a member that exited on its own (and reap it)."""

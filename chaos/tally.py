@@ -82,6 +82,13 @@ class RunTally:
 
     def __init__(self, group_topics: dict[str, set[str]] | None = None) -> None:
         self.sent: dict[str, set[str]] = defaultdict(set)
+        # Where each sent message went ("broker:queue_id"), to say which queues hold what is missing.
+        self.sent_queue: dict[str, str] = {}
+        # Pull answers a client ignored (the C++ driver's pull_answer_ignored) for a queue it holds, per
+        # queue: its current pull request got no answer, so nothing pulls that queue any more. (An
+        # answer ignored after the client gave the queue up is the normal end of an old request.)
+        self.ignored_pulls: dict[str, int] = defaultdict(int)
+        self._held: set[tuple[str, str]] = set()  # (client id, queue) from mq_added / mq_removed
         self.groups: dict[str, GroupTally] = defaultdict(GroupTally)
         for g, topics in (group_topics or {}).items():
             self.groups[g].topics |= topics
@@ -99,6 +106,19 @@ class RunTally:
                 topic, msg_id = ev.get("topic"), ev.get("msg_id")
                 if isinstance(topic, str) and isinstance(msg_id, str):
                     self.sent[topic].add(msg_id)
+                    queue = _queue(ev)
+                    if queue is not None:
+                        self.sent_queue[msg_id] = queue
+            elif name in ("mq_added", "mq_removed", "pull_answer_ignored"):
+                queue, cid = _queue(ev), ev.get("client_id")
+                if queue is None or not isinstance(cid, str):
+                    continue
+                if name == "mq_added":
+                    self._held.add((cid, queue))
+                elif name == "mq_removed":
+                    self._held.discard((cid, queue))
+                elif (cid, queue) in self._held:
+                    self.ignored_pulls[queue] += 1
             elif name == "message_consumed":
                 group, msg_id = ev.get("group"), ev.get("msg_id")
                 if isinstance(group, str) and isinstance(msg_id, str):
@@ -139,6 +159,16 @@ class RunTally:
         """Per group: sent messages of its topics it has not consumed yet."""
         return {g: len(self.sent_for(t.topics) - t.consumed) for g, t in self.groups.items() if t.topics}
 
+    def missing_by_queue(self, group: str) -> dict[str, int]:
+        """Where the group's missing messages wait: "topic/broker:queue_id" -> count."""
+        t = self.groups.get(group)
+        if t is None:
+            return {}
+        out: dict[str, int] = defaultdict(int)
+        for msg_id in self.sent_for(t.topics) - t.consumed:
+            out[self.sent_queue.get(msg_id, "?")] += 1
+        return dict(sorted(out.items()))
+
     def drained(self) -> bool:
         return all(n == 0 for n in self.missing().values())
 
@@ -152,11 +182,20 @@ class RunTally:
                     "consumed_unique": len(t.consumed),
                     "duplicates": t.duplicates,
                     "missing": len(self.sent_for(t.topics) - t.consumed),
+                    "missing_by_queue": self.missing_by_queue(g),
                 }
                 for g, t in sorted(self.groups.items())
             },
             "nemeses": self.nemeses,
+            "pull_answers_ignored": dict(sorted(self.ignored_pulls.items())),
         }
+
+
+def _queue(ev: dict[str, Any]) -> str | None:
+    topic, broker, qid = ev.get("topic"), ev.get("broker"), ev.get("queue_id")
+    if isinstance(topic, str) and isinstance(broker, str) and isinstance(qid, int):
+        return f"{topic}/{broker}:{qid}"
+    return None
 
 
 def progress_line(

@@ -1,0 +1,338 @@
+"""Reading a run into one typed Spark DataFrame of well-formed events (explicit schema), counting the rest.
+
+JSON lines are parsed in the JVM (`try_parse_json` into a VARIANT) and every required field is checked
+for its exact JSON type with `schema_of_variant`, so a string where an int is required, `5.0` for an int,
+`1` for a bool, `null`, a list holding a number, or a missing field all make the line malformed, as
+EVENTS.md says; Spark's JSON reader would coerce some of those silently. The order of events is kept as
+(`ts_ms`, `fidx` = rank of the file's relative path, `blk` = byte offset of the file split, `rid` = row
+id within the split), which sorts like (ts_ms, path, line number).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from pipeline.contract import (
+    ALL_FIELDS,
+    BOOL,
+    COMMON_FIELDS,
+    EVENT_FIELDS,
+    INT,
+    NEMESIS_GROUP_ROLE,
+    STR,
+    STR_LIST,
+    FieldType,
+)
+from pipeline.discover import RunDirError, RunFile, discover
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+ORDER_COLUMNS = ("ts_ms", "fidx", "blk", "rid")
+# The fields the analysis reads (the Parquet copy keeps them all).
+ANALYSIS_COLUMNS = (
+    "ts_ms",
+    "event",
+    "node",
+    "group",
+    "client_id",
+    "msg_id",
+    "topic",
+    "broker",
+    "queue_id",
+    "queue_offset",
+    "started_ms",
+    "mode",
+    "queues",
+    "cid_all",
+    "action",
+    "target",
+)
+INGEST_META = "_ingest.json"
+
+_SPARK_TYPES = {INT: "bigint", STR: "string", BOOL: "boolean", STR_LIST: "array<string>"}
+# Names schema_of_variant gives for values of each contract type.
+_VARIANT_TYPES = {INT: ("BIGINT", "INT", "SMALLINT", "TINYINT"), STR: ("STRING",), BOOL: ("BOOLEAN",)}
+
+
+def event_schema() -> StructType:
+    """The explicit schema of the typed event table (also the Parquet copy's schema)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BooleanType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    spark_types = {INT: LongType(), STR: StringType(), BOOL: BooleanType(), STR_LIST: ArrayType(StringType())}
+    fields = [StructField(name, spark_types[ftype]) for name, ftype in ALL_FIELDS.items()]
+    fields += [
+        StructField("fidx", IntegerType()),
+        StructField("blk", LongType()),
+        StructField("rid", LongType()),
+    ]
+    return StructType(fields)
+
+
+@dataclass
+class RunStats:
+    events: int
+    malformed_lines: int
+    start_ms: int | None
+    end_ms: int | None
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _exact_type_check(name: str, ftype: FieldType) -> str:
+    """SQL: field `name` of variant `v` (the whole line) has exactly the contract type."""
+    kind = f"schema_of_variant(variant_get(v, '$.{name}', 'variant'))"
+    if ftype is STR_LIST:
+        # ARRAY<VOID> is an empty list (or a list of nulls, which the null check then rejects).
+        return (
+            f"(coalesce({kind} IN ('ARRAY<STRING>', 'ARRAY<VOID>'), false) AND "
+            f"NOT exists(try_variant_get(v, '$.{name}', 'array<string>'), x -> x IS NULL))"
+        )
+    names = ", ".join(_sql_str(n) for n in _VARIANT_TYPES[ftype])
+    return f"coalesce({kind} IN ({names}), false)"
+
+
+def _fast_type_check(name: str, ftype: FieldType) -> str:
+    """SQL: field `name` of struct `j` (from_json with the contract types) is present and not null.
+
+    On the fast path that is the whole check: Spark's JSON reader is strict for ints and bools (a
+    string, `5.0`, `true` or an out-of-range number gives null), and lines whose string fields could
+    be the text of some other JSON value were routed to the exact path (see _LOOKS_NON_STRING).
+    """
+    return f"(j.`{name}` IS NOT NULL)"
+
+
+def _validity_sql(check: Any) -> str:
+    """Well-formedness of a line by EVENTS.md, given a per-field check (columns `ev`, `role_is_consumer`)."""
+    common = " AND ".join(check(n, t) for n, t in COMMON_FIELDS.items())
+    cases = []
+    for name, fields in EVENT_FIELDS.items():
+        checks = [check(n, t) for n, t in fields.items()]
+        if name == "nemesis":
+            checks.append(f"(NOT role_is_consumer OR {check('group', STR)})")
+        cases.append(f"WHEN ev = {_sql_str(name)} THEN {' AND '.join(checks)}")
+    return f"({common} AND CASE {' '.join(cases)} ELSE true END)"
+
+
+def _value(check: Any, name: str, ftype: FieldType) -> str:
+    """SQL for a field's typed value, read the way `check` reads the line."""
+    if check is _fast_type_check:
+        return f"j.`{name}`"
+    return f"try_variant_get(v, '$.{name}', '{_SPARK_TYPES[ftype]}')"
+
+
+def _value_sql(name: str, ftype: FieldType) -> str:
+    """The typed value of a field, only for events that require it (other fields on a line are ignored)."""
+    value = (
+        f"CASE WHEN fast THEN {_value(_fast_type_check, name, ftype)} ELSE {_value(None, name, ftype)} END"
+    )
+    if name in COMMON_FIELDS:
+        return value
+    events = [e for e, fields in EVENT_FIELDS.items() if name in fields]
+    cond = f"ev IN ({', '.join(_sql_str(e) for e in events)})" if events else "false"
+    if name == "group":
+        cond = f"({cond} OR (ev = 'nemesis' AND role_is_consumer))"
+    return f"CASE WHEN {cond} THEN {value} END"
+
+
+# A line whose only '}' is its last character cannot hide a second value after the object; other
+# lines are checked by parsing them wrapped in a JSON array.
+_TRIMMED = "trim(TRAILING ' \t' FROM value)"
+_SHAPE_SQL = (
+    f"(endswith({_TRIMMED}, '}}') AND (instr(value, '}}') = length({_TRIMMED}) "
+    "OR coalesce(json_array_length('[' || value || ']') = 1, false)))"
+)
+_FAST_SCHEMA = (
+    ", ".join(f"`{n}` {_SPARK_TYPES[t]}" for n, t in ALL_FIELDS.items()) + ", _corrupt_record string"
+)
+# Spark's JSON reader turns a number, bool, object or array into its JSON text when a string is
+# expected. Text of that shape (a JSON number, true, false, starting with '{' or '[', or with '"' as
+# Infinity is written) is therefore ambiguous, and such lines take the exact path. Real strings
+# rarely look like that (hex msg ids with leading zeros or letters are not JSON numbers).
+# (Backslashes doubled for the SQL string literal.)
+_LOOKS_NON_STRING = r'^(-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|["\\[{].*)$'
+
+
+def _ambiguous_sql() -> str:
+    """SQL: some string field of `j` could be the text of a non-string JSON value."""
+    parts = []
+    for name, ftype in ALL_FIELDS.items():
+        if ftype is STR:
+            parts.append(f"coalesce(j.`{name}` RLIKE '{_LOOKS_NON_STRING}', false)")
+        elif ftype is STR_LIST:
+            parts.append(
+                f"coalesce(exists(j.`{name}`, x -> x IS NULL OR x RLIKE '{_LOOKS_NON_STRING}'), false)"
+            )
+    return "(" + " OR ".join(parts) + ")"
+
+
+# Strict JSON: no single quotes, no NaN/Infinity (Python's json and parse_json reject them too).
+_FAST_OPTIONS = {"mode": "PERMISSIVE", "allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
+
+
+def _file_map(spark: SparkSession, files: list[RunFile], spark_paths: list[str]) -> DataFrame:
+    """(path key, fidx) for every file; fidx = rank of the file's relative path in the run.
+
+    `spark_paths` are the reader's `inputFiles()`: URL-encoded URIs like `_metadata.file_path`, though
+    not always with the same number of slashes after the scheme, hence the key.
+    """
+    by_local = {unquote(urlsplit(p).path): p for p in spark_paths}
+    rows = []
+    for fidx, run_file in enumerate(files):
+        spelled = by_local.get(run_file.path)
+        if spelled is None:
+            raise RuntimeError(f"internal error: Spark does not list event file {run_file.rel!r}")
+        rows.append((_path_key(spelled), fidx))
+    return spark.createDataFrame(rows, "path_key string, fidx int")
+
+
+def _path_key(uri: str) -> str:
+    """The URI without its scheme and leading slashes: `file:/x` and `file:///x` both give `x`."""
+    return uri[uri.index(":") + 1 :].lstrip("/") if ":" in uri else uri.lstrip("/")
+
+
+# The same as _path_key, in SQL, for the `_metadata.file_path` of every line.
+_PATH_KEY_SQL = "trim(LEADING '/' FROM substring(file_path, instr(file_path, ':') + 1))"
+
+
+def parse_lines(
+    spark: SparkSession, files: list[RunFile], columns: tuple[str, ...] | None = None
+) -> DataFrame:
+    """Every non-blank line of the files as a row: `ok` (well-formed), the typed fields (only `columns`,
+    all when None; validation always looks at every required field) and the order columns."""
+    import pyspark.sql.functions as F
+
+    reader = spark.read.text([f.path for f in files])
+    file_map = _file_map(spark, files, reader.inputFiles())
+    lines = reader.select(
+        "value",
+        F.col("_metadata.file_path").alias("file_path"),
+        F.col("_metadata.file_block_start").alias("blk"),
+        F.monotonically_increasing_id().alias("rid"),
+    )
+    lines = lines.withColumn("path_key", F.expr(_PATH_KEY_SQL))
+    lines = lines.join(F.broadcast(file_map), "path_key", "left")
+    # Blank lines are skipped; the regex only runs for lines that start with white space.
+    blank = "(value = '' OR (ascii(value) IN (9, 11, 12, 32) AND value RLIKE '^\\\\s*$'))"
+    lines = lines.where(f"NOT {blank}")
+    # Fast path: Spark's JSON reader (strict options, required fields typed) decides lines that parse
+    # cleanly and carry no \u escape (it does not check surrogate pairs). Everything else (syntax
+    # errors, duplicate keys with a bad first value, escapes) is decided by the exact path: the line
+    # as a VARIANT and the JSON type of every required field.
+    with_j = lines.select(
+        "value", "fidx", "blk", "rid", F.from_json("value", _FAST_SCHEMA, _FAST_OPTIONS).alias("j")
+    )
+    routed = with_j.select(
+        "*",
+        F.expr(
+            "coalesce(j IS NOT NULL AND j._corrupt_record IS NULL AND instr(value, '\\\\u') = 0 "
+            f"AND NOT {_ambiguous_sql()}, false)"
+        ).alias("fast"),
+    )
+    parsed = routed.select("*", F.expr("CASE WHEN fast THEN NULL ELSE try_parse_json(value) END").alias("v"))
+    # The event name and the nemesis role once per line: the checks and values below branch on them.
+    fast_event, exact_event = _value(_fast_type_check, "event", STR), _value(None, "event", STR)
+    parsed = parsed.select(
+        "*",
+        F.expr(f"CASE WHEN fast THEN {fast_event} ELSE {exact_event} END").alias("ev"),
+        F.expr(
+            f"coalesce(CASE WHEN fast THEN {_value(_fast_type_check, 'target_role', STR)} "
+            f"ELSE {_value(None, 'target_role', STR)} END = {_sql_str(NEMESIS_GROUP_ROLE)}, false)"
+        ).alias("role_is_consumer"),
+    )
+    ok = (
+        f"({_SHAPE_SQL} AND CASE WHEN fast THEN {_validity_sql(_fast_type_check)} "
+        f"ELSE (v IS NOT NULL AND {_validity_sql(_exact_type_check)}) END)"
+    )
+    parsed = parsed.select("*", F.expr(f"coalesce({ok}, false)").alias("ok"))
+    wanted = ALL_FIELDS if columns is None else {name: ALL_FIELDS[name] for name in columns}
+    values = [
+        F.when(F.col("ok"), F.expr(_value_sql(name, ftype))).alias(name) for name, ftype in wanted.items()
+    ]
+    return parsed.select("ok", *values, "fidx", "blk", "rid")
+
+
+@dataclass
+class LoadedRun:
+    """Well-formed events of a run (a cached Spark DataFrame) and the run's line statistics."""
+
+    events: DataFrame
+    stats: RunStats
+    cached: DataFrame
+
+    def release(self) -> None:
+        self.cached.unpersist()
+
+
+def load_json_run(
+    spark: SparkSession, run_dir: str | os.PathLike[str], columns: tuple[str, ...] | None = ANALYSIS_COLUMNS
+) -> LoadedRun:
+    """Parse a JSON-lines run directory once, cache the typed well-formed events (only `columns`, all
+    when None) and count the lines."""
+    import pyspark.sql.functions as F
+    from pyspark.storagelevel import StorageLevel
+
+    files = discover(run_dir)
+    if not files:
+        raise RunDirError(f"no *.jsonl event files under {os.fspath(run_dir)!r}")
+    parsed = parse_lines(spark, files, columns).persist(StorageLevel.MEMORY_AND_DISK)
+    row = parsed.agg(
+        F.count_if("ok").alias("events"),
+        F.count_if(~F.col("ok")).alias("malformed"),
+        F.min(F.when(F.col("ok"), F.col("ts_ms"))).alias("start"),
+        F.max(F.when(F.col("ok"), F.col("ts_ms"))).alias("end"),
+        F.count_if(F.col("fidx").isNull()).alias("unmapped"),
+    ).first()
+    assert row is not None
+    if row["unmapped"]:
+        parsed.unpersist()
+        raise RuntimeError("internal error: some lines could not be mapped to their event file")
+    stats = RunStats(int(row["events"]), int(row["malformed"]), row["start"], row["end"])
+    return LoadedRun(parsed.where("ok").drop("ok"), stats, parsed)
+
+
+def load_parquet_run(
+    spark: SparkSession, path: str | os.PathLike[str], columns: tuple[str, ...] | None = ANALYSIS_COLUMNS
+) -> LoadedRun:
+    """Events of a Parquet copy written by `ingest` (cached), with the statistics recorded at ingest."""
+    from pyspark.storagelevel import StorageLevel
+
+    root = Path(path)
+    meta_path = root / INGEST_META
+    if not meta_path.is_file():
+        raise RunDirError(
+            f"{os.fspath(path)!r} is not a Parquet copy made by 'rmq-analyze ingest' (no {INGEST_META})"
+        )
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    events = spark.read.schema(event_schema()).parquet(str(root))
+    if columns is not None:
+        events = events.select(*columns, "fidx", "blk", "rid")
+    events = events.persist(StorageLevel.MEMORY_AND_DISK)
+    stats = RunStats(
+        int(meta["events"]), int(meta["malformed_lines"]), meta.get("start_ms"), meta.get("end_ms")
+    )
+    return LoadedRun(events, stats, events)
+
+
+def write_parquet(events: DataFrame, stats: RunStats, out: str | os.PathLike[str], source: str) -> None:
+    """The Parquet copy: one folder per event name, plus `_ingest.json` (Spark skips '_' files)."""
+    schema_names = [f.name for f in event_schema().fields]
+    events.select(*schema_names).write.mode("overwrite").partitionBy("event").parquet(os.fspath(out))
+    meta: dict[str, Any] = {"source": source, **asdict(stats)}
+    Path(out, INGEST_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

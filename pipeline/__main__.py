@@ -1,0 +1,161 @@
+"""rmq-analyze: turn a run directory of event logs into summary.json, report.html and a verdict.
+
+Exit codes: 0 every group's verdict is ok, 1 some verdict is fail, 2 usage or input errors (no run
+directory, no events, Java or pyspark missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pipeline.discover import RunDirError
+from pipeline.session import DEFAULT_MASTER, Progress, SparkUnavailable, start_spark
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rmq-analyze",
+        description="Analyse a run directory of event logs (EVENTS.md): summary.json, report.html, verdict.",
+        epilog="rmq-analyze ingest RUN_DIR --out DIR writes a Parquet copy (partitioned by event) for "
+        "large runs; analyse it with --format parquet.",
+    )
+    p.add_argument(
+        "run_dir", help="run directory (*.jsonl files, any depth) or, with --format parquet, a copy"
+    )
+    p.add_argument("--out", help="where to write summary.json and report.html (default: the run directory)")
+    p.add_argument("--master", default=DEFAULT_MASTER, help=f"Spark master URL (default {DEFAULT_MASTER})")
+    p.add_argument(
+        "--format", choices=("json", "parquet"), default="json", help="input format (default json)"
+    )
+    p.add_argument("--no-report", action="store_true", help="write summary.json only")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def build_ingest_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rmq-analyze ingest", description="Write a Parquet copy of a run's events."
+    )
+    p.add_argument("run_dir")
+    p.add_argument("--out", required=True, help="directory for the Parquet copy")
+    p.add_argument("--master", default=DEFAULT_MASTER)
+    p.add_argument("--quiet", action="store_true")
+    return p
+
+
+def _fail(msg: str) -> int:
+    print(f"rmq-analyze: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def ingest(argv: list[str]) -> int:
+    args = build_ingest_parser().parse_args(argv)
+    progress = Progress(enabled=not args.quiet)
+    try:
+        handle = start_spark(args.master)
+    except SparkUnavailable as exc:
+        return _fail(str(exc))
+    try:
+        from pipeline.ingest import load_json_run, write_parquet
+
+        with progress.stage("read") as info:
+            run = load_json_run(handle.spark, args.run_dir, columns=None)
+            info["info"] = f"{run.stats.events} events, {run.stats.malformed_lines} malformed lines"
+        with progress.stage("write parquet"):
+            write_parquet(run.events, run.stats, args.out, os.fspath(args.run_dir))
+        print(f"parquet copy: {args.out}")
+        return 0
+    except RunDirError as exc:
+        return _fail(str(exc))
+    finally:
+        handle.stop()
+
+
+def analyze(args: argparse.Namespace) -> int:
+    progress = Progress(enabled=not args.quiet)
+    out_dir = Path(args.out or args.run_dir)
+    if args.format == "json":
+        try:
+            from pipeline.discover import discover
+
+            files = discover(args.run_dir)
+        except RunDirError as exc:
+            return _fail(str(exc))
+        if not files:
+            return _fail(f"no *.jsonl event files under {args.run_dir!r}")
+    try:
+        with progress.stage("start spark") as info:
+            handle = start_spark(args.master)
+            info["info"] = handle.spark.sparkContext.master
+    except SparkUnavailable as exc:
+        return _fail(str(exc))
+    try:
+        from pipeline.ingest import load_json_run, load_parquet_run
+        from pipeline.metrics import Analysis
+
+        with progress.stage("read events") as info:
+            load = load_json_run if args.format == "json" else load_parquet_run
+            run = load(handle.spark, args.run_dir)
+            info["info"] = f"{run.stats.events} events, {run.stats.malformed_lines} malformed lines"
+        if run.stats.events == 0:
+            return _fail(f"no well-formed event lines in {args.run_dir!r}")
+        with progress.stage("metrics") as info:
+            analysis = Analysis(run.events, run.stats)
+            summary = analysis.summary()
+            info["info"] = f"{len(summary['groups'])} group(s)"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        if not args.no_report:
+            from pipeline.report import collect_plot_data, write_report
+
+            with progress.stage("report"):
+                data = collect_plot_data(analysis)
+                write_report(
+                    out_dir / "report.html", summary, data, f"Run {Path(args.run_dir).resolve().name}"
+                )
+        run.release()
+    except RunDirError as exc:
+        return _fail(str(exc))
+    finally:
+        handle.stop()
+    return print_verdict(summary, out_dir, not args.no_report)
+
+
+def print_verdict(summary: dict[str, Any], out_dir: Path, report: bool) -> int:
+    failed = []
+    for group, g in summary["groups"].items():
+        conv = g["convergence"]
+        worst = max((c["convergence_ms"] for c in conv if c["converged"]), default=0)
+        not_conv = sum(1 for c in conv if not c["converged"])
+        print(
+            f"{group}: {g['verdict'].upper()}  sent {g['sent']}  consumed {g['consumed_unique']}"
+            f"  lost {g['lost']}"
+            f"  duplicates {g['duplicates']}  overlap {g['overlap_ms']} ms  orphan {g['orphan_ms']} ms"
+            f"  stalled {g['stalled_ms']} ms  slowest convergence {worst} ms"
+            + (f"  never converged {not_conv}" if not_conv else "")
+        )
+        if g["verdict"] != "ok":
+            failed.append(group)
+    if not summary["groups"]:
+        print("no consumer group in this run")
+    print(f"summary: {out_dir / 'summary.json'}")
+    if report:
+        print(f"report:  {out_dir / 'report.html'}")
+    print(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'OK'}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "ingest":
+        return ingest(argv[1:])
+    return analyze(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -152,11 +152,13 @@ def _value_sql(name: str, ftype: FieldType) -> str:
 
 
 # A line whose only '}' is its last character cannot hide a second value after the object; other
-# lines are checked by parsing them wrapped in a JSON array.
+# lines are checked by parsing them wrapped in a JSON array. Trailing white space is rare, so the
+# trimmed copy is only made when the line does not end with '}'.
 _TRIMMED = "trim(TRAILING ' \t' FROM value)"
+_ONE_VALUE = "coalesce(json_array_length('[' || value || ']') = 1, false)"
 _SHAPE_SQL = (
-    f"(endswith({_TRIMMED}, '}}') AND (instr(value, '}}') = length({_TRIMMED}) "
-    "OR coalesce(json_array_length('[' || value || ']') = 1, false)))"
+    f"(CASE WHEN endswith(value, '}}') THEN (instr(value, '}}') = length(value) OR {_ONE_VALUE}) "
+    f"ELSE (endswith({_TRIMMED}, '}}') AND (instr(value, '}}') = length({_TRIMMED}) OR {_ONE_VALUE})) END)"
 )
 _FAST_SCHEMA = (
     ", ".join(f"`{n}` {_SPARK_TYPES[t]}" for n, t in ALL_FIELDS.items()) + ", _corrupt_record string"

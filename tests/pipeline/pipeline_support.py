@@ -1,0 +1,18 @@
+"""Helpers shared by the pipeline tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def analyse(spark: Any, run_dir: Path) -> dict[str, Any]:
+    """summary.json of a JSON-lines run directory, computed by the Spark pipeline."""
+    from pipeline.ingest import load_json_run
+    from pipeline.metrics import Analysis
+
+    run = load_json_run(spark, run_dir)
+    try:
+        return Analysis(run.events, run.stats).summary()
+    finally:
+        run.release()

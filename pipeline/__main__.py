@@ -102,23 +102,25 @@ def analyze(args: argparse.Namespace) -> int:
             load = load_json_run if args.format == "json" else load_parquet_run
             run = load(handle.spark, args.run_dir)
             info["info"] = f"{run.stats.events} events, {run.stats.malformed_lines} malformed lines"
-        if run.stats.events == 0:
-            return _fail(f"no well-formed event lines in {args.run_dir!r}")
-        with progress.stage("metrics") as info:
-            analysis = Analysis(run.events, run.stats)
-            summary = analysis.summary()
-            info["info"] = f"{len(summary['groups'])} group(s)"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        if not args.no_report:
-            from pipeline.report import collect_plot_data, write_report
+        try:
+            with progress.stage("metrics") as info:
+                analysis = Analysis(run.events, run.stats)
+                summary = analysis.summary()
+                info["info"] = f"{len(summary['groups'])} group(s)"
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            if run.stats.events == 0:
+                return _fail(f"no well-formed event lines in {args.run_dir!r} (summary.json written)")
+            if not args.no_report:
+                from pipeline.report import collect_plot_data, write_report
 
-            with progress.stage("report"):
-                data = collect_plot_data(analysis)
-                write_report(
-                    out_dir / "report.html", summary, data, f"Run {Path(args.run_dir).resolve().name}"
-                )
-        run.release()
+                with progress.stage("report"):
+                    data = collect_plot_data(analysis)
+                    write_report(
+                        out_dir / "report.html", summary, data, f"Run {Path(args.run_dir).resolve().name}"
+                    )
+        finally:
+            run.release()
     except RunDirError as exc:
         return _fail(str(exc))
     finally:

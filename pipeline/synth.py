@@ -440,24 +440,37 @@ class _Scenario:
             self.noise()
 
 
-def chaotic_run(seed: int, *, scenarios: int = 12, phases: tuple[int, int] = (3, 9)) -> RunFiles:
-    """A run of many independent edge-case scenarios (one group each), plus files that must be skipped."""
+def chaotic_run(
+    seed: int, *, scenarios: int = 12, phases: tuple[int, int] = (3, 9), prefix: str = ""
+) -> RunFiles:
+    """A run of many independent edge-case scenarios (one group each), plus files that must be skipped.
+
+    Names carry `prefix` so that runs of several seeds can be merged into one (see merge_runs)."""
     rng = random.Random(seed)
     out: RunFiles = {}
     base = 1_700_000_000_000 + rng.randint(0, 10_000)
     for k in range(scenarios):
         scenario = _Scenario(
-            rng=random.Random(rng.getrandbits(64)), ns=f"s{k}", t=base + rng.randint(0, 40), out=out
+            rng=random.Random(rng.getrandbits(64)), ns=f"{prefix}s{k}", t=base + rng.randint(0, 40), out=out
         )
         scenario.run(rng.randint(*phases))
     # Files outside the run: they would change the answers if they were read.
-    poison = line(base - 1, "consumer_started", "x", "consumer", group="s0-g", client_id="poison")
+    poison = line(base - 1, "consumer_started", "x", "consumer", group=f"{prefix}s0-g", client_id="poison")
     out["_spark_metadata/part.jsonl"] = [poison]
     out[".hidden/x.jsonl"] = [poison]
     out["s0/.crash.jsonl"] = [poison]
     out["s0/_tmp.jsonl"] = [poison]
     out["notes.txt"] = [poison]
     return out
+
+
+def merge_runs(*runs: RunFiles) -> RunFiles:
+    """Files of several runs as one run (lines of a file shared by name are appended in turn)."""
+    merged: RunFiles = {}
+    for run in runs:
+        for rel, lines in run.items():
+            merged.setdefault(rel, []).extend(lines)
+    return merged
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -747,8 +760,8 @@ def realistic_run(
         root, rng, consumers=consumers, queues=queues, orderly_group=orderly_group, loss_every=loss_every
     )
     step = cl.STEP
-    total_msgs = max(int(events / 2.1), 10)  # each message is a send and a consumption, plus control lines
-    duration = max(int(total_msgs / (rate_per_ms * len(cl.topics))), 400)
+    # Each message is a send and a consumption; control lines add a few percent.
+    duration = max(int(events / (2.05 * rate_per_ms * len(cl.topics))), 400)
     t0 = 1_700_000_000_000
     rebalance_every = max(duration // 20, 50)
     detect_delay = max(duration // 40, 20)
@@ -769,7 +782,8 @@ def realistic_run(
         return nemesis and rel <= marks[name] < rel + step
 
     now = t0
-    while now < t0 + 3 * duration and cl.out.count < events:
+    # The whole schedule runs (the resume included), so the run's size is close to `events`, not exact.
+    while now < t0 + duration:
         rel = now - t0
         if hits("kill", rel):
             for group in cl.topics:

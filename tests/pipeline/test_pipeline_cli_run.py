@@ -1,0 +1,102 @@
+"""rmq-analyze as the chaos lab and people run it: outputs in the run directory, exit codes (0 ok, 1 a
+verdict failed, 2 usage or input errors), the Parquet copy, and a clear message without Java."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.__main__ import main
+from pipeline.reference import summarize_run
+from pipeline.synth import realistic_run, write_run
+
+
+@pytest.mark.spark
+def test_analyze_writes_summary_and_report_into_the_run_directory(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    facts = realistic_run(run_dir, events=8_000, seed=11)
+    assert main([str(run_dir)]) == 0  # every group ok
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary == summarize_run(run_dir)
+    report = (run_dir / "report.html").read_text()
+    # Two groups, four pictures each (ownership, rate, duplicates, convergence), all inline.
+    assert report.count("src='data:image/png;base64,") == 8 and "src='http" not in report
+    assert "kill consumer-2" in report and "Verdict OK" in report
+    captured = capsys.readouterr()
+    assert "verdict: OK" in captured.out
+    for stage in ("start spark", "read events", "metrics", "report"):
+        assert f"[rmq-analyze] {stage}" in captured.err
+    assert facts["kill_ms"] in [c["change_ms"] for c in summary["groups"]["g-concurrent"]["convergence"]]
+
+
+@pytest.mark.spark
+def test_a_failed_verdict_exits_1_and_out_dir_is_honoured(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    realistic_run(run_dir, events=5_000, seed=12, loss_every=50, orderly_group=False, nemesis=False)
+    out = tmp_path / "out"
+    assert main([str(run_dir), "--out", str(out), "--no-report", "--quiet"]) == 1
+    assert not (run_dir / "summary.json").exists() and not (out / "report.html").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["groups"]["g-concurrent"]["lost"] > 0
+    captured = capsys.readouterr()
+    assert "verdict: FAIL (g-concurrent)" in captured.out and captured.err == ""
+
+
+@pytest.mark.spark
+def test_ingest_then_analyse_the_parquet_copy(spark: Any, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    realistic_run(run_dir, events=3_000, seed=13)
+    parquet = tmp_path / "copy"
+    assert main(["ingest", str(run_dir), "--out", str(parquet), "--quiet"]) == 0
+    assert (parquet / "event=mq_added").is_dir() and (parquet / "_ingest.json").is_file()
+    assert (
+        main([str(parquet), "--format", "parquet", "--out", str(tmp_path / "p"), "--no-report", "--quiet"])
+        == 0
+    )
+    from_parquet = json.loads((tmp_path / "p" / "summary.json").read_text())
+    assert from_parquet == summarize_run(run_dir)
+
+
+def test_input_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("not an event file\n")
+    assert main([str(tmp_path / "empty")]) == 2
+    assert "no *.jsonl event files" in capsys.readouterr().err
+    assert main([str(tmp_path / "empty"), "--format", "parquet"]) == 2
+    assert "not a Parquet copy" in capsys.readouterr().err
+    for argv in ([str(tmp_path), "--format", "xml"], ["ingest", str(tmp_path)], []):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+
+
+def test_missing_java_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pipeline.session
+
+    monkeypatch.setattr(pipeline.session, "find_java", lambda: None)
+    run_dir = write_run(
+        tmp_path / "run", {"a.jsonl": ['{"ts_ms": 1, "event": "log", "node": "n", "role": "r"}']}
+    )
+    assert main([str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "Java was not found" in err and "JAVA_HOME" in err and "Traceback" not in err
+
+
+def test_module_entry_point_help() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "--master" in done.stdout and "ingest" in done.stdout

@@ -79,15 +79,19 @@ def ingest(argv: list[str]) -> int:
 def analyze(args: argparse.Namespace) -> int:
     progress = Progress(enabled=not args.quiet)
     out_dir = Path(args.out or args.run_dir)
-    if args.format == "json":
-        try:
+    # Input errors are reported before paying for a Spark start.
+    try:
+        if args.format == "json":
             from pipeline.discover import discover
 
-            files = discover(args.run_dir)
-        except RunDirError as exc:
-            return _fail(str(exc))
-        if not files:
-            return _fail(f"no *.jsonl event files under {args.run_dir!r}")
+            if not discover(args.run_dir):
+                return _fail(f"no *.jsonl event files under {args.run_dir!r}")
+        else:
+            from pipeline.ingest import check_parquet_copy
+
+            check_parquet_copy(args.run_dir)
+    except RunDirError as exc:
+        return _fail(str(exc))
     try:
         with progress.stage("start spark") as info:
             handle = start_spark(args.master)

@@ -309,6 +309,21 @@ def load_json_run(
     return LoadedRun(parsed.where("ok").drop("ok"), stats, parsed)
 
 
+def check_parquet_copy(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The statistics recorded by `ingest` in a Parquet copy; RunDirError when it is not one."""
+    meta_path = Path(path) / INGEST_META
+    if not meta_path.is_file():
+        raise RunDirError(
+            f"{os.fspath(path)!r} is not a Parquet copy made by 'rmq-analyze ingest' (no {INGEST_META})"
+        )
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        int(meta["events"]), int(meta["malformed_lines"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RunDirError(f"{os.fspath(meta_path)!r} is damaged: {exc}") from exc
+    return meta
+
+
 def load_parquet_run(
     spark: SparkSession, path: str | os.PathLike[str], columns: tuple[str, ...] | None = ANALYSIS_COLUMNS
 ) -> LoadedRun:
@@ -316,12 +331,7 @@ def load_parquet_run(
     from pyspark.storagelevel import StorageLevel
 
     root = Path(path)
-    meta_path = root / INGEST_META
-    if not meta_path.is_file():
-        raise RunDirError(
-            f"{os.fspath(path)!r} is not a Parquet copy made by 'rmq-analyze ingest' (no {INGEST_META})"
-        )
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta = check_parquet_copy(root)
     events = spark.read.schema(event_schema()).parquet(str(root))
     if columns is not None:
         events = events.select(*columns, "fidx", "blk", "rid")

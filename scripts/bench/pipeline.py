@@ -1,97 +1,197 @@
-"""Benchmark of the analysis: events/s of the full analysis against a baseline in the same run
-(Spark reading and counting the same files), on synthetic runs of the given sizes. Prints JSON.
+"""Benchmark of the analysis pipeline: events/s of the full analysis (rmq-analyze without the report)
+against baselines measured in the same Spark session on the same files. Prints JSON on stdout.
 
-    python scripts/bench/pipeline.py                     # 1 M and 5 M events
-    python scripts/bench/pipeline.py --events 200000     # one smaller size
+Baselines: `scan_text` counts the lines (spark.read.text), `scan_json` parses every line with the
+explicit event schema and counts the rows that have a ts_ms and an event (Spark's own JSON reader).
+The goal for this stage is `analysis_s <= 4 * scan_json_s`.
+
+    python scripts/bench/pipeline.py                          # 1 M and 5 M events
+    python scripts/bench/pipeline.py --events 1000000         # one size (repeatable)
+    python scripts/bench/pipeline.py --events 200000 --workdir /var/tmp/bench --keep   # reuse the runs
+
+Wall times on a shared machine are noisy; the JVM's CPU seconds are reported next to them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# Run as a script, this file's folder comes first on sys.path and its name would shadow the package.
+# This file is named pipeline.py: drop its own folder from the path so `pipeline` is the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from pipeline.ingest import load_json_run  # noqa: E402
+from pipeline.discover import discover  # noqa: E402
+from pipeline.ingest import event_schema, load_json_run  # noqa: E402
 from pipeline.metrics import Analysis  # noqa: E402
 from pipeline.session import SparkUnavailable, start_spark  # noqa: E402
 from pipeline.synth import realistic_run  # noqa: E402
 
-GOAL_RATIO = 4.0  # full analysis within 4x of the scan baseline
+GOAL_RATIO = 4.0
 
 
-def bench_size(spark: Any, events: int, workdir: Path) -> dict[str, Any]:
+class Clock:
+    """Wall time and the driver JVM's CPU time (local mode: the executors live in the same JVM)."""
+
+    def __init__(self, spark: Any) -> None:
+        try:
+            self.pid: int | None = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+        except Exception:  # not a local JVM we can read
+            self.pid = None
+
+    def cpu_s(self) -> float | None:
+        if self.pid is None:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/stat", encoding="ascii") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def measure(self, fn: Callable[[], Any]) -> tuple[Any, float, float | None]:
+        cpu0, t0 = self.cpu_s(), time.monotonic()
+        result = fn()
+        wall, cpu1 = time.monotonic() - t0, self.cpu_s()
+        return result, wall, None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+
+
+def ensure_run(workdir: Path, events: int) -> tuple[Path, dict[str, Any], float]:
+    """A synthetic run of about `events` lines, generated once per size and seed."""
     run_dir = workdir / f"run-{events}"
+    marker = run_dir / "_facts.json"  # '_' files are not part of the run
+    if marker.is_file():
+        return run_dir, json.loads(marker.read_text()), 0.0
+    shutil.rmtree(run_dir, ignore_errors=True)
     t0 = time.monotonic()
     facts = realistic_run(run_dir, events=events)
-    generated_s = time.monotonic() - t0
-    files = [str(p) for p in run_dir.rglob("*.jsonl")]
+    took = time.monotonic() - t0
+    marker.write_text(json.dumps(facts))
+    return run_dir, facts, took
+
+
+def bench_size(spark: Any, clock: Clock, workdir: Path, events: int, repeat: int) -> dict[str, Any]:
+    run_dir, facts, generate_s = ensure_run(workdir, events)
+    files = [f.path for f in discover(run_dir)]
     size = sum(Path(f).stat().st_size for f in files)
 
-    t0 = time.monotonic()
-    lines = spark.read.text(files).count()  # the baseline: read every line once
-    scan_s = time.monotonic() - t0
+    def scan_text() -> int:
+        return spark.read.text(files).count()
 
-    t0 = time.monotonic()
-    run = load_json_run(spark, run_dir)
-    summary = Analysis(run.events, run.stats).summary()
-    run.release()
-    analysis_s = time.monotonic() - t0
+    def scan_json() -> int:
+        df = spark.read.schema(event_schema()).json(files)
+        return df.where("ts_ms IS NOT NULL AND event IS NOT NULL").count()
+
+    def analysis() -> tuple[dict[str, Any], float, float]:
+        t0 = time.monotonic()
+        run = load_json_run(spark, run_dir)
+        t1 = time.monotonic()
+        try:
+            summary = Analysis(run.events, run.stats).summary()
+        finally:
+            run.release()
+        return summary, t1 - t0, time.monotonic() - t1
+
+    best: dict[str, tuple[float, float | None]] = {}
+    lines = rows = 0
+    summary: dict[str, Any] = {}
+    split = (0.0, 0.0)
+    for _ in range(repeat):
+        for name, fn in (("scan_text", scan_text), ("scan_json", scan_json), ("analysis", analysis)):
+            result, wall, cpu = clock.measure(fn)
+            if name == "scan_text":
+                lines = result
+            elif name == "scan_json":
+                rows = result
+            else:
+                summary, ingest_s, metrics_s = result
+            if name not in best or wall < best[name][0]:
+                best[name] = (wall, cpu)
+                if name == "analysis":
+                    split = (ingest_s, metrics_s)
+    n = summary["run"]["events"]
+
+    def entry(name: str, count: int) -> dict[str, Any]:
+        wall, cpu = best[name]
+        return {
+            "s": round(wall, 2),
+            "cpu_s": None if cpu is None else round(cpu, 1),
+            "events_per_s": round(count / wall),
+        }
+
+    ratio = best["analysis"][0] / best["scan_json"][0]
     return {
-        "events": summary["run"]["events"],
+        "events": n,
         "lines": lines,
+        "json_rows": rows,
         "bytes": size,
-        "generate_s": round(generated_s, 2),
-        "scan_s": round(scan_s, 2),
-        "scan_events_per_s": round(lines / scan_s),
-        "analysis_s": round(analysis_s, 2),
-        "analysis_events_per_s": round(summary["run"]["events"] / analysis_s),
-        "ratio_analysis_over_scan": round(analysis_s / scan_s, 2),
+        "generate_s": round(generate_s, 1),
+        "scan_text": entry("scan_text", lines),
+        "scan_json": entry("scan_json", rows),
+        "analysis": {**entry("analysis", n), "ingest_s": round(split[0], 2), "metrics_s": round(split[1], 2)},
+        "ratio_analysis_over_scan_json": round(ratio, 2),
+        "ratio_analysis_over_scan_text": round(best["analysis"][0] / best["scan_text"][0], 2),
         "groups": {g: v["verdict"] for g, v in summary["groups"].items()},
-        "facts": {k: v for k, v in facts.items() if isinstance(v, int | float | str)},
+        "run_facts": {k: v for k, v in facts.items() if isinstance(v, int | float | str)},
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--events", type=int, action="append", help="synthetic run size (repeatable)")
     p.add_argument("--master", default="local[*]")
-    p.add_argument("--keep", action="store_true", help="keep the generated runs")
+    p.add_argument("--repeat", type=int, default=1, help="measure each size n times, keep the best")
+    p.add_argument("--workdir", help="where the generated runs live (default: a temporary folder)")
+    p.add_argument("--keep", action="store_true", help="keep the generated runs for the next time")
     args = p.parse_args(argv)
     sizes = args.events or [1_000_000, 5_000_000]
-    if any(n <= 0 for n in sizes):
-        p.error("--events must be > 0")
+    if any(n <= 0 for n in sizes) or args.repeat < 1:
+        p.error("--events and --repeat must be > 0")
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="rmq-bench-pipeline-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     try:
         handle = start_spark(args.master, app_name="rmq-bench-pipeline")
     except SparkUnavailable as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
-    workdir = Path(tempfile.mkdtemp(prefix="rmq-bench-pipeline-"))
     results = []
     try:
-        # A small warm-up so JVM start-up and first-job costs do not land on the first measured size.
-        bench_size(handle.spark, 2_000, workdir)
+        spark = handle.spark
+        clock = Clock(spark)
+        # Warm-up: the JVM's first jobs (class loading, code generation) should not land on a measurement.
+        bench_size(spark, clock, workdir, 2_000, 1)
         for n in sizes:
-            results.append(bench_size(handle.spark, n, workdir))
+            results.append(bench_size(spark, clock, workdir, n, args.repeat))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+        master = spark.sparkContext.master
+        cores = spark.sparkContext.defaultParallelism
     finally:
         handle.stop()
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    worst = max(r["ratio_analysis_over_scan"] for r in results)
-    out = {
-        "master": args.master,
-        "results": results,
-        "goal": {"max_ratio_analysis_over_scan": GOAL_RATIO, "worst": worst, "met": worst <= GOAL_RATIO},
-    }
-    print(json.dumps(out, indent=2))
+    worst = max(r["ratio_analysis_over_scan_json"] for r in results)
+    print(
+        json.dumps(
+            {
+                "master": master,
+                "parallelism": cores,
+                "results": results,
+                "goal": {
+                    "max_ratio_analysis_over_scan_json": GOAL_RATIO,
+                    "worst": worst,
+                    "met": worst <= GOAL_RATIO,
+                },
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -115,6 +115,12 @@ def one(df: DataFrame) -> DataFrame:
     return df.coalesce(1)
 
 
+def gathered(df: DataFrame) -> DataFrame:
+    """A small result of big data, moved into one partition by a shuffle. (coalesce(1) would pull the
+    whole upstream stage, say a window over millions of lines, into a single task.)"""
+    return df.repartition(1)
+
+
 def jn(left: DataFrame, right: DataFrame, on: Any, how: str = "inner") -> DataFrame:
     """Join of small single-partition tables; the result is marked single-partition again (the planner
     does not infer it for a join's output and would shuffle the next join otherwise)."""
@@ -177,7 +183,7 @@ class Analysis:
         queue = F.concat(F.col("broker"), F.lit(":"), F.col("queue_id").cast("string")).alias(Q)
         # (group, client, node) of the consumer events; the consumption lines are reduced first.
         control_kinds = [e for e in CONSUMER_GROUP_EVENTS if e in CONTROL_EVENTS]
-        from_lines = self._of("message_consumed").select(G, C, "node").distinct()
+        from_lines = gathered(self._of("message_consumed").select(G, C, "node").distinct())
         gcn = k(one(self._of(*control_kinds).select(G, C, "node").unionByName(from_lines)).distinct())
         groups = gcn.select(G).distinct()
         group_clients = gcn.select(G, C).distinct()
@@ -562,7 +568,7 @@ class Analysis:
             self.order_violations(),
             self.orderly_groups(),
         ):
-            out = jn(out, one(part), G, "left")
+            out = jn(out, gathered(part), G, "left")
         topics = self.t.group_topics.groupBy(G).agg(F.array_sort(F.collect_list(T)).alias("topics"))
         return jn(out, topics, G, "left")
 

@@ -74,6 +74,8 @@ def default_conf(master: str) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.variant.allowDuplicateKeys": "true",
         "spark.sql.adaptive.enabled": "true",
+        # Coalescing shuffle partitions put whole windows over millions of lines into a single task.
+        "spark.sql.adaptive.coalescePartitions.enabled": "false",
         "spark.driver.memory": os.environ.get("RMQ_ANALYZE_DRIVER_MEMORY", "2g"),
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
         # Smaller file splits keep both cores busy on runs of a few large files.

@@ -213,12 +213,22 @@ def plot_ownership(data: PlotData, group: str) -> str | None:
     many_topics = len({q[0] for q in queues}) > 1
     to_x = _seconds(data)
     fig, ax = plt.subplots(figsize=(12, max(2.8, 0.32 * len(queues) + 1.6)))
+    # Each owner of a queue gets its own lane inside the queue's row, so two owners at once show as two
+    # parallel bars (overlap) rather than one bar hiding the other.
+    lanes: dict[tuple[str, str], list[str]] = {}
     for r in rows:
+        owners_of = lanes.setdefault((r["topic"], r["queue"]), [])
+        if r["client_id"] not in owners_of:
+            owners_of.append(r["client_id"])
+    for r in rows:
+        queue = (r["topic"], r["queue"])
+        n, i = len(lanes[queue]), lanes[queue].index(r["client_id"])
+        height = 0.8 / n
         ax.barh(
-            y[(r["topic"], r["queue"])],
+            y[queue] - 0.4 + (i + 0.5) * height,
             max(to_x(r["end"]) - to_x(r["start"]), 0.0005),
             left=to_x(r["start"]),
-            height=0.7,
+            height=height * 0.92,
             color=color[r["client_id"]],
             alpha=0.8,
             edgecolor="black",
@@ -229,7 +239,7 @@ def plot_ownership(data: PlotData, group: str) -> str | None:
     ax.invert_yaxis()
     ax.set_xlim(0, max(to_x(data.run_end), 0.001))
     ax.set_xlabel("seconds since the run started")
-    ax.set_title(f"{group}: which consumer owned which queue, and when")
+    ax.set_title(f"{group}: which consumer owned which queue, and when (one lane per owner)")
     _mark_nemeses(ax, data, group)
     handles = [plt.Rectangle((0, 0), 1, 1, color=color[c]) for c in owners]
     ax.legend(handles, [label[c] for c in owners], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))

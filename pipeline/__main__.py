@@ -53,9 +53,24 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def _unsafe_output(run_dir: Path, out: Path) -> str | None:
+    """Why writing the Parquet copy to `out` could destroy data (it replaces the folder), or None."""
+    run, dest = run_dir.resolve(), out.resolve()
+    if dest == run or dest in run.parents:
+        return f"--out {str(out)!r} would replace the run directory itself; choose another folder"
+    if run in dest.parents:
+        return f"--out {str(out)!r} is inside the run directory; choose a folder outside it"
+    if dest.exists() and any(dest.iterdir()) and not (dest / "_ingest.json").is_file():
+        return f"--out {str(out)!r} is a non-empty folder that is not a Parquet copy; refusing to replace it"
+    return None
+
+
 def ingest(argv: list[str]) -> int:
     args = build_ingest_parser().parse_args(argv)
     progress = Progress(enabled=not args.quiet)
+    problem = _unsafe_output(Path(args.run_dir), Path(args.out))
+    if problem:
+        return _fail(problem)
     try:
         handle = start_spark(args.master)
     except SparkUnavailable as exc:

@@ -75,6 +75,14 @@ def test_input_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "no *.jsonl event files" in capsys.readouterr().err
     assert main([str(tmp_path / "empty"), "--format", "parquet"]) == 2
     assert "not a Parquet copy" in capsys.readouterr().err
+    # The Parquet copy replaces its folder: never the run itself, a folder around it, or other files.
+    run_dir = write_run(tmp_path / "run", {"a.jsonl": ["{}"]})
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "keep.txt").write_text("precious\n")
+    for out in (run_dir, tmp_path, run_dir / "copy", tmp_path / "other"):
+        assert main(["ingest", str(run_dir), "--out", str(out)]) == 2
+    assert (tmp_path / "other" / "keep.txt").is_file() and (run_dir / "a.jsonl").is_file()
+    assert "refusing to replace it" in capsys.readouterr().err
     for argv in ([str(tmp_path), "--format", "xml"], ["ingest", str(tmp_path)], []):
         with pytest.raises(SystemExit) as exc:
             main(argv)

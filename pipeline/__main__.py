@@ -121,6 +121,7 @@ def analyze(args: argparse.Namespace) -> int:
             load = load_json_run if args.format == "json" else load_parquet_run
             run = load(handle.spark, args.run_dir)
             info["info"] = f"{run.stats.events} events, {run.stats.malformed_lines} malformed lines"
+        analysis: Analysis | None = None
         try:
             with progress.stage("metrics") as info:
                 analysis = Analysis(run.events, run.stats)
@@ -139,6 +140,8 @@ def analyze(args: argparse.Namespace) -> int:
                         out_dir / "report.html", summary, data, f"Run {Path(args.run_dir).resolve().name}"
                     )
         finally:
+            if analysis is not None:
+                analysis.close()
             run.release()
     except RunDirError as exc:
         return _fail(str(exc))

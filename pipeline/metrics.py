@@ -29,7 +29,7 @@ from pipeline.contract import (
     UNPAUSING_ACTIONS,
     verdict,
 )
-from pipeline.ingest import ORDER_COLUMNS, RunStats
+from pipeline.ingest import ORDER_COLUMNS, RunStats, free
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -156,6 +156,7 @@ class Analysis:
         self.ev = events
         self.stats = stats
         self.run_end = stats.end_ms if stats.end_ms is not None else 0
+        self._kept: list[DataFrame] = []
         # The control events are few; keeping them apart spares the big message lines every re-scan.
         self.ctl = self._keep(events.where(F.col("event").isin(*CONTROL_EVENTS)))
         self.t = self._tables()
@@ -167,8 +168,15 @@ class Analysis:
         """Materialise a table used by several metrics (one small job): it is computed once, and the
         plans built on it stay short, which matters because every DataFrame call re-analyses its plan."""
         df = df.localCheckpoint(eager=True)
+        self._kept.append(df)
         # A checkpointed scan does not report its single partition to the planner; coalesce(1) does.
         return one(df)
+
+    def close(self) -> None:
+        """Free the materialised tables."""
+        for df in self._kept:
+            free(df)
+        self._kept.clear()
 
     # -- shared tables --------------------------------------------------------------------------------
 

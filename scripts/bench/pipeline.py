@@ -93,9 +93,11 @@ def bench_size(spark: Any, clock: Clock, workdir: Path, events: int, repeat: int
         t0 = time.monotonic()
         run = load_json_run(spark, run_dir)
         t1 = time.monotonic()
+        analysis = Analysis(run.events, run.stats)
         try:
-            summary = Analysis(run.events, run.stats).summary()
+            summary = analysis.summary()
         finally:
+            analysis.close()
             run.release()
         return summary, t1 - t0, time.monotonic() - t1
 

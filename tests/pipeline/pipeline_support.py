@@ -12,7 +12,9 @@ def analyse(spark: Any, run_dir: Path) -> dict[str, Any]:
     from pipeline.metrics import Analysis
 
     run = load_json_run(spark, run_dir)
+    analysis = Analysis(run.events, run.stats)
     try:
-        return Analysis(run.events, run.stats).summary()
+        return analysis.summary()
     finally:
+        analysis.close()
         run.release()

@@ -543,7 +543,7 @@ class _Cluster:
         self.msg_seq = 0
         self.rr = 0
 
-    # -- output helpers ----------------------------------------------------------------------------
+    # -- output ----------------------------------------------------------------------------------
 
     def emit(self, c: _Consumer, ts: int, event: str, **fields: Any) -> None:
         self.out.write(f"consumers/{c.node}.jsonl", line(ts, event, c.node, "consumer", **fields))

@@ -7,7 +7,7 @@ The goal for this stage is `analysis_s <= 4 * scan_json_s`.
 
     python scripts/bench/pipeline.py                          # 1 M and 5 M events
     python scripts/bench/pipeline.py --events 1000000         # one size (repeatable)
-    python scripts/bench/pipeline.py --events 200000 --workdir /var/tmp/bench --keep   # reuse the runs
+    python scripts/bench/pipeline.py --events 200000 --workdir runs/bench --keep   # reuse the runs
 
 Wall times on a shared machine are noisy; the JVM's CPU seconds are reported next to them.
 """

@@ -1,4 +1,4 @@
-"""Helpers shared by the pipeline tests."""
+"""Shared pieces of the pipeline tests."""
 
 from __future__ import annotations
 

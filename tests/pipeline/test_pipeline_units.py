@@ -1,4 +1,4 @@
-"""Small pure pieces: the verdict rules, the allocation the simulator uses, report helpers."""
+"""Small pure pieces: the verdict rules, the allocation the simulator uses, report text."""
 
 from __future__ import annotations
 

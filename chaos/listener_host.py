@@ -13,7 +13,6 @@ SUSPEND_CURRENT_QUEUE_A_MOMENT when orderly).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import importlib.util
 import sys
@@ -21,10 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from protocol.runtime import EventLog, announce_ready, run_async_main
+from protocol.runtime import EventLog
 
 
-class ListenerError(Exception):
+class ListenerError(ValueError):
     pass
 
 
@@ -87,44 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace, log: EventLog) -> int:
-    from client.consumer_main import make_config
-    from client.push_consumer import PushConsumer
+    from client.consumer_main import serve
 
-    fn = load_listener(args.listener)
-    consumer = PushConsumer(args.group, config=make_config(args), strategy=args.strategy, log=log)
-    for topic in args.topic:
-        consumer.subscribe(topic, args.expression)
-    if args.orderly:
-        consumer.register_message_listener_orderly(fn)
-    else:
-        consumer.register_message_listener(fn)
-    await consumer.start()
-    announce_ready(consumer.client_id)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await consumer.shutdown()
-    return 0
+    return await serve(args, log, load_listener(args.listener))
 
 
 def main(argv: list[str] | None = None) -> int:
+    from client.cli_common import run_client_main
+
     args = build_parser().parse_args(argv)
     log = EventLog(args.node or f"consumer-{args.group}", "consumer", args.log_file)
-
-    async def entry() -> int:
-        from client.config import ConfigError
-        from client.errors import MQClientError
-
-        try:
-            return await run(args, log)
-        except (ListenerError, ConfigError, MQClientError, ValueError) as exc:
-            print(f"listener host: {exc}", file=sys.stderr)
-            return 2
-
-    try:
-        return run_async_main(entry)
-    finally:
-        log.close()
+    return run_client_main("listener host", log, lambda: run(args, log))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from client.allocate import STRATEGY_NAMES
 from client.cli_common import add_config_args, layered_settings, run_client_main
@@ -76,22 +78,12 @@ def make_config(args: argparse.Namespace) -> ConsumerConfig:
     return ConsumerConfig.from_mapping(normalize_enums(settings))
 
 
-async def run(args: argparse.Namespace, log: EventLog) -> int:
-    config = make_config(args)
-    consumer = PushConsumer(
-        args.group,
-        config=config,
-        strategy=args.strategy,
-        log=log,
-    )
+async def serve(args: argparse.Namespace, log: EventLog, listener: Callable[..., Any]) -> int:
+    """Run a push consumer with ``listener`` until cancelled (SIGTERM/SIGINT): READY line once
+    started, then leave the group the way RocketMQ's shutdown() does."""
+    consumer = PushConsumer(args.group, config=make_config(args), strategy=args.strategy, log=log)
     for topic in args.topic:
         consumer.subscribe(topic, args.expression)
-    work_s = args.consume_ms / 1000.0
-
-    async def listener(msgs: list[Message]) -> None:
-        if work_s > 0:
-            await asyncio.sleep(work_s * len(msgs))
-
     if args.orderly:
         consumer.register_message_listener_orderly(listener)
     else:
@@ -101,9 +93,18 @@ async def run(args: argparse.Namespace, log: EventLog) -> int:
     try:
         await asyncio.Event().wait()
     finally:
-        # cancelled by SIGTERM/SIGINT: leave the group the way RocketMQ's shutdown() does
         await consumer.shutdown()
     return 0
+
+
+async def run(args: argparse.Namespace, log: EventLog) -> int:
+    work_s = args.consume_ms / 1000.0
+
+    async def listener(msgs: list[Message]) -> None:
+        if work_s > 0:
+            await asyncio.sleep(work_s * len(msgs))
+
+    return await serve(args, log, listener)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,8 +7,9 @@ returns bytes. The remoting layer moves them.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import msgpack
 
@@ -20,6 +21,7 @@ PROTOCOL_VERSION: Final = 1
 OPAQUE_MAX: Final = 2**31 - 1
 
 _LEN = struct.Struct(">I")
+T = TypeVar("T")
 
 
 class _Required:
@@ -189,28 +191,34 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
     return _LEN.pack(len(payload)) + payload
 
 
-class FrameDecoder:
-    """Incremental decoder: ``feed`` bytes, get complete commands."""
+class LengthPrefixedDecoder(Generic[T]):
+    """Incremental splitter of ``uint32 length + payload`` frames; ``decode`` turns a payload into a
+    value. Both wire formats (msgpack and RocketMQ's own) share this framing."""
 
-    __slots__ = ("_buf", "max_frame_bytes")
+    __slots__ = ("_buf", "_decode", "_label", "_min", "max_frame_bytes")
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self, max_frame_bytes: int, decode: Callable[[bytes], T], *, min_length: int = 1, label: str = "frame"
+    ) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self._decode = decode
+        self._min = min_length
+        self._label = label
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[RemotingCommand]:
+    def feed(self, data: bytes) -> list[T]:
         self._buf += data
-        out: list[RemotingCommand] = []
+        out: list[T] = []
         buf = self._buf
         pos = 0
         n = len(buf)
         while n - pos >= 4:
             (length,) = _LEN.unpack_from(buf, pos)
-            if length == 0 or length > self.max_frame_bytes:
-                raise FrameError(f"frame length {length} outside 1..{self.max_frame_bytes}")
+            if length < self._min or length > self.max_frame_bytes:
+                raise FrameError(f"{self._label} length {length} outside {self._min}..{self.max_frame_bytes}")
             if n - pos - 4 < length:
                 break
-            out.append(decode_payload(bytes(buf[pos + 4 : pos + 4 + length])))
+            out.append(self._decode(bytes(buf[pos + 4 : pos + 4 + length])))
             pos += 4 + length
         if pos:
             del buf[:pos]
@@ -219,3 +227,12 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         return len(self._buf)
+
+
+class FrameDecoder(LengthPrefixedDecoder[RemotingCommand]):
+    """Incremental decoder of PROTOCOL.md frames: ``feed`` bytes, get complete commands."""
+
+    __slots__ = ()
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        super().__init__(max_frame_bytes, decode_payload)

@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from protocol.command import FrameError
+from protocol.command import FrameError, LengthPrefixedDecoder
 
 SERIALIZE_JSON: Final = 0
 SERIALIZE_ROCKETMQ: Final = 1
@@ -189,29 +189,11 @@ def encode_frame(frame: NativeFrame) -> bytes:
     )
 
 
-class NativeFrameDecoder:
-    """Incremental splitter: ``feed`` bytes, get complete native frames."""
+class NativeFrameDecoder(LengthPrefixedDecoder["NativeFrame"]):
+    """Incremental splitter: ``feed`` bytes, get complete native frames (the header length alone
+    takes 4 bytes, so a shorter frame is broken)."""
 
-    __slots__ = ("_buf", "max_frame_bytes")
+    __slots__ = ()
 
     def __init__(self, max_frame_bytes: int) -> None:
-        self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
-
-    def feed(self, data: bytes) -> list[NativeFrame]:
-        self._buf += data
-        out: list[NativeFrame] = []
-        buf = self._buf
-        pos = 0
-        n = len(buf)
-        while n - pos >= 4:
-            (length,) = _UINT.unpack_from(buf, pos)
-            if length < 4 or length > self.max_frame_bytes:
-                raise FrameError(f"native frame length {length} outside 4..{self.max_frame_bytes}")
-            if n - pos - 4 < length:
-                break
-            out.append(decode_frame_payload(bytes(buf[pos + 4 : pos + 4 + length])))
-            pos += 4 + length
-        if pos:
-            del buf[:pos]
-        return out
+        super().__init__(max_frame_bytes, decode_frame_payload, min_length=4, label="native frame")

@@ -88,10 +88,10 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
-@pytest.mark.slow
-def test_short_experiment_with_a_consumer_sigkill(tmp_path: Path) -> None:
-    exp_file = tmp_path / "e2e.toml"
-    exp_file.write_text(EXPERIMENT)
+def run_experiment(tmp_path: Path, text: str) -> tuple[int, Path, str]:
+    """`rmq-chaos run` (no analysis) on an experiment written to tmp_path: exit code, run dir, output."""
+    exp_file = tmp_path / "experiment.toml"
+    exp_file.write_text(text)
     run_dir = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "chaos", "run", str(exp_file), "--out", str(run_dir), "--no-analyze"],
@@ -99,8 +99,13 @@ def test_short_experiment_with_a_consumer_sigkill(tmp_path: Path) -> None:
         text=True,
         timeout=120,
     )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    return proc.returncode, run_dir, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_short_experiment_with_a_consumer_sigkill(tmp_path: Path) -> None:
+    rc, run_dir, out = run_experiment(tmp_path, EXPERIMENT)
+    assert rc == 0, out
     assert "drained: every group consumed all 360 sent message(s)" in out
     assert "verdict: OK" in out
     assert processes_mentioning(str(run_dir)) == []

@@ -5,12 +5,10 @@ JS one paused and resumed. Needs the real clients (scripts/setup_real_clients.sh
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_chaos_e2e import events, processes_mentioning
+from test_chaos_e2e import events, processes_mentioning, run_experiment
 
 from chaos.realclients import RealClients
 
@@ -73,17 +71,8 @@ for = 4
 
 
 def test_mixed_group_with_kill_restart_and_pause_of_real_clients(tmp_path: Path) -> None:
-    exp_file = tmp_path / "mixed.toml"
-    exp_file.write_text(EXPERIMENT)
-    run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "chaos", "run", str(exp_file), "--out", str(run_dir), "--no-analyze"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    rc, run_dir, out = run_experiment(tmp_path, EXPERIMENT)
+    assert rc == 0, out
     assert "drained: every group consumed all 200 sent message(s)" in out
     assert processes_mentioning(str(run_dir)) == []
 

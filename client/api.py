@@ -153,7 +153,10 @@ class MQClientAPI:
         subscription: str | None,
         sub_version: int,
         timeout_s: float,
+        asynchronous: bool = False,
     ) -> PullResult:
+        """``asynchronous``: the push consumer's CommunicationMode.ASYNC, whose timeout leaves the
+        connection open; the lite pull consumer pulls synchronously (a timeout closes it)."""
         ext: dict[str, Any] = {
             "consumerGroup": group,
             "topic": mq.topic,
@@ -168,7 +171,11 @@ class MQClientAPI:
         }
         if subscription is not None:
             ext["subscription"] = subscription
-        resp = await self._invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), timeout_s)
+        cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
+        if asynchronous:
+            resp = await self.remoting.invoke_async(addr, cmd, timeout_s)
+        else:
+            resp = await self._invoke(addr, cmd, timeout_s)
         status = pull_status(resp.code)
         if status is None:
             raise MQBrokerError(resp.code, resp.remark, addr)

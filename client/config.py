@@ -42,6 +42,8 @@ class ClientConfig:
     persist_consumer_offset_interval: int = 5_000
     mq_client_api_timeout: int = 3_000
     connect_timeout_millis: int = 3_000  # NettyClientConfig.connectTimeoutMillis
+    # NettyClientConfig.clientCloseSocketIfTimeout: a timed-out synchronous call closes its connection
+    client_close_socket_if_timeout: bool = True
     pull_time_delay_mills_when_exception: int = 1_000  # the effective value (see ROCKETMQ-FACTS §2)
     # first runs of MQClientInstance.startScheduledTask
     poll_name_server_first_delay: int = 10

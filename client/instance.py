@@ -175,7 +175,11 @@ class MQClientInstance:
         self.clock = clock or SystemClock()
         # scaled like every other timer, with a floor so a slow loopback connect is not cut short
         connect_s = max(0.2, config.seconds(config.connect_timeout_millis))
-        self.remoting = RemotingClient(log=self.log, connect_timeout_s=connect_s)
+        self.remoting = RemotingClient(
+            log=self.log,
+            connect_timeout_s=connect_s,
+            close_socket_if_timeout=config.client_close_socket_if_timeout,
+        )
         self.api = MQClientAPI(self.remoting)
         self.consumer_table: dict[str, ConsumerInner] = {}
         self.producer_table: dict[str, ProducerInner] = {}

@@ -215,6 +215,7 @@ class PushConsumer(ConsumerBase):
                 subscription=expression,
                 sub_version=sub.sub_version,
                 timeout_s=cfg.seconds(cfg.consumer_timeout_millis_when_suspend),
+                asynchronous=True,
             )
         except asyncio.CancelledError:
             raise

@@ -8,6 +8,9 @@ import asyncio
 import pytest
 from client_cluster import Cluster, allocation_matches, crash, queues, wait_until
 
+from protocol.command import RemotingCommand
+from protocol.remoting import RemotingClient
+
 NO_LOOP = 10**9  # a rebalance period that never elapses: only notifications can trigger a round
 
 
@@ -119,3 +122,53 @@ async def test_no_message_lost_while_membership_changes(cluster: Cluster) -> Non
         await crash(consumers[1])
     await wait_until(lambda: sent <= consumed, 20, "every sent message consumed")
     assert len(sent) == 150
+
+
+async def _add_fault(broker_addr: str, **body: object) -> None:
+    rc = RemotingClient()
+    try:
+        resp = await rc.invoke(broker_addr, RemotingCommand.request(9000, body=body), 3.0)
+        assert resp.code == 0, resp.remark
+    finally:
+        await rc.close()
+
+
+async def test_a_heartbeat_timeout_closes_the_connection_and_costs_two_rebalances(cluster: Cluster) -> None:
+    """invokeSync closes the channel when HEART_BEAT times out (3 s, scaled): the broker drops the
+    member and notifies the group, and the member comes back with its next heartbeat."""
+    broker = await cluster.start_broker()
+    await cluster.create_topic("T", 4)
+    mq_all = queues("T", 4)
+    consumers = make_consumers(cluster, 2, "T")
+    for c in consumers:
+        await c.start()
+    await wait_until(lambda: allocation_matches(consumers, "T", mq_all), 10, "two consumers")
+    slow = consumers[0]
+    registered_before = len(cluster.events("consumer_registered"))
+    # one heartbeat answered 0.4 s late: past the 0.15 s the client waits at this time scale
+    await _add_fault(broker.address, requestCode=34, clientId=slow.client_id, latencyMs=400, count=1)
+
+    def rejoined() -> bool:
+        regs = [e for e in cluster.events("consumer_registered") if e["client_id"] == slow.client_id]
+        return len(cluster.events("consumer_registered")) > registered_before and len(regs) >= 2
+
+    await wait_until(rejoined, 15, "the slow member re-registered")
+    dropped = [e for e in cluster.events("consumer_unregistered") if e["client_id"] == slow.client_id]
+    assert [e["reason"] for e in dropped] == ["channel_closed"]
+    causes = [e["cause"] for e in cluster.events("notify_sent")]
+    assert "channel_closed" in causes
+    await wait_until(lambda: allocation_matches(consumers, "T", mq_all), 10, "balanced again")
+
+
+async def test_heartbeat_timeout_keeps_the_connection_when_the_setting_is_off(cluster: Cluster) -> None:
+    broker = await cluster.start_broker()
+    await cluster.create_topic("T", 4)
+    con = make_consumers(cluster, 1, "T", client_close_socket_if_timeout=False)[0]
+    await con.start()
+    await wait_until(lambda: len(cluster.events("heartbeat_sent")) >= 2, 10, "heartbeats")
+    await _add_fault(broker.address, requestCode=34, clientId=con.client_id, latencyMs=400, count=1)
+    await wait_until(
+        lambda: any(e["failed"] for e in cluster.events("heartbeat_sent")), 10, "a failed heartbeat"
+    )
+    await asyncio.sleep(0.5)
+    assert cluster.events("consumer_unregistered") == []

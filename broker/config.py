@@ -64,6 +64,11 @@ class BrokerConfig:
     lock_max_live_time_ms: int = 60_000
     register_broker_interval_ms: int = 30_000
     hold_check_interval_ms: int = 5_000  # PullRequestHoldService's wait when long polling is on
+    # 0: every committed offset is durable before the connection's next answer (PROTOCOL.md). > 0:
+    # RocketMQ's flushConsumerOffsetInterval (5000): offsets stay in memory and are written at this
+    # fixed rate, the first time 10 s after start, so a kill -9 rolls them back.
+    flush_consumer_offset_interval_ms: int = 0
+    flush_consumer_offset_first_delay_ms: int = 10_000
     # Pull limits (maxTransferCountOnMessageInMemory / maxTransferBytesOnMessageInMemory) and the most
     # consume-queue entries one pull scans when a tag filter skips messages (maxFilterMessageCount).
     max_transfer_count: int = 32

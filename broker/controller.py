@@ -79,6 +79,8 @@ class BrokerController:
         self._started_ms = 0
         self._stopped = False
         self.pull_events = True  # one pull_served event per answered pull
+        # offsets committed since the last flush, when offsets are flushed periodically as RocketMQ does
+        self._unflushed_offsets: dict[tuple[str, str, int], int] = {}
 
     # -- life cycle ------------------------------------------------------------------------
     @property
@@ -184,6 +186,8 @@ class BrokerController:
         await self.server.close()
         for t in list(self._notify_tasks):
             t.cancel()
+        with contextlib.suppress(StoreError):
+            self.flush_consumer_offsets()  # BrokerController#shutdown persists the offsets last
         await self.store.close()
         self.log.emit("broker_stopped", broker=self.config.broker_name, addr=self.address)
 
@@ -193,6 +197,8 @@ class BrokerController:
             tg.create_task(self._hold_loop())
             tg.create_task(self._schedule_loop())
             tg.create_task(self._register_loop())
+            if self.config.flush_consumer_offset_interval_ms > 0:
+                tg.create_task(self._offset_flush_loop())
             if self.namesrv_processor is not None:
                 tg.create_task(self._namesrv_scan_loop())
 
@@ -329,8 +335,33 @@ class BrokerController:
 
     def commit_offset(self, conn: Connection, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.offset_manager.commit_offset(group, topic, queue_id, offset)
-        self.note_write(conn, self.store.persist_offset(group, topic, queue_id, offset))
+        if self.config.flush_consumer_offset_interval_ms > 0:
+            self._unflushed_offsets[(group, topic, queue_id)] = offset
+        else:
+            self.note_write(conn, self.store.persist_offset(group, topic, queue_id, offset))
         self.log.emit("offset_committed", group=group, topic=topic, queue_id=queue_id, offset=offset)
+
+    def flush_consumer_offsets(self) -> int:
+        """Write the offsets committed since the last flush (ConsumerOffsetManager#persist)."""
+        pending, self._unflushed_offsets = self._unflushed_offsets, {}
+        for (group, topic, queue_id), offset in pending.items():
+            self.store.persist_offset(group, topic, queue_id, offset)
+        if pending:
+            self.log.emit("offsets_flushed", count=len(pending))
+        return len(pending)
+
+    async def _offset_flush_loop(self) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        period = cfg.scaled_s(cfg.flush_consumer_offset_interval_ms)
+        due = loop.time() + cfg.scaled_s(cfg.flush_consumer_offset_first_delay_ms)
+        while True:  # scheduleAtFixedRate: the period counts from the previous start, not its end
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            due += period
+            try:
+                self.flush_consumer_offsets()
+            except StoreError as exc:
+                self.log.error("offset flush failed", error=str(exc))
 
     def topic_created(self, tc: TopicConfig, conn: Connection | None = None) -> None:
         seq = self.store.persist_topic(tc)

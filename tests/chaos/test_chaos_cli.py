@@ -23,6 +23,7 @@ EXPECTED_SHIPPED = {
     "churn-avg",
     "churn-consistent-hash",
     "broker-kill-restart-durable",
+    "broker-kill-restart-offset-flush",
     "network-partition",
     "broker-pull-errors",
 }

@@ -383,7 +383,7 @@ class BrokerController:
             return
         if len(self.hold_service):
             for req in self.hold_service.notify_message_arriving(
-                msg.topic, msg.queue_id, msg.queue_offset + 1, msg.tags
+                msg.topic, msg.queue_id, msg.queue_offset + 1, msg.tags, self.clock.monotonic_ms()
             ):
                 _wake(req, "arrived")
 
@@ -395,8 +395,10 @@ class BrokerController:
         while True:
             await asyncio.sleep(interval)
             try:
-                for req in self.hold_service.check_hold_request(self.clock.monotonic_ms()):
-                    _wake(req, "timeout")
+                for req in self.hold_service.check_hold_request(
+                    self.clock.monotonic_ms(), self.store.get_max_offset
+                ):
+                    _wake(req, "checked")
             except Exception as exc:
                 self.log.error("hold check failed", error=repr(exc))
 

@@ -61,6 +61,9 @@ class BrokerConfig:
     # RocketMQ's intervals (ms, unscaled).
     channel_expired_timeout_ms: int = 120_000
     scan_not_active_channel_interval_ms: int = 10_000
+    # NettyServerConfig.serverChannelMaxIdleTimeSeconds: a connection without a read or a write for this
+    # long is closed (the Netty idle handler), which drops its registrations like any close
+    server_channel_max_idle_time_ms: int = 120_000
     lock_max_live_time_ms: int = 60_000
     register_broker_interval_ms: int = 30_000
     hold_check_interval_ms: int = 5_000  # PullRequestHoldService's wait when long polling is on

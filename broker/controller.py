@@ -36,6 +36,7 @@ Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | No
 ATTR_CLIENT_ID = "client_id"  # clientID of the connection's last heartbeat
 ATTR_GROUPS = "consumer_groups"  # group -> client id registered over this connection
 ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused
+NOTIFY_SEND_TIMEOUT_S = 0.01  # Broker2Client: invokeOneway(channel, request, 10)
 
 
 class BrokerController:
@@ -197,6 +198,7 @@ class BrokerController:
             tg.create_task(self._hold_loop())
             tg.create_task(self._schedule_loop())
             tg.create_task(self._register_loop())
+            tg.create_task(self._idle_loop())
             if self.config.flush_consumer_offset_interval_ms > 0:
                 tg.create_task(self._offset_flush_loop())
             if self.namesrv_processor is not None:
@@ -280,6 +282,23 @@ class BrokerController:
         if self.namesrv_processor is not None:
             self.namesrv_processor.on_connection_closed(conn)
 
+    async def _idle_loop(self) -> None:
+        """Close connections idle (no read, no write) for serverChannelMaxIdleTimeSeconds."""
+        loop = asyncio.get_running_loop()
+        idle_s = self.config.scaled_s(self.config.server_channel_max_idle_time_ms)
+        while True:
+            now = loop.time()
+            next_check = now + idle_s
+            for conn in list(self.connections.values()):
+                due = conn.last_activity + idle_s
+                if due <= now:
+                    if not conn.closed:
+                        self.log.warning("closing an idle connection", peer=conn.remote_addr)
+                        conn.close()
+                else:
+                    next_check = min(next_check, due)
+            await asyncio.sleep(max(0.001, next_check - loop.time()))
+
     # -- notifications ------------------------------------------------------------------------
     def notify_group(self, group: str, cause: str) -> None:
         """NOTIFY_CONSUMER_IDS_CHANGED, one-way, to every connection of the group."""
@@ -298,13 +317,14 @@ class BrokerController:
         self.log.emit("notify_sent", group=group, cause=cause, client_ids=[cid for _, cid in targets])
 
     async def _send_notify(self, group: str, targets: list[tuple[Connection, str]]) -> None:
+        # Broker2Client#notifyConsumerIdsChanged: invokeOneway with 10 ms, one channel after another,
+        # so a member that stopped reading costs the others no more than that
         for conn, _ in targets:
             cmd = RemotingCommand.request(
                 RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
             )
             try:
-                async with asyncio.timeout(1.0):
-                    await conn.invoke_oneway(cmd)
+                await conn.invoke_oneway(cmd, timeout_s=NOTIFY_SEND_TIMEOUT_S)
             except (RemotingError, TimeoutError, OSError) as exc:
                 self.log.warning("notify failed", group=group, peer=conn.remote_addr, error=repr(exc))
 

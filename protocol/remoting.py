@@ -154,7 +154,10 @@ class Connection(asyncio.Protocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._write_paused = False
         self._log = log
-        self.closed_future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.closed_future: asyncio.Future[None] = self._loop.create_future()
+        # the loop's clock at the last read or write: Netty's IdleStateHandler (ALL_IDLE) reads this
+        self.last_activity = self._loop.time()
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -169,6 +172,7 @@ class Connection(asyncio.Protocol):
             self._on_open(self)
 
     def data_received(self, data: bytes) -> None:
+        self.last_activity = self._loop.time()
         try:
             commands = self.codec.feed(data)
         except FrameError as exc:
@@ -249,6 +253,7 @@ class Connection(asyncio.Protocol):
         if self._transport is None or self._transport.is_closing():
             raise RemotingConnectionError(f"connection to {self.remote_addr} is closed")
         self._transport.write(self.codec.encode(cmd))
+        self.last_activity = self._loop.time()
 
     def send_response(self, resp: RemotingCommand) -> bool:
         """Write a response produced outside a handler (e.g. a long-poll answered later)."""

@@ -25,6 +25,7 @@ EXPECTED_SHIPPED = {
     "broker-kill-restart-durable",
     "broker-kill-restart-offset-flush",
     "network-partition",
+    "latency-5s-one-consumer",
     "broker-pull-errors",
 }
 

@@ -41,6 +41,7 @@ class ClientConfig:
     heartbeat_broker_interval: int = 30_000
     persist_consumer_offset_interval: int = 5_000
     mq_client_api_timeout: int = 3_000
+    mq_admin_timeout: int = 6_000  # MQAdminImpl.timeoutMillis: GET_MAX_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP
     connect_timeout_millis: int = 3_000  # NettyClientConfig.connectTimeoutMillis
     # NettyClientConfig.clientCloseSocketIfTimeout: a timed-out synchronous call closes its connection
     client_close_socket_if_timeout: bool = True
@@ -190,6 +191,8 @@ class ConsumerConfig(ClientConfig):
     offset_illegal_5x: bool = False  # >=5.2: fix the offset at once and wake the rebalance
     lock_in_broadcasting: bool = True  # <5.3.2: broadcasting orderly consumers also lock their queues
     query_offset_error_as_not_found: bool = True  # 4.9: any broker error on QUERY_CONSUMER_OFFSET reads as -1
+    rebalance_at_start_needs_heartbeat: bool = False  # >=5.2: start rebalances only if a heartbeat went out
+    lock_all_skips_dropped: bool = False  # >=5.0: lockAll/unlockAll leave out dropped process queues
 
     def validate(self) -> None:
         ClientConfig.validate(self)
@@ -236,6 +239,8 @@ class ConsumerConfig(ClientConfig):
             "offset_illegal_5x": True,
             "lock_in_broadcasting": False,
             "query_offset_error_as_not_found": False,
+            "rebalance_at_start_needs_heartbeat": True,
+            "lock_all_skips_dropped": True,
         }
 
 

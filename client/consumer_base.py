@@ -253,7 +253,9 @@ class ConsumerBase:
         # updateTopicSubscribeInfoWhenSubscriptionChanged: a synchronous route fetch for every topic
         for topic in sorted(self.rebalance_impl.subscription_inner):
             await self.instance.update_topic_route_info_from_name_server(topic)
-        if await self.instance.send_heartbeat_to_all_broker_with_lock():
+        sent = await self.instance.send_heartbeat_to_all_broker_with_lock()
+        # 4.9 rebalances at once whatever the heartbeat did; 5.x only after one went out
+        if sent or not self.config.rebalance_at_start_needs_heartbeat:
             self.instance.rebalance_immediately()
         self.log.emit("consumer_started", group=self.group, client_id=self.client_id)
 

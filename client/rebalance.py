@@ -251,7 +251,7 @@ class RebalanceImpl:
         if plan.kind is StartKind.FAIL:
             raise MQClientError(f"cannot compute the start offset of {mq}: {plan.reason}")
         addr = await self._offset_broker_addr(mq)
-        timeout = self.consumer.config.seconds(self.consumer.config.mq_client_api_timeout)
+        timeout = self.consumer.config.seconds(self.consumer.config.mq_admin_timeout)
         if plan.kind is StartKind.MAX_OFFSET:
             return int(await self.instance.api.get_max_offset(addr, mq, timeout))
         return int(await self.instance.api.search_offset(addr, mq, plan.timestamp_ms, timeout))
@@ -295,12 +295,15 @@ class RebalanceImpl:
                     pq.last_lock_timestamp = now
 
     def _by_broker(self) -> Iterator[tuple[str, str, set[MessageQueue]]]:
-        """buildProcessQueueTableByBrokerName: (broker name, master address, queues not dropped) for
-        every broker whose master address is known, in broker name order. The queues are taken when
-        iteration starts; each address is looked up when its turn comes, after the previous call."""
+        """buildProcessQueueTableByBrokerName: (broker name, master address, queues) for every broker
+        whose master address is known, in broker name order. 4.9 takes every queue of the table, so a
+        dropped orderly queue still held by its listener keeps its broker lock; 5.x leaves dropped ones
+        out. The queues are taken when iteration starts; each address is looked up when its turn
+        comes, after the previous call."""
+        skip_dropped = self.consumer.config.lock_all_skips_dropped
         by_name: dict[str, set[MessageQueue]] = defaultdict(set)
         for mq, pq in self.process_queue_table.items():
-            if not pq.dropped:
+            if not (skip_dropped and pq.dropped):
                 by_name[mq.broker_name].add(mq)
         for broker_name, mqs in sorted(by_name.items()):
             addr = self.instance.find_broker_address_in_subscribe(broker_name, MASTER_ID, True)

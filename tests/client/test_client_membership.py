@@ -172,3 +172,26 @@ async def test_heartbeat_timeout_keeps_the_connection_when_the_setting_is_off(cl
     )
     await asyncio.sleep(0.5)
     assert cluster.events("consumer_unregistered") == []
+
+
+@pytest.mark.parametrize("needs_heartbeat", [False, True])
+async def test_start_rebalances_at_once_even_without_a_heartbeat_in_4_9(
+    cluster: Cluster, needs_heartbeat: bool
+) -> None:
+    """DefaultMQPushConsumerImpl#start in 4.9.8 calls rebalanceImmediately() unconditionally; from 5.2
+    only when a heartbeat went out."""
+    broker = await cluster.start_broker()
+    await cluster.create_topic("T", 4)
+    con = make_consumers(
+        cluster, 1, "T", rebalance_wait_interval=NO_LOOP, rebalance_at_start_needs_heartbeat=needs_heartbeat
+    )[0]
+    await _add_fault(
+        broker.address,
+        requestCode=34,
+        clientId=con.client_id,
+        errors=[{"code": 1, "remark": "down"}],
+        durationMs=60_000,  # every heartbeat fails: no registration, so no NOTIFY wakes the rebalance
+    )
+    await con.start()
+    await asyncio.sleep(0.5)
+    assert con.instance.rebalance_service.rounds == (0 if needs_heartbeat else 1)

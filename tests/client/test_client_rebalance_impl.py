@@ -27,13 +27,16 @@ class FakeApi:
         self.committed: dict[MessageQueue, int] = {}
         self.lockable: set[MessageQueue] | None = None  # None: everything locks
         self.calls: list[tuple[str, Any]] = []
+        self.timeouts: list[float] = []
 
     async def get_max_offset(self, addr: str, mq: MessageQueue, timeout_s: float) -> int:
         self.calls.append(("max", mq))
+        self.timeouts.append(timeout_s)
         return self.max_offset
 
     async def search_offset(self, addr: str, mq: MessageQueue, ts: int, timeout_s: float) -> int:
         self.calls.append(("search", mq))
+        self.timeouts.append(timeout_s)
         return self.search
 
     async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue, timeout_s: float) -> int:
@@ -260,6 +263,38 @@ async def test_orderly_drop_49_waits_for_the_consume_lock_then_unlocks_late() ->
     assert delay == pytest.approx(200.0)  # 20 s scaled by 0.01
     await fn()
     assert ("unlock", [mq(0)]) in inst.api.calls
+
+
+@pytest.mark.parametrize("rocketmq5", [False, True])
+async def test_lock_all_and_unlock_all_take_dropped_queues_in_4_9_only(rocketmq5: bool) -> None:
+    """4.9.8's buildProcessQueueTableByBrokerName takes every process queue, so a reassigned orderly
+    queue whose listener still holds the consume lock keeps its broker lock renewed and is unlocked at
+    shutdown; 5.x leaves dropped queues out."""
+    options = ConsumerConfig.rocketmq5() if rocketmq5 else {}
+    c, inst, clock = make(orderly=True, time_scale=0.01, **options)
+    impl = c.rebalance_impl
+    pq = _cached_pq(clock)
+    impl.process_queue_table[mq(0)] = pq
+    inst.cids = [c.client_id, "zzz"]
+    impl.topic_subscribe_info_table["T"] = {mq(1), mq(2)}
+    await pq.consume_lock.acquire()  # a listener is running: the drop cannot finish
+    await c.do_rebalance()
+    assert pq.dropped and mq(0) in impl.process_queue_table
+    inst.api.calls.clear()
+    await impl.lock_all()
+    await impl.unlock_all(False)
+    expected = [mq(1)] if rocketmq5 else [mq(0), mq(1)]
+    calls = [x for x in inst.api.calls if x[0] in ("lock", "unlock")]
+    assert calls == [("lock", expected), ("unlock", expected)]
+    pq.consume_lock.release()
+
+
+async def test_max_offset_and_search_offset_wait_six_seconds_as_mq_admin_impl() -> None:
+    c, inst, _ = make(time_scale=0.01, consume_from_where="timestamp")
+    await c.rebalance_impl.compute_pull_from_where_with_exception(mq(0))  # not committed: search
+    await c.rebalance_impl.compute_pull_from_where_with_exception(mq(0, "%RETRY%g"))  # retry topic: max
+    assert [x[0] for x in inst.api.calls] == ["search", "max"]
+    assert inst.api.timeouts == [pytest.approx(0.06), pytest.approx(0.06)]
 
 
 async def test_orderly_drop_5x_force_unlocks_after_the_unlock_delay() -> None:

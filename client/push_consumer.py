@@ -228,7 +228,15 @@ class PushConsumer(ConsumerBase):
         except Exception as exc:
             self._pull_failed(req, None, repr(exc), type(exc).__name__)
             return
-        await self._on_pull_success(req, result, sub.tags_set)
+        try:
+            await self._on_pull_success(req, result, sub.tags_set)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # MQClientAPIImpl#pullMessageAsync: an exception in onSuccess goes to onException, which
+            # pulls again after the exception delay instead of leaving the queue to the pull expiry
+            self.log.error("pull result processing failed", mq=mq.short, error=repr(exc))
+            self._pull_failed(req, None, repr(exc), type(exc).__name__)
 
     def _pull_failed(self, req: PullRequest, code: int | None, remark: str, code_name: str) -> None:
         cfg = self.config

@@ -195,3 +195,38 @@ async def test_start_rebalances_at_once_even_without_a_heartbeat_in_4_9(
     await con.start()
     await asyncio.sleep(0.5)
     assert con.instance.rebalance_service.rounds == (0 if needs_heartbeat else 1)
+
+
+async def test_an_error_while_handling_a_pull_result_retries_the_pull(cluster: Cluster) -> None:
+    """An exception in the pull callback's success path goes to its exception path, which pulls again
+    after the exception delay; the queue is not left silent until the 120 s pull expiry."""
+    await cluster.start_broker()
+    await cluster.create_topic("T", 1)
+    con = make_consumers(cluster, 1, "T")[0]
+    await con.start()
+    assert con.consume_service is not None
+    submit = con.consume_service.submit_consume_request
+    failures = [RuntimeError("listener pool is gone")]
+
+    def flaky_submit(*args: object) -> None:
+        if failures:
+            raise failures.pop()
+        submit(*args)  # type: ignore[arg-type]
+
+    con.consume_service.submit_consume_request = flaky_submit  # type: ignore[method-assign]
+    producer = cluster.producer()
+    await producer.start()
+    await producer.send("T", b"one")  # its batch is cached but never handed to the listener
+
+    def failed() -> list[dict[str, object]]:
+        return [e for e in cluster.events("pull_failed") if e["code"] == "RuntimeError"]
+
+    await wait_until(lambda: bool(failed()), 4, "the failed pull result")
+    assert failed()[0]["delay_ms"] == 50  # 1 s at this time scale
+    second = await producer.send("T", b"two")
+    # well inside the 6 s pull expiry at this scale: the queue is still being pulled
+    await wait_until(
+        lambda: any(e["msg_id"] == second.msg_id for e in cluster.events("message_consumed")),
+        3,
+        "the next message consumed",
+    )

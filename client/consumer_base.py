@@ -54,6 +54,9 @@ class _BrokerOffsetApi:
         await self.consumer.instance.api.update_consumer_offset_oneway(addr, group, mq, offset)
 
 
+DEFAULT_INSTANCE_NAME = "DEFAULT"
+
+
 def normalize_enums(options: dict[str, Any]) -> dict[str, Any]:
     """Accept "clustering"/"broadcasting" and "first"/"last"/"timestamp" (or RocketMQ's names) as strings."""
     out = dict(options)
@@ -128,15 +131,20 @@ class ConsumerBase:
             self.strategy = strategy
         self.log = log or EventLog.null()
         self.clock = clock or SystemClock()
-        self.instance_name = self.config.instance_name or new_instance_name()
+        # ClientConfig.instanceName is "DEFAULT" unless set; start() changes it to pid#nanos only for
+        # CLUSTERING (changeInstanceNameToPID), so a broadcasting client is ip@DEFAULT across restarts
+        self.instance_name = self.config.instance_name or DEFAULT_INSTANCE_NAME
+        if self.instance_name == DEFAULT_INSTANCE_NAME and self.message_model is MessageModel.CLUSTERING:
+            self.instance_name = new_instance_name()
         self.client_id = build_client_id(self.instance_name)
         self.instance: MQClientInstance = MQClientManager.get_or_create(
             self.config, self.client_id, self.log, self.clock
         )
         self.offset_store: OffsetStore
         if self.config.message_model is MessageModel.BROADCASTING:
+            # keyed by the client id, so a restarted process with the same id finds its offsets again
             self.offset_store = LocalFileOffsetStore(
-                group, self.instance_name, self.config.local_offset_store_dir, log=self.log
+                group, self.client_id, self.config.local_offset_store_dir, log=self.log
             )
         else:
             self.offset_store = RemoteBrokerOffsetStore(

@@ -131,6 +131,7 @@ async def test_broadcasting_delivers_every_message_to_every_consumer(cluster: Cl
             message_model="BROADCASTING",
             consume_from_where="first",
             local_offset_store_dir=str(tmp_path / "offsets"),
+            instance_name=f"bcast-{i}",  # three "hosts" in one process
         )
         c.subscribe("T")
         c.register_message_listener(lambda msgs, _i=i: got[_i].update(m.msg_id for m in msgs))
@@ -147,6 +148,43 @@ async def test_broadcasting_delivers_every_message_to_every_consumer(cluster: Cl
     await consumers[0].persist_consumer_offset()
     stored = consumers[0].offset_store.clone_offset_table("T")
     assert sum(stored.values()) == 40
+
+
+async def test_a_restarted_broadcasting_consumer_resumes_from_its_local_offsets(
+    cluster: Cluster, tmp_path: Any
+) -> None:
+    """A BROADCASTING client keeps instanceName DEFAULT (changeInstanceNameToPID is for CLUSTERING), so
+    its client id is ip@DEFAULT after a restart too and LocalFileOffsetStore finds its file again."""
+    await cluster.start_broker()
+    await cluster.create_topic("T", 2)
+    got: list[str] = []
+
+    async def start() -> Any:
+        c = cluster.consumer(
+            "bg",
+            "bcast",
+            message_model="BROADCASTING",
+            consume_from_where="first",
+            local_offset_store_dir=str(tmp_path / "offsets"),
+        )
+        c.subscribe("T")
+        c.register_message_listener(lambda msgs: got.extend(m.msg_id for m in msgs))
+        await c.start()
+        return c
+
+    first = await start()
+    assert first.client_id.endswith("@DEFAULT")
+    producer = cluster.producer()
+    await producer.start()
+    before = [(await producer.send("T", b"a%d" % i)).msg_id for i in range(10)]
+    await wait_until(lambda: set(got) >= set(before), 10, "the first messages")
+    await first.shutdown()  # persists its offsets to the local file
+    after = [(await producer.send("T", b"b%d" % i)).msg_id for i in range(10)]
+    second = await start()
+    assert second.client_id == first.client_id
+    await wait_until(lambda: set(got) >= set(after), 10, "the later messages")
+    await asyncio.sleep(0.3)
+    assert sorted(got) == sorted(before + after)  # nothing consumed twice
 
 
 async def test_lite_pull_subscribe_poll_and_commit(cluster: Cluster) -> None:

@@ -16,7 +16,7 @@ from client.rebalance_core import PullStatus, pull_status
 from client.route import TopicRouteData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, field_int, field_list, field_str
-from protocol.model import HeartbeatData, Message, MessageQueue
+from protocol.model import HeartbeatData, Message, MessageQueue, is_retry_topic
 from protocol.remoting import RemotingClient
 
 # PullSysFlag bits
@@ -278,9 +278,17 @@ class MQClientAPI:
             ext["tags"] = tags
         if keys is not None:
             ext["keys"] = keys
+        props = dict(properties or {})
+        if is_retry_topic(mq.topic):
+            # sendKernelImpl: a retry message's counters travel in the header, not as properties
+            headers = (("RECONSUME_TIME", "reconsumeTimes"), ("MAX_RECONSUME_TIMES", "maxReconsumeTimes"))
+            for prop, header in headers:
+                raw = props.pop(prop, None)
+                if raw is not None:
+                    ext[header] = int(raw)
         payload: dict[str, Any] = {"body": body}
-        if properties:
-            payload["properties"] = dict(properties)
+        if props:
+            payload["properties"] = props
         cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, payload)
         resp = _check(await self._invoke(addr, cmd, timeout_s), addr)
         queue_id = field_int(resp.ext, "queueId", "ext", mq.queue_id)

@@ -193,6 +193,7 @@ class ConsumerConfig(ClientConfig):
     query_offset_error_as_not_found: bool = True  # 4.9: any broker error on QUERY_CONSUMER_OFFSET reads as -1
     rebalance_at_start_needs_heartbeat: bool = False  # >=5.2: start rebalances only if a heartbeat went out
     lock_all_skips_dropped: bool = False  # >=5.0: lockAll/unlockAll leave out dropped process queues
+    send_back_only_cached: bool = False  # >=5.1: failed messages no longer cached are not sent back
 
     def validate(self) -> None:
         ClientConfig.validate(self)
@@ -241,6 +242,7 @@ class ConsumerConfig(ClientConfig):
             "query_offset_error_as_not_found": False,
             "rebalance_at_start_needs_heartbeat": True,
             "lock_all_skips_dropped": True,
+            "send_back_only_cached": True,
         }
 
 

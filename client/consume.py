@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from client.errors import MQClientError
 from client.process_queue import ProcessQueue
-from protocol.model import Message, MessageModel, MessageQueue, is_retry_topic
+from protocol.model import Message, MessageModel, MessageQueue, is_retry_topic, retry_topic
 
 if TYPE_CHECKING:
     from client.push_consumer import PushConsumer
@@ -208,13 +209,15 @@ class _ServiceBase:
         self._workers.clear()
 
     async def send_message_back(self, msg: Message, delay_level: int, max_reconsume_times: int) -> bool:
-        """CONSUMER_SEND_MSG_BACK to the master of the message's broker; False when it failed."""
+        """DefaultMQPushConsumerImpl#sendMessageBack: CONSUMER_SEND_MSG_BACK to the master of the
+        message's broker; when that fails, the message goes to ``%RETRY%<group>`` through the client's
+        internal producer (any broker, with retries). False only when both failed."""
         c = self.consumer
         cfg = c.config
-        addr = await c.instance.find_broker_address_in_publish_or_update(msg.topic, msg.broker_name)
-        if addr is None:
-            return False
         try:
+            addr = await c.instance.find_broker_address_in_publish_or_update(msg.topic, msg.broker_name)
+            if addr is None:
+                raise MQClientError(f"the broker[{msg.broker_name}] not exist")
             await c.instance.api.consumer_send_msg_back(
                 addr, msg, c.group, delay_level, max_reconsume_times, cfg.seconds(cfg.send_msg_back_timeout)
             )
@@ -222,7 +225,39 @@ class _ServiceBase:
             raise
         except Exception as exc:
             self.log.warning("send message back failed", group=c.group, msg_id=msg.msg_id, error=repr(exc))
+            return await self.send_to_retry_topic(msg, msg.reconsume_times + 1, max_reconsume_times)
+        self._emit_sent_back(msg, delay_level, "send_back")
+        return True
+
+    async def send_to_retry_topic(self, msg: Message, reconsume_times: int, max_reconsume_times: int) -> bool:
+        """A plain send of the message to ``%RETRY%<group>`` (delay level 3 + reconsumeTimes) through the
+        internal producer; the broker diverts it to the DLQ past ``max_reconsume_times``."""
+        c = self.consumer
+        props = dict(msg.properties)
+        props[PROPERTY_ORIGIN_MESSAGE_ID] = origin_msg_id(msg)
+        props[PROPERTY_RETRY_TOPIC] = msg.properties.get(PROPERTY_RETRY_TOPIC) or msg.topic
+        props["RECONSUME_TIME"] = str(reconsume_times)
+        props["MAX_RECONSUME_TIMES"] = str(max_reconsume_times)
+        props.pop("TRAN_MSG", None)
+        delay_level = 3 + msg.reconsume_times
+        props["DELAY"] = str(delay_level)
+        try:
+            producer = await c.inner_producer()
+            await producer.send(
+                retry_topic(c.group), msg.body, tags=msg.tags, keys=msg.keys, properties=props
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.warning(
+                "send to the retry topic failed", group=c.group, msg_id=msg.msg_id, error=repr(exc)
+            )
             return False
+        self._emit_sent_back(msg, delay_level, "retry_topic")
+        return True
+
+    def _emit_sent_back(self, msg: Message, delay_level: int, via: str) -> None:
+        c = self.consumer
         c.log.emit(
             "message_sent_back",
             group=c.group,
@@ -233,8 +268,8 @@ class _ServiceBase:
             queue_id=msg.queue_id,
             queue_offset=msg.queue_offset,
             delay_level=delay_level,
+            via=via,
         )
-        return True
 
 
 class ConsumeMessageConcurrentlyService(_ServiceBase):
@@ -301,8 +336,8 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         else:
             max_times = c.config.max_reconsume_times_concurrently()
             for msg in msgs[ack_index + 1 :]:
-                if not req.pq.contains(msg.queue_offset):
-                    continue
+                if c.config.send_back_only_cached and not req.pq.contains(msg.queue_offset):
+                    continue  # >=5.1: a message no longer cached (its queue moved on) is not sent back
                 if not await self.send_message_back(msg, ctx.delay_level_when_next_consume, max_times):
                     msg.reconsume_times += 1
                     failed.append(msg)
@@ -489,8 +524,9 @@ class ConsumeMessageOrderlyService(_ServiceBase):
         max_times = c.config.max_reconsume_times_orderly()
         for msg in msgs:
             if msg.reconsume_times >= max_times:
-                # the broker stores a message sent back past its limit in %DLQ%<group>
-                if not await self.send_message_back(msg, -1, max_times):
+                # ConsumeMessageOrderlyService#sendMessageBack: a plain send to the retry topic, which the
+                # broker diverts to %DLQ%<group>
+                if not await self.send_to_retry_topic(msg, msg.reconsume_times, max_times):
                     suspend = True
                     msg.reconsume_times += 1
             else:

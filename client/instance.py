@@ -53,6 +53,8 @@ class ProducerInner(Protocol):
 
     def update_topic_publish_info(self, topic: str, info: TopicPublishInfo) -> None: ...
 
+    def is_publish_topic_need_update(self, topic: str) -> bool: ...
+
 
 class RebalanceService:
     """Runs doRebalance every ``wait_interval`` and whenever woken; wakeups during a round coalesce."""
@@ -193,6 +195,9 @@ class MQClientInstance:
         self._runner: asyncio.Task[None] | None = None
         self._started = False
         self._random = random.Random()
+        # defaultMQProducer (CLIENT_INNER_PRODUCER): the consumers' send-back fallback, made on first use
+        self.inner_producer: Any = None
+        self.inner_producer_lock = asyncio.Lock()
         self.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify_consumer_ids_changed)
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -384,8 +389,10 @@ class MQClientInstance:
                 return False
             old = self.topic_route_table.get(topic)
             changed = old != route
-            if not changed:
-                changed = any(c.is_subscribe_topic_need_update(topic) for c in self.consumer_table.values())
+            if not changed:  # isNeedUpdateTopicRouteInfo: a consumer or producer still lacks the topic
+                changed = any(
+                    c.is_subscribe_topic_need_update(topic) for c in self.consumer_table.values()
+                ) or any(p.is_publish_topic_need_update(topic) for p in self.producer_table.values())
             if changed:
                 for bd in route.broker_datas:
                     self.broker_addr_table[bd.broker_name] = dict(bd.broker_addrs)

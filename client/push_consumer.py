@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from client.api import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, PullResult
+from client.config import ProducerConfig
 from client.consume import (
     ConsumeMessageConcurrentlyService,
     ConsumeMessageOrderlyService,
@@ -25,6 +26,7 @@ from client.consumer_base import ConsumerBase
 from client.errors import MQBrokerError, MQClientError
 from client.offset_store import ReadOffsetType
 from client.process_queue import PullRequest
+from client.producer import Producer
 from client.rebalance import RebalancePushImpl
 from client.rebalance_core import (
     DropReason,
@@ -36,6 +38,8 @@ from client.route import MASTER_ID
 from protocol.codes import ResponseCode
 from protocol.model import ConsumeType, Message, MessageModel, MessageQueue
 from protocol.remoting import RemotingTimeoutError
+
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"  # MixAll.CLIENT_INNER_PRODUCER_GROUP
 
 
 class PushConsumer(ConsumerBase):
@@ -107,10 +111,39 @@ class PushConsumer(ConsumerBase):
             await self.consume_service.shutdown(cfg.ms(cfg.await_termination_millis_when_shutdown))
             if self.consume_orderly and self.message_model is MessageModel.CLUSTERING:
                 await self.rebalance_impl.unlock_all(False)
+        await self._stop_inner_producer()
         await self._stop_client()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self.log.emit("consumer_stopped", group=self.group, client_id=self.client_id)
+
+    async def inner_producer(self) -> Producer:
+        """MQClientInstance's defaultMQProducer: group CLIENT_INNER_PRODUCER on this client id, shared
+        by its consumers and started on first use."""
+        inst = self.instance
+        async with inst.inner_producer_lock:
+            if inst.inner_producer is None:
+                cfg = self.config
+                producer = Producer(
+                    CLIENT_INNER_PRODUCER_GROUP,
+                    config=ProducerConfig(
+                        namesrv_addr=cfg.namesrv_addr,
+                        instance_name=self.instance_name,
+                        client_ip=cfg.client_ip,
+                        time_scale=cfg.time_scale,
+                        client_close_socket_if_timeout=cfg.client_close_socket_if_timeout,
+                    ),
+                    clock=self.clock,
+                )
+                await producer.start()
+                inst.inner_producer = producer
+            return inst.inner_producer  # type: ignore[no-any-return]
+
+    async def _stop_inner_producer(self) -> None:
+        inst = self.instance
+        if inst.inner_producer is not None and set(inst.consumer_table) <= {self.group}:
+            producer, inst.inner_producer = inst.inner_producer, None
+            await producer.shutdown()
 
     def suspend(self) -> None:
         self.paused = True

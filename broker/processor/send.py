@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from broker.controller import Handler
 from broker.processor.common import ext_name, ext_queue_id
-from broker.store import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, MessageDraft, StoredMessage
+from broker.store import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    MessageDraft,
+    StoredMessage,
+)
 from broker.topic_config import TopicConfig, topic_name_problem
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, InvalidParameter, RemotingCommand, field_map
@@ -16,6 +22,17 @@ from protocol.remoting import Connection
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
+
+
+def _delay_level(properties: dict[str, str]) -> int:
+    raw = properties.get(PROPERTY_DELAY_TIME_LEVEL)
+    if raw is None:
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        where = f"body.properties.{PROPERTY_DELAY_TIME_LEVEL}"
+        raise InvalidParameter(where, f"not an int: {raw!r}") from None
 
 
 def parse_properties(body: dict[str, Any]) -> dict[str, str]:
@@ -95,7 +112,22 @@ class SendMessageProcessor:
             if reconsume_times > limit or not b.lock_manager.is_lock_all_expired(group, now):
                 tc = self._dlq(group, conn)
                 topic, queue_id = tc.topic_name, 0
-        draft = MessageDraft(topic, queue_id, payload, tags, keys, born, reconsume_times, properties)
+        level = _delay_level(properties) if not topic.startswith("%DLQ%") else 0
+        if level > 0:
+            # CommitLog#putMessage: a delay level parks the message in the schedule topic until due
+            draft = b.schedule_service.schedule_draft(
+                b.schedule_service.clamp_level(level),
+                topic,
+                queue_id,
+                payload,
+                tags=tags,
+                keys=keys,
+                born_timestamp=born,
+                reconsume_times=reconsume_times,
+                properties=properties,
+            )
+        else:
+            draft = MessageDraft(topic, queue_id, payload, tags, keys, born, reconsume_times, properties)
         msg = await b.store.put_message(draft)
         return cmd.response(
             ext={"msgId": msg.msg_id, "queueId": msg.queue_id, "queueOffset": msg.queue_offset}

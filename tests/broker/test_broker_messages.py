@@ -281,3 +281,19 @@ async def test_orderly_send_to_retry_topic_goes_to_dlq_while_group_holds_locks(b
     resp = await p.send("%RETRY%g", reconsumeTimes=1)
     assert resp.code == ResponseCode.SUCCESS
     assert broker.store.get_max_offset("%DLQ%g", 0) == 1 and broker.store.get_max_offset("%RETRY%g", 0) == 0
+
+
+async def test_a_send_with_a_delay_level_is_delivered_when_due(make_broker, make_peer):
+    """CommitLog#putMessage parks a message whose DELAY property is > 0 in the schedule topic."""
+    broker = await make_broker(time_scale=0.1)  # delay level 2 (5 s) is 0.5 s here
+    p = make_peer(broker.address)
+    await p.heartbeat("C")
+    ext = {"producerGroup": "pg", "topic": "T", "queueId": 0, "bornTimestamp": int(time.time() * 1000)}
+    resp = await p.call(RequestCode.SEND_MESSAGE, ext, {"body": b"later", "properties": {"DELAY": "2"}})
+    assert resp.code == ResponseCode.SUCCESS
+    assert (await p.pull("T", 0)).code != ResponseCode.SUCCESS  # not there yet
+    await wait_for(lambda: broker.store.get_max_offset("T", 0) == 1, timeout_s=5)
+    msgs = (await p.pull("T", 0)).body["messages"]
+    assert [m["body"] for m in msgs] == [b"later"]
+    bad = await p.call(RequestCode.SEND_MESSAGE, ext, {"body": b"x", "properties": {"DELAY": "soon"}})
+    assert bad.code == ResponseCode.INVALID_PARAMETER and "DELAY" in bad.remark

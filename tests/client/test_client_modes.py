@@ -285,3 +285,82 @@ async def test_reconsume_later_goes_through_the_retry_topic(cluster: Cluster) ->
     assert {e["msg_id"] for e in consumed} == sent  # a retried message keeps the id the producer got
     assert {e["topic"] for e in consumed} == {"%RETRY%rg"}
     assert len(cluster.events("message_sent_back")) >= 3
+
+
+async def _fault(broker_addr: str, **body: Any) -> None:
+    from protocol.command import RemotingCommand
+    from protocol.remoting import RemotingClient
+
+    rc = RemotingClient()
+    try:
+        resp = await rc.invoke(broker_addr, RemotingCommand.request(9000, body=body), 3.0)
+        assert resp.code == 0, resp.remark
+    finally:
+        await rc.close()
+
+
+SEND_BACK_FAILS = {"requestCode": 36, "errors": [{"code": 1, "remark": "send back refused"}]}
+
+
+async def test_a_failed_send_back_goes_to_the_retry_topic_via_the_inner_producer(cluster: Cluster) -> None:
+    """DefaultMQPushConsumerImpl#sendMessageBack: when CONSUMER_SEND_MSG_BACK fails, the message is sent
+    to %RETRY%<group> by the client's internal producer; it is not re-run locally."""
+    broker = await cluster.start_broker()
+    await cluster.create_topic("T", 1)
+    await _fault(broker.address, **SEND_BACK_FAILS, durationMs=600_000)
+    attempts: dict[bytes, int] = defaultdict(int)
+
+    def listener(msgs: list[Any]) -> ConsumeConcurrentlyStatus:
+        attempts[msgs[0].body] += 1
+        if attempts[msgs[0].body] == 1:
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    c = cluster.consumer("fg", "fallback-consumer", consume_from_where="first")
+    c.subscribe("T")
+    c.register_message_listener(listener)
+    await c.start()
+    producer = cluster.producer()
+    await producer.start()
+    sent = (await producer.send("T", b"x")).msg_id
+    await wait_until(lambda: bool(cluster.events("message_consumed")), 15, "redelivery")
+    (consumed,) = cluster.events("message_consumed")
+    assert (consumed["msg_id"], consumed["topic"]) == (sent, "%RETRY%fg")
+    (back,) = cluster.events("message_sent_back")
+    assert back["via"] == "retry_topic" and back["delay_level"] == 3
+
+
+async def test_orderly_past_max_reconsume_times_sends_to_the_retry_topic_which_goes_to_the_dlq(
+    cluster: Cluster,
+) -> None:
+    """ConsumeMessageOrderlyService#sendMessageBack is a plain send to the retry topic (the broker
+    diverts it to the DLQ), so it does not depend on CONSUMER_SEND_MSG_BACK."""
+    broker = await cluster.start_broker()
+    await cluster.create_topic("T", 1)
+    await _fault(broker.address, **SEND_BACK_FAILS, durationMs=600_000)
+    calls: list[bytes] = []
+
+    def listener(msgs: list[Any]) -> ConsumeOrderlyStatus:
+        calls.append(msgs[0].body)
+        if msgs[0].body == b"bad":
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c = cluster.consumer(
+        "og",
+        "orderly-dlq",
+        consume_from_where="first",
+        max_reconsume_times=1,
+        suspend_current_queue_time_millis=10,
+    )
+    c.subscribe("T")
+    c.register_message_listener_orderly(listener)
+    await c.start()
+    producer = cluster.producer()
+    await producer.start()
+    await producer.send("T", b"bad")
+    await producer.send("T", b"good")
+    await wait_until(lambda: b"good" in calls, 15, "the queue moving past the bad message")
+    assert calls == [b"bad", b"bad", b"good"]
+    dlq = broker.store.get_message("%DLQ%og", 0, 0, 32, 1 << 20, [], 100)
+    assert [m.body for m in dlq.messages] == [b"bad"]

@@ -56,6 +56,11 @@ class FakeApi:
         self.calls.append(("lock", sorted(mqs)))
         return set(mqs) if self.lockable is None else set(mqs) & self.lockable
 
+    async def consumer_send_msg_back(
+        self, addr: str, msg: Message, group: str, delay_level: int, max_times: int, timeout_s: float
+    ) -> None:
+        self.calls.append(("send_back", msg.queue_offset))
+
     async def unlock_batch_mq(
         self, addr: str, group: str, cid: str, mqs: Any, timeout_s: float, *, oneway: bool
     ) -> None:
@@ -110,6 +115,9 @@ class FakeInstance:
 
     def rebalance_later(self, delay_ms: float) -> None:
         self.rebalance_later_calls.append(delay_ms)
+
+    def spawn(self, coro: Any, what: str = "task") -> asyncio.Task[Any]:
+        return asyncio.get_running_loop().create_task(coro)
 
 
 def make(orderly: bool = False, **options: Any) -> tuple[PushConsumer, FakeInstance, ManualClock]:
@@ -358,3 +366,32 @@ async def test_rebalance_service_5x_retries_after_min_interval_when_unbalanced()
         assert len(inst.rounds) == 2  # balanced: back to the long period
     finally:
         task.cancel()
+
+
+@pytest.mark.parametrize("rocketmq5", [False, True])
+async def test_a_failed_message_no_longer_cached_is_sent_back_in_4_9_only(rocketmq5: bool) -> None:
+    """The "skip messages the process queue no longer holds" rule of processConsumeResult came with 5.1;
+    4.9 sends every failed message back."""
+    from client.consume import ConsumeConcurrentlyStatus, ConsumeMessageConcurrentlyService, Listener
+
+    options = ConsumerConfig.rocketmq5() if rocketmq5 else {}
+    c, inst, clock = make(time_scale=0.01, **options)
+    pq = _cached_pq(clock)  # holds offset 0 only
+    done = asyncio.Event()
+
+    async def fail(msgs: list[Any]) -> ConsumeConcurrentlyStatus:
+        done.set()
+        return ConsumeConcurrentlyStatus.RECONSUME_LATER
+
+    service = ConsumeMessageConcurrentlyService(c, Listener(fail, None))  # type: ignore[arg-type]
+    service.start()
+    try:
+        gone = Message("m1", "T", "BrokerA", 0, 1, b"y")  # offset 1: not in the process queue any more
+        service.submit_consume_request([gone], pq, mq(0), True)
+        await asyncio.wait_for(done.wait(), 2)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        sent_back = [x for x in inst.api.calls if x[0] == "send_back"]
+        assert sent_back == ([] if rocketmq5 else [("send_back", 1)])
+    finally:
+        await service.shutdown(0)

@@ -246,7 +246,7 @@ class ConsumerBase:
         mqs = set(self.rebalance_impl.process_queue_table)
         await self.offset_store.persist_all(mqs)
 
-    def pull_message(self, request: PullRequest) -> None:
+    async def pull_message(self, request: PullRequest) -> None:
         return None
 
     # -- lifecycle helpers ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from client.config import ClientConfig
 from client.errors import MQClientError
 from client.process_queue import PullRequest
 from client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
+from client.scheduler import SingleThreadScheduler
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.model import ConsumerData, HeartbeatData, ProducerData
@@ -43,7 +44,7 @@ class ConsumerInner(Protocol):
 
     async def persist_consumer_offset(self) -> None: ...
 
-    def pull_message(self, request: PullRequest) -> None: ...
+    async def pull_message(self, request: PullRequest) -> None: ...
 
 
 class ProducerInner(Protocol):
@@ -97,13 +98,18 @@ class RebalanceService:
 
 
 class PullMessageService:
-    """A queue of PullRequests served one at a time; each pull's RPC runs as its own task."""
+    """RocketMQ's PullMessageService thread: PullRequests taken one at a time, each ``pull_message``
+    awaited to its end. What blocks that thread in Java (connecting to a broker, a route lookup, the
+    orderly first pull's QUERY_CONSUMER_OFFSET) is awaited here in line, so it holds up the pulls of
+    every other queue; only the wait for the pull's answer runs apart (invokeAsync). Delayed tasks run
+    on the service's own single-threaded scheduler."""
 
     def __init__(self, instance: MQClientInstance) -> None:
         self.instance = instance
         self._queue: asyncio.Queue[PullRequest] = asyncio.Queue()
         self._timers: set[asyncio.TimerHandle] = set()
         self._stopped = False
+        self.scheduler = SingleThreadScheduler("PullMessageServiceScheduledThread", instance.log)
 
     def execute_pull_request_immediately(self, request: PullRequest) -> None:
         if not self._stopped:
@@ -127,21 +133,13 @@ class PullMessageService:
         self._timers.add(handle)
 
     def execute_task_later(self, fn: Callable[[], Coroutine[Any, Any, None]], delay_ms: float) -> None:
-        if self._stopped:
-            return
-        loop = asyncio.get_running_loop()
-        handle: asyncio.TimerHandle
-
-        def fire() -> None:
-            self._timers.discard(handle)
-            if not self._stopped:
-                self.instance.spawn(fn())
-
-        handle = loop.call_later(max(0.0, delay_ms) / 1000.0, fire)
-        self._timers.add(handle)
+        """``delay_ms`` is already scaled."""
+        if not self._stopped:
+            self.scheduler.schedule(fn, max(0.0, delay_ms) / 1000.0, "pull service task")
 
     def stop(self) -> None:
         self._stopped = True
+        self.scheduler.stop()
         for h in list(self._timers):
             h.cancel()
         self._timers.clear()
@@ -153,7 +151,9 @@ class PullMessageService:
             if consumer is None:
                 continue  # group unregistered: the request dies, as in RocketMQ
             try:
-                consumer.pull_message(request)
+                await consumer.pull_message(request)
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:  # a bug in one pull must not stop the service
                 self.instance.log.error(
                     "pull_message failed", error=repr(exc), mq=request.message_queue.short
@@ -188,6 +188,7 @@ class MQClientInstance:
         self.topic_route_table: dict[str, TopicRouteData] = {}
         self.broker_addr_table: dict[str, dict[int, str]] = {}
         self.rebalance_service = RebalanceService(self)
+        self.scheduler = SingleThreadScheduler("MQClientFactoryScheduledThread", self.log)
         self.pull_service = PullMessageService(self)
         self._heartbeat_lock = asyncio.Lock()
         self._route_lock = asyncio.Lock()
@@ -215,39 +216,30 @@ class MQClientInstance:
 
     async def _run(self, ready: asyncio.Future[None]) -> None:
         cfg = self.config
+        s = cfg.seconds
+        # startScheduledTask: one thread, fixed rates, each task awaited before the next one starts
+        self.scheduler.schedule_at_fixed_rate(
+            self.update_topic_route_info_from_name_server_all,
+            s(cfg.poll_name_server_first_delay),
+            s(cfg.poll_name_server_interval),
+            "update topic routes",
+        )
+        self.scheduler.schedule_at_fixed_rate(
+            self._heartbeat_task, s(cfg.heartbeat_first_delay), s(cfg.heartbeat_broker_interval), "heartbeat"
+        )
+        self.scheduler.schedule_at_fixed_rate(
+            self.persist_all_consumer_offset,
+            s(cfg.persist_consumer_offset_first_delay),
+            s(cfg.persist_consumer_offset_interval),
+            "persist consumer offsets",
+        )
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
-            tg.create_task(
-                self._periodic(
-                    cfg.poll_name_server_first_delay,
-                    cfg.poll_name_server_interval,
-                    self.update_topic_route_info_from_name_server_all,
-                )
-            )
-            tg.create_task(
-                self._periodic(cfg.heartbeat_first_delay, cfg.heartbeat_broker_interval, self._heartbeat_task)
-            )
-            tg.create_task(
-                self._periodic(
-                    cfg.persist_consumer_offset_first_delay,
-                    cfg.persist_consumer_offset_interval,
-                    self.persist_all_consumer_offset,
-                )
-            )
+            tg.create_task(self._guarded(self.scheduler.run(), "scheduled tasks"))
             tg.create_task(self._guarded(self.pull_service.run(), "pull service"))
+            tg.create_task(self._guarded(self.pull_service.scheduler.run(), "pull service tasks"))
             tg.create_task(self._guarded(self.rebalance_service.run(), "rebalance service"))
             ready.set_result(None)
-
-    async def _periodic(self, first_ms: int, period_ms: int, fn: Callable[[], Awaitable[Any]]) -> None:
-        await asyncio.sleep(self.config.seconds(first_ms))
-        while True:
-            try:
-                await fn()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.log.error("scheduled task failed", task=getattr(fn, "__name__", "?"), error=repr(exc))
-            await asyncio.sleep(self.config.seconds(period_ms))
 
     async def _guarded(self, coro: Awaitable[Any], what: str) -> None:
         try:
@@ -276,6 +268,7 @@ class MQClientInstance:
     async def shutdown(self) -> None:
         """Stop every task and close the connections (after the last consumer/producer left)."""
         self.pull_service.stop()
+        self.scheduler.stop()
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

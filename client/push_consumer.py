@@ -166,8 +166,10 @@ class PushConsumer(ConsumerBase):
     def _now(self) -> int:
         return self.clock.monotonic_ms()
 
-    def pull_message(self, req: PullRequest) -> None:
-        """The synchronous checks of DefaultMQPushConsumerImpl.pullMessage, then the RPC as a task."""
+    async def pull_message(self, req: PullRequest) -> None:
+        """DefaultMQPushConsumerImpl.pullMessage on the pull service's one thread: the checks and what
+        blocks there in Java (the orderly first pull's offset query, a route lookup, connecting to the
+        broker) run in line; only the wait for the answer runs as its own task (invokeAsync)."""
         cfg = self.config
         pq = req.process_queue
         if pq.dropped:
@@ -194,7 +196,7 @@ class PushConsumer(ConsumerBase):
         if req.message_queue.topic not in self.rebalance_impl.subscription_inner:
             self._later(req, cfg.pull_time_delay_mills_when_exception)
             return
-        self.instance.spawn(self._pull(req), "pull")
+        await self._pull(req)
 
     async def _pull(self, req: PullRequest) -> None:
         cfg = self.config
@@ -236,6 +238,30 @@ class PushConsumer(ConsumerBase):
             self._pull_failed(req, None, f"the broker[{mq.broker_name}] not exist", "NO_BROKER")
             return
         try:
+            await self.instance.remoting.connection(addr)  # getAndCreateChannel blocks the pull thread
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._pull_failed(req, None, repr(exc), type(exc).__name__)
+            return
+        self.instance.spawn(
+            self._pull_rpc(req, addr, sys_flag, commit_offset, expression, sub.sub_version, sub.tags_set),
+            "pull",
+        )
+
+    async def _pull_rpc(
+        self,
+        req: PullRequest,
+        addr: str,
+        sys_flag: int,
+        commit_offset: int,
+        expression: str | None,
+        sub_version: int,
+        tags_set: list[str],
+    ) -> None:
+        cfg = self.config
+        mq = req.message_queue
+        try:
             result = await self.instance.api.pull_message(
                 addr,
                 group=self.group,
@@ -246,7 +272,7 @@ class PushConsumer(ConsumerBase):
                 commit_offset=commit_offset,
                 suspend_timeout_ms=int(cfg.ms(cfg.broker_suspend_max_time_millis)),
                 subscription=expression,
-                sub_version=sub.sub_version,
+                sub_version=sub_version,
                 timeout_s=cfg.seconds(cfg.consumer_timeout_millis_when_suspend),
                 asynchronous=True,
             )
@@ -262,7 +288,7 @@ class PushConsumer(ConsumerBase):
             self._pull_failed(req, None, repr(exc), type(exc).__name__)
             return
         try:
-            await self._on_pull_success(req, result, sub.tags_set)
+            await self._on_pull_success(req, result, tags_set)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -421,9 +421,10 @@ class RebalancePushImpl(RebalanceImpl):
             return False
         try:
             if pq.has_temp_message():
-                # messages still cached: keep the broker lock a while so the next owner cannot overtake
-                self.instance.pull_service.execute_task_later(
-                    lambda: self.unlock(mq, True), cfg.ms(cfg.unlock_delay_time_mills)
+                # messages still cached: keep the broker lock a while so the next owner cannot overtake;
+                # unlockDelay runs on MQClientInstance's scheduled thread
+                self.instance.scheduler.schedule(
+                    lambda: self.unlock(mq, True), cfg.seconds(cfg.unlock_delay_time_mills), "unlock delay"
                 )
             else:
                 await self.unlock(mq, True)

@@ -83,10 +83,19 @@ class FakePullService:
         self.tasks.append((fn, delay_ms))
 
 
+class FakeScheduler:
+    def __init__(self) -> None:
+        self.tasks: list[tuple[Any, float]] = []
+
+    def schedule(self, fn: Any, delay_s: float, what: str = "task") -> None:
+        self.tasks.append((fn, delay_s))
+
+
 class FakeInstance:
     def __init__(self, cids: list[str]) -> None:
         self.api = FakeApi()
         self.pull_service = FakePullService()
+        self.scheduler = FakeScheduler()
         self.cids = cids
         self.heartbeats = 0
         self.rebalance_later_calls: list[float] = []
@@ -267,8 +276,8 @@ async def test_orderly_drop_49_waits_for_the_consume_lock_then_unlocks_late() ->
     assert mq(0) not in impl.process_queue_table
     # messages were still cached: the broker lock is released 20 s later, not now
     assert not [x for x in inst.api.calls if x[0] == "unlock"]
-    fn, delay = inst.pull_service.tasks[-1]
-    assert delay == pytest.approx(200.0)  # 20 s scaled by 0.01
+    fn, delay = inst.scheduler.tasks[-1]  # unlockDelay: on MQClientInstance's scheduled thread
+    assert delay == pytest.approx(0.2)  # 20 s scaled by 0.01
     await fn()
     assert ("unlock", [mq(0)]) in inst.api.calls
 

@@ -79,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep committed offsets in memory and write them every MS (RocketMQ: 5000, the first time "
         "after 10 s), so a kill -9 rolls them back; 0 (default): every commit is durable at once",
     )
+    p.add_argument(
+        "--rocketmq5",
+        action="store_true",
+        help="RocketMQ 5's broker rules: no NOTIFY for broadcasting groups, and QUERY_NOT_FOUND for "
+        "the offset of a fresh, empty queue",
+    )
     p.add_argument("--disable-notify", action="store_true", help="send no NOTIFY_CONSUMER_IDS_CHANGED at all")
     p.add_argument(
         "--create-topic",
@@ -126,6 +132,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         notify_on_channel_expired=args.notify_on_channel_expired,
         release_locks_on_close=args.release_locks_on_close,
         flush_consumer_offset_interval_ms=args.flush_consumer_offset_interval,
+        rocketmq5=args.rocketmq5,
     )
 
 

@@ -26,7 +26,7 @@ from broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, Sto
 from broker.topic_config import TopicConfig
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, RemotingCommand
-from protocol.model import WireError, is_retry_topic
+from protocol.model import MessageModel, WireError, is_retry_topic
 from protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer
 from protocol.runtime import Clock, EventLog, SystemClock, local_ip
 
@@ -307,6 +307,8 @@ class BrokerController:
         gi = self.consumer_manager.find(group)
         if gi is None or not gi.channels:
             return
+        if self.config.rocketmq5 and gi.message_model is MessageModel.BROADCASTING:
+            return  # ConsumerManager (5.3.1): broadcasting consumers do not rebalance against each other
         conns = [(self.connections.get(cid), info.client_id) for cid, info in gi.channels.items()]
         targets = [(c, client_id) for c, client_id in conns if c is not None and not c.closed]
         if not targets:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from broker_testkit import wait_for
 
 from protocol.codes import RequestCode, ResponseCode
-from protocol.model import MessageQueue
+from protocol.model import MessageModel, MessageQueue
 
 
 def mq(i: int, topic: str = "T") -> MessageQueue:
@@ -263,3 +264,16 @@ async def test_offsets_commit_query_and_set_zero_rule(broker, make_peer):
     assert resp.code == ResponseCode.QUERY_NOT_FOUND
     resp = await a.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": "3"})
     assert resp.code == ResponseCode.INVALID_PARAMETER and "commitOffset" in resp.remark
+
+
+@pytest.mark.parametrize("rocketmq5", [False, True])
+async def test_broadcasting_groups_get_no_notify_from_a_rocketmq5_broker(make_broker, make_peer, rocketmq5):
+    """RocketMQ 5.3.1's ConsumerManager skips NOTIFY_CONSUMER_IDS_CHANGED for broadcasting groups
+    (their members never divide queues); 4.9 notifies them like any group."""
+    broker = await make_broker(time_scale=0.01, rocketmq5=rocketmq5)
+    a, b = make_peer(broker.address), make_peer(broker.address)
+    await a.heartbeat("A", model=MessageModel.BROADCASTING)
+    await a.drain_notifies()
+    await b.heartbeat("B", model=MessageModel.BROADCASTING)
+    notified = await a.drain_notifies(0.2)
+    assert notified == ([] if rocketmq5 else ["g"])

@@ -45,6 +45,8 @@ class ClientConfig:
     connect_timeout_millis: int = 3_000  # NettyClientConfig.connectTimeoutMillis
     # NettyClientConfig.clientCloseSocketIfTimeout: a timed-out synchronous call closes its connection
     client_close_socket_if_timeout: bool = True
+    # >=5.2 (enableHeartbeatChannelEventListener): a new broker connection gets a heartbeat, then a rebalance
+    heartbeat_on_connect: bool = False
     pull_time_delay_mills_when_exception: int = 1_000  # the effective value (see ROCKETMQ-FACTS §2)
     # first runs of MQClientInstance.startScheduledTask
     poll_name_server_first_delay: int = 10
@@ -194,6 +196,8 @@ class ConsumerConfig(ClientConfig):
     rebalance_at_start_needs_heartbeat: bool = False  # >=5.2: start rebalances only if a heartbeat went out
     lock_all_skips_dropped: bool = False  # >=5.0: lockAll/unlockAll leave out dropped process queues
     send_back_only_cached: bool = False  # >=5.1: failed messages no longer cached are not sent back
+    mark_dropped_before_release: bool = False  # >=5.0: drop every leaving queue before releasing one
+    message_queue_changed_without_route: bool = False  # >=5.0: messageQueueChanged({}, {}) without route
 
     def validate(self) -> None:
         ClientConfig.validate(self)
@@ -243,6 +247,9 @@ class ConsumerConfig(ClientConfig):
             "rebalance_at_start_needs_heartbeat": True,
             "lock_all_skips_dropped": True,
             "send_back_only_cached": True,
+            "mark_dropped_before_release": True,
+            "message_queue_changed_without_route": True,
+            "heartbeat_on_connect": True,
         }
 
 

@@ -200,6 +200,8 @@ class MQClientInstance:
         self.inner_producer: Any = None
         self.inner_producer_lock = asyncio.Lock()
         self.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify_consumer_ids_changed)
+        if config.heartbeat_on_connect:
+            self.remoting.on_connection_opened(self._on_channel_active)
 
     # -- lifecycle ------------------------------------------------------------------------------------
     @property
@@ -473,6 +475,39 @@ class MQClientInstance:
             return None
 
     # -- heartbeats -----------------------------------------------------------------------------------
+    def _on_channel_active(self, addr: str) -> None:
+        """5.2's channel event listener: a new connection to a known broker gets a heartbeat at once
+        and, when it went through, an immediate rebalance (runs on its own, as Netty's event thread)."""
+        for broker_name, addrs in sorted(self.broker_addr_table.items()):
+            for known in addrs.values():
+                if known == addr:
+                    self.spawn(self._heartbeat_on_connect(broker_name, addr), "heartbeat on connect")
+                    return
+
+    async def _heartbeat_on_connect(self, broker_name: str, addr: str) -> None:
+        hb = self.prepare_heartbeat_data()
+        if not hb.consumer_data_set and not hb.producer_data_set:
+            return
+        try:
+            await self.api.send_heartbeat(addr, hb, self.config.seconds(self.config.mq_client_api_timeout))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.warning(
+                "heartbeat on connect failed", broker=broker_name, broker_addr=addr, error=repr(exc)
+            )
+            return
+        self.log.emit(
+            "heartbeat_sent",
+            client_id=self.client_id,
+            brokers=[broker_name],
+            failed=[],
+            groups=[c.group_name for c in hb.consumer_data_set]
+            + [p.group_name for p in hb.producer_data_set],
+            cause="connect",
+        )
+        self.rebalance_immediately()
+
     async def _heartbeat_task(self) -> None:
         self.clean_offline_broker()
         await self.send_heartbeat_to_all_broker_with_lock()

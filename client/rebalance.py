@@ -103,6 +103,8 @@ class RebalanceImpl:
             mq_set = self.topic_subscribe_info_table.get(topic)
             if mq_set is None:
                 self.log.warning("doRebalance: topic has no route", group=self.group, topic=topic)
+                if cfg.message_queue_changed_without_route:
+                    await self.message_queue_changed(topic, set(), set())
                 return True
             need_lock = is_order and cfg.lock_in_broadcasting
             changed = await self.update_process_queue_table_in_rebalance(topic, mq_set, need_lock)
@@ -115,6 +117,8 @@ class RebalanceImpl:
         cid_all = await self.instance.find_consumer_id_list(topic, self.group)
         if mq_set is None and not is_retry_topic(topic):
             self.log.warning("doRebalance: topic has no route", group=self.group, topic=topic)
+            if cfg.message_queue_changed_without_route:  # >=5.0: tell the listener about the empty set
+                await self.message_queue_changed(topic, set(), set())
         if cid_all is None:
             self.log.warning("doRebalance: get consumer id list failed", group=self.group, topic=topic)
         if mq_set is None or cid_all is None:
@@ -169,6 +173,11 @@ class RebalanceImpl:
             self._now(),
             cfg.ms(cfg.pull_max_idle_time),
         )
+        if cfg.mark_dropped_before_release:
+            # 5.x: every queue leaving is marked dropped before the first one is released, so none of
+            # them keeps consuming while an earlier one waits for its consume lock
+            for mq, _ in drops:
+                self.process_queue_table[mq].dropped = True
         for mq, reason in drops:
             pq = self.process_queue_table[mq]
             pq.dropped = True
@@ -435,6 +444,7 @@ class RebalancePushImpl(RebalanceImpl):
     async def _try_remove_order_message_queue_5x(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         cfg = self.consumer.config
         store = self.consumer.offset_store
+        await store.persist(mq)  # "commit offset immediately", before trying to release the queue
         force = pq.dropped and self._now() > pq.last_lock_timestamp + cfg.ms(cfg.unlock_delay_time_mills)
         acquired = False
         if not force:

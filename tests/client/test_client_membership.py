@@ -230,3 +230,22 @@ async def test_an_error_while_handling_a_pull_result_retries_the_pull(cluster: C
         3,
         "the next message consumed",
     )
+
+
+@pytest.mark.parametrize("on_connect", [False, True])
+async def test_5_2_heartbeats_a_broker_when_it_connects(cluster: Cluster, on_connect: bool) -> None:
+    """5.2's channel event listener: a new connection to a known broker gets a heartbeat at once and then
+    an immediate rebalance, e.g. after a timed-out call closed the old one."""
+    await cluster.start_broker()
+    await cluster.create_topic("T", 2)
+    con = make_consumers(cluster, 1, "T", rebalance_wait_interval=NO_LOOP, heartbeat_on_connect=on_connect)[0]
+    await con.start()
+    await wait_until(lambda: bool(con.owned_queues()), 5, "queues")
+    rounds = con.instance.rebalance_service.rounds
+    addr = next(iter(con.instance.broker_addr_table["broker-a"].values()))
+    con.instance.remoting.close_connection(addr)
+    await con.instance.remoting.connection(addr)  # any call re-connects
+    await asyncio.sleep(0.3)
+    on_connect_beats = [e for e in cluster.events("heartbeat_sent") if e.get("cause") == "connect"]
+    assert bool(on_connect_beats) is on_connect
+    assert (con.instance.rebalance_service.rounds > rounds) is on_connect

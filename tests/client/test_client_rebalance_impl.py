@@ -404,3 +404,44 @@ async def test_a_failed_message_no_longer_cached_is_sent_back_in_4_9_only(rocket
         assert sent_back == ([] if rocketmq5 else [("send_back", 1)])
     finally:
         await service.shutdown(0)
+
+
+@pytest.mark.parametrize("first", [False, True])
+async def test_5x_marks_every_leaving_queue_dropped_before_releasing_one(first: bool) -> None:
+    c, _, clock = make(orderly=True, time_scale=1.0, mark_dropped_before_release=first)
+    impl = c.rebalance_impl
+    busy, other = _cached_pq(clock), _cached_pq(clock)
+    impl.process_queue_table[mq(0)] = busy
+    impl.process_queue_table[mq(1)] = other
+    impl.topic_subscribe_info_table["T"] = {mq(5)}  # both queues leave
+    await busy.consume_lock.acquire()  # the first release waits up to 1 s for the listener
+    task = asyncio.create_task(c.do_rebalance())
+    await asyncio.sleep(0.2)
+    assert busy.dropped
+    assert other.dropped is first  # 4.9 drops each queue only when its turn comes
+    busy.consume_lock.release()
+    await task
+
+
+async def test_5x_orderly_release_persists_the_offset_before_trying_the_consume_lock() -> None:
+    c, inst, clock = make(orderly=True, time_scale=0.01, **ConsumerConfig.rocketmq5())
+    impl = c.rebalance_impl
+    pq = _cached_pq(clock)
+    impl.process_queue_table[mq(0)] = pq
+    c.offset_store.update_offset(mq(0), 7, increase_only=False)
+    impl.topic_subscribe_info_table["T"] = {mq(5)}
+    await pq.consume_lock.acquire()  # the release fails: the listener holds the queue
+    await c.do_rebalance()
+    assert mq(0) in impl.process_queue_table and pq.dropped
+    assert ("commit", (mq(0), 7)) in inst.api.calls
+    pq.consume_lock.release()
+
+
+@pytest.mark.parametrize("rocketmq5", [False, True])
+async def test_a_topic_without_route_calls_message_queue_changed_in_5x(rocketmq5: bool) -> None:
+    """5.x rebalanceByTopic calls messageQueueChanged(topic, {}, {}) when the topic has no route; the
+    push consumer's hook then heartbeats."""
+    options = ConsumerConfig.rocketmq5() if rocketmq5 else {}
+    c, inst, _ = make(**options)
+    await c.do_rebalance()  # "T" has no route in topic_subscribe_info_table
+    assert inst.heartbeats == (1 if rocketmq5 else 0)

@@ -82,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rocketmq5",
         action="store_true",
-        help="RocketMQ 5's broker rules: no NOTIFY for broadcasting groups, and QUERY_NOT_FOUND for "
-        "the offset of a fresh, empty queue",
+        help="RocketMQ 5's broker rules: no NOTIFY for broadcasting groups, the 5.x retry/DLQ rule, and "
+        "QUERY_NOT_FOUND for the offset of a fresh, empty queue",
     )
     p.add_argument("--disable-notify", action="store_true", help="send no NOTIFY_CONSUMER_IDS_CHANGED at all")
     p.add_argument(

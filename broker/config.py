@@ -55,7 +55,8 @@ class BrokerConfig:
     default_topic_queue_nums: int = 4  # defaultTopicQueueNums
     max_message_size: int = 4 * 1024 * 1024  # maxMessageSize
     notify_consumer_ids_changed: bool = True  # notifyConsumerIdsChangedEnable; --disable-notify
-    # RocketMQ 5's broker rules instead of 4.9's: no NOTIFY for broadcasting groups (5.3.1), and
+    # RocketMQ 5's broker rules instead of 4.9's: no NOTIFY for broadcasting groups (5.3.1), the retry/DLQ
+    # rule of handleRetryAndDLQ (past max, or at once while the group holds locks), and
     # QUERY_CONSUMER_OFFSET answers QUERY_NOT_FOUND for a fresh, empty queue
     rocketmq5: bool = False
     # What-if policies, off by default (RocketMQ's behaviour).

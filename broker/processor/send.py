@@ -102,14 +102,19 @@ class SendMessageProcessor:
                 "queueId", f"{queue_id} is outside the topic's write queues [0, {tc.write_queue_nums})"
             )
         if is_retry_topic(topic):
-            # RocketMQ's handleRetryAndDLQ: an orderly consumer past its retries sends to the retry topic;
-            # that goes to the DLQ at once when the group holds locks, or past maxReconsumeTimes.
+            # handleRetryAndDLQ: a retry message at maxReconsumeTimes goes to the DLQ (4.9.8:
+            # reconsumeTimes >= max); RocketMQ 5 sends past max, and sends at once while the group
+            # holds queue locks (an orderly group)
             group = topic.removeprefix("%RETRY%")
             limit = (
                 b.config.default_max_reconsume_times if max_reconsume_times is None else max_reconsume_times
             )
-            now = b.clock.monotonic_ms()
-            if reconsume_times > limit or not b.lock_manager.is_lock_all_expired(group, now):
+            if b.config.rocketmq5:
+                now = b.clock.monotonic_ms()
+                to_dlq = reconsume_times > limit or not b.lock_manager.is_lock_all_expired(group, now)
+            else:
+                to_dlq = reconsume_times >= limit
+            if to_dlq:
                 tc = self._dlq(group, conn)
                 topic, queue_id = tc.topic_name, 0
         level = _delay_level(properties) if not topic.startswith("%DLQ%") else 0

@@ -272,15 +272,29 @@ async def test_retry_then_dlq(make_broker, make_peer):
     assert resp.code == ResponseCode.SYSTEM_ERROR and "look message by offset failed" in resp.remark
 
 
-async def test_orderly_send_to_retry_topic_goes_to_dlq_while_group_holds_locks(broker, make_peer):
+async def test_rocketmq5_send_to_retry_topic_goes_to_dlq_while_group_holds_locks(make_broker, make_peer):
     from protocol.model import MessageQueue
 
+    broker = await make_broker(time_scale=0.01, rocketmq5=True)
     p = make_peer(broker.address)
     await p.heartbeat("C")
     await p.lock("g", "C", [MessageQueue("T", "broker-a", 0)])
     resp = await p.send("%RETRY%g", reconsumeTimes=1)
     assert resp.code == ResponseCode.SUCCESS
     assert broker.store.get_max_offset("%DLQ%g", 0) == 1 and broker.store.get_max_offset("%RETRY%g", 0) == 0
+
+
+async def test_send_to_retry_topic_goes_to_dlq_at_max_reconsume_times_in_4_9(broker, make_peer):
+    """4.9.8's handleRetryAndDLQ: reconsumeTimes >= maxReconsumeTimes goes to the DLQ; locks play no part."""
+    from protocol.model import MessageQueue
+
+    p = make_peer(broker.address)
+    await p.heartbeat("C")
+    await p.lock("g", "C", [MessageQueue("T", "broker-a", 0)])
+    await p.send("%RETRY%g", reconsumeTimes=1, maxReconsumeTimes=2)
+    assert broker.store.get_max_offset("%RETRY%g", 0) == 1 and broker.store.get_max_offset("%DLQ%g", 0) == 0
+    await p.send("%RETRY%g", reconsumeTimes=2, maxReconsumeTimes=2)
+    assert broker.store.get_max_offset("%DLQ%g", 0) == 1
 
 
 async def test_a_send_with_a_delay_level_is_delivered_when_due(make_broker, make_peer):

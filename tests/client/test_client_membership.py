@@ -6,10 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from client_cluster import Cluster, allocation_matches, crash, queues, wait_until
-
-from protocol.command import RemotingCommand
-from protocol.remoting import RemotingClient
+from client_cluster import Cluster, add_fault, allocation_matches, crash, queues, wait_until
 
 NO_LOOP = 10**9  # a rebalance period that never elapses: only notifications can trigger a round
 
@@ -124,15 +121,6 @@ async def test_no_message_lost_while_membership_changes(cluster: Cluster) -> Non
     assert len(sent) == 150
 
 
-async def _add_fault(broker_addr: str, **body: object) -> None:
-    rc = RemotingClient()
-    try:
-        resp = await rc.invoke(broker_addr, RemotingCommand.request(9000, body=body), 3.0)
-        assert resp.code == 0, resp.remark
-    finally:
-        await rc.close()
-
-
 async def test_a_heartbeat_timeout_closes_the_connection_and_costs_two_rebalances(cluster: Cluster) -> None:
     """invokeSync closes the channel when HEART_BEAT times out (3 s, scaled): the broker drops the
     member and notifies the group, and the member comes back with its next heartbeat."""
@@ -146,7 +134,7 @@ async def test_a_heartbeat_timeout_closes_the_connection_and_costs_two_rebalance
     slow = consumers[0]
     registered_before = len(cluster.events("consumer_registered"))
     # one heartbeat answered 0.4 s late: past the 0.15 s the client waits at this time scale
-    await _add_fault(broker.address, requestCode=34, clientId=slow.client_id, latencyMs=400, count=1)
+    await add_fault(broker.address, requestCode=34, clientId=slow.client_id, latencyMs=400, count=1)
 
     def rejoined() -> bool:
         regs = [e for e in cluster.events("consumer_registered") if e["client_id"] == slow.client_id]
@@ -166,7 +154,7 @@ async def test_heartbeat_timeout_keeps_the_connection_when_the_setting_is_off(cl
     con = make_consumers(cluster, 1, "T", client_close_socket_if_timeout=False)[0]
     await con.start()
     await wait_until(lambda: len(cluster.events("heartbeat_sent")) >= 2, 10, "heartbeats")
-    await _add_fault(broker.address, requestCode=34, clientId=con.client_id, latencyMs=400, count=1)
+    await add_fault(broker.address, requestCode=34, clientId=con.client_id, latencyMs=400, count=1)
     await wait_until(
         lambda: any(e["failed"] for e in cluster.events("heartbeat_sent")), 10, "a failed heartbeat"
     )
@@ -185,7 +173,7 @@ async def test_start_rebalances_at_once_even_without_a_heartbeat_in_4_9(
     con = make_consumers(
         cluster, 1, "T", rebalance_wait_interval=NO_LOOP, rebalance_at_start_needs_heartbeat=needs_heartbeat
     )[0]
-    await _add_fault(
+    await add_fault(
         broker.address,
         requestCode=34,
         clientId=con.client_id,

@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from client_cluster import Cluster, crash, queues, wait_until
+from client_cluster import Cluster, add_fault, crash, queues, wait_until
 
 from client.consume import ConsumeConcurrentlyStatus, ConsumeOrderlyStatus
 from client.lite_pull_consumer import LitePullConsumer
@@ -166,6 +166,7 @@ async def test_a_restarted_broadcasting_consumer_resumes_from_its_local_offsets(
             message_model="BROADCASTING",
             consume_from_where="first",
             local_offset_store_dir=str(tmp_path / "offsets"),
+            time_scale=0.5,  # the shutdown's offset write gets 3 s, not 0.3 s, on a busy machine
         )
         c.subscribe("T")
         c.register_message_listener(lambda msgs: got.extend(m.msg_id for m in msgs))
@@ -287,18 +288,6 @@ async def test_reconsume_later_goes_through_the_retry_topic(cluster: Cluster) ->
     assert len(cluster.events("message_sent_back")) >= 3
 
 
-async def _fault(broker_addr: str, **body: Any) -> None:
-    from protocol.command import RemotingCommand
-    from protocol.remoting import RemotingClient
-
-    rc = RemotingClient()
-    try:
-        resp = await rc.invoke(broker_addr, RemotingCommand.request(9000, body=body), 3.0)
-        assert resp.code == 0, resp.remark
-    finally:
-        await rc.close()
-
-
 SEND_BACK_FAILS = {"requestCode": 36, "errors": [{"code": 1, "remark": "send back refused"}]}
 
 
@@ -307,7 +296,7 @@ async def test_a_failed_send_back_goes_to_the_retry_topic_via_the_inner_producer
     to %RETRY%<group> by the client's internal producer; it is not re-run locally."""
     broker = await cluster.start_broker()
     await cluster.create_topic("T", 1)
-    await _fault(broker.address, **SEND_BACK_FAILS, durationMs=600_000)
+    await add_fault(broker.address, **SEND_BACK_FAILS, durationMs=600_000)
     attempts: dict[bytes, int] = defaultdict(int)
 
     def listener(msgs: list[Any]) -> ConsumeConcurrentlyStatus:
@@ -337,7 +326,7 @@ async def test_orderly_past_max_reconsume_times_sends_to_the_retry_topic_which_g
     diverts it to the DLQ), so it does not depend on CONSUMER_SEND_MSG_BACK."""
     broker = await cluster.start_broker()
     await cluster.create_topic("T", 1)
-    await _fault(broker.address, **SEND_BACK_FAILS, durationMs=600_000)
+    await add_fault(broker.address, **SEND_BACK_FAILS, durationMs=600_000)
     calls: list[bytes] = []
 
     def listener(msgs: list[Any]) -> ConsumeOrderlyStatus:

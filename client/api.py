@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.errors import MQBrokerError, OffsetNotFoundError
-from client.rebalance_core import PullStatus, pull_status
+from client.pull_core import PullStatus, pull_status
 from client.route import TopicRouteData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, field_int, field_list, field_str

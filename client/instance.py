@@ -540,3 +540,28 @@ class MQClientManager:
     @classmethod
     def remove(cls, client_id: str) -> None:
         cls._instances.pop(client_id, None)
+
+
+class InstanceGroupApi:
+    """``client.ports.GroupApi`` over an MQClientInstance: address lookups in its tables, broker calls
+    through its MQClientAPI, heartbeats, rebalance wakeups and tasks under its TaskGroup."""
+
+    def __init__(self, instance: MQClientInstance) -> None:
+        self._instance = instance
+        self._api = instance.api
+        self.find_broker_address_in_subscribe = instance.find_broker_address_in_subscribe
+        self.find_broker_address_in_subscribe_or_update = instance.find_broker_address_in_subscribe_or_update
+        self.find_broker_address_in_publish_or_update = instance.find_broker_address_in_publish_or_update
+        self.find_consumer_id_list = instance.find_consumer_id_list
+        self.send_heartbeat_to_all_broker_with_lock = instance.send_heartbeat_to_all_broker_with_lock
+        self.rebalance_immediately = instance.rebalance_immediately
+        self.rebalance_later = instance.rebalance_later
+        self.spawn = instance.spawn
+        self.lock_batch_mq = self._api.lock_batch_mq
+        self.unlock_batch_mq = self._api.unlock_batch_mq
+        self.get_max_offset = self._api.get_max_offset
+        self.search_offset = self._api.search_offset
+        self.query_consumer_offset = self._api.query_consumer_offset
+        self.update_consumer_offset_oneway = self._api.update_consumer_offset_oneway
+        self.pull_message = self._api.pull_message
+        self.consumer_send_msg_back = self._api.consumer_send_msg_back

@@ -151,7 +151,7 @@ async def crash(consumer: PushConsumer) -> None:
             await inst._runner
         except BaseException:
             pass
-    consumer.rebalance_impl.process_queue_table.clear()
+    consumer.state.destroy()
     MQClientManager.remove(inst.client_id)
 
 

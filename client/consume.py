@@ -513,7 +513,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
         return suspend
 
 
-def _orderly_status(status: Any, log: Any) -> ConsumeOrderlyStatus:
+def _orderly_status(status: Any, log: EventSink) -> ConsumeOrderlyStatus:
     if status is None or status is True:
         return ConsumeOrderlyStatus.SUCCESS
     if status is False:

@@ -12,10 +12,11 @@ import enum
 import json
 import os
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from client.errors import MQBrokerError, OffsetNotFoundError
 from protocol.model import MessageQueue
+from protocol.runtime import EventLog
 
 NOT_FOUND = -1  # QUERY_NOT_FOUND / no entry
 READ_ERROR = -2  # any other failure reading the store
@@ -117,7 +118,12 @@ class RemoteBrokerOffsetStore(OffsetStore):
     """Offsets committed to the broker (CLUSTERING)."""
 
     def __init__(
-        self, group: str, api: OffsetBrokerApi, log: Any = None, *, broker_error_as_not_found: bool = True
+        self,
+        group: str,
+        api: OffsetBrokerApi,
+        log: EventLog | None = None,
+        *,
+        broker_error_as_not_found: bool = True,
     ) -> None:
         super().__init__(group)
         self.api = api
@@ -219,7 +225,9 @@ def default_offset_dir() -> str:
 class LocalFileOffsetStore(OffsetStore):
     """Offsets kept in ``<dir>/<instance>/<group>/offsets.json`` (BROADCASTING)."""
 
-    def __init__(self, group: str, instance_key: str, base_dir: str | None = None, log: Any = None) -> None:
+    def __init__(
+        self, group: str, instance_key: str, base_dir: str | None = None, log: EventLog | None = None
+    ) -> None:
         super().__init__(group)
         safe_instance = instance_key.replace(os.sep, "_")
         safe_group = group.replace(os.sep, "_")

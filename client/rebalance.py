@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+from client.config import ConsumerConfig
 from client.errors import MQClientError
 from client.group_state import DropReason, GroupState, StartKind, StartPlan, shorts
 from client.offset_store import ReadOffsetType
@@ -48,7 +49,7 @@ class RebalanceImpl:
         self.client_id = state.client_id
 
     @property
-    def config(self) -> Any:
+    def config(self) -> ConsumerConfig:
         return self.state.config
 
     def _now(self) -> int:

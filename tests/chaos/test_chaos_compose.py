@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_compose_reader import SubsetError, interpolate, load
+from kit.compose_reader import SubsetError, interpolate, load
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

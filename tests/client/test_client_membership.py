@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from client_cluster import Cluster, allocation_matches, crash, queues, wait_until
+from kit import wait_until
+from kit.cluster import Cluster, allocation_matches, crash, queues
 
 NO_LOOP = 10**9  # a rebalance period that never elapses: only notifications can trigger a round
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from handmade import EXPECTED_CONVERGENCE, EXPECTED_GROUP, EXPECTED_RUN, RUN
+from kit.handmade import EXPECTED_CONVERGENCE, EXPECTED_GROUP, EXPECTED_RUN, RUN
 
 from pipeline.ingest import load_json_run
 from pipeline.metrics import Analysis

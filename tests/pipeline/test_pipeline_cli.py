@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from handmade import EXPECTED_GROUP, RUN
+from kit.handmade import EXPECTED_GROUP, RUN
 
 from pipeline.__main__ import main
 from pipeline.synth import write_run

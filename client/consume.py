@@ -24,7 +24,7 @@ from client.ports import EventSink, GroupApi
 from client.process_queue import ProcessQueue
 from client.rebalance import RebalanceImpl
 from protocol.model import Message, MessageModel, MessageQueue, is_retry_topic
-from protocol.runtime import Clock
+from protocol.runtime import Clock, TimerSet
 
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
@@ -142,7 +142,7 @@ class _ServiceBase:
         self._mq_locks: dict[MessageQueue, asyncio.Lock] = {}  # orderly: one consumer of a queue at a time
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._workers: list[asyncio.Task[None]] = []
-        self._timers: set[asyncio.TimerHandle] = set()
+        self._timers = TimerSet()
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -173,19 +173,8 @@ class _ServiceBase:
     async def _run(self, item: Any) -> None:
         raise NotImplementedError
 
-    def _later(self, delay_ms: float, fn: Callable[[], None]) -> None:
-        if self._stopped:
-            return
-        loop = asyncio.get_running_loop()
-        handle: asyncio.TimerHandle
-
-        def fire() -> None:
-            self._timers.discard(handle)
-            if not self._stopped:
-                fn()
-
-        handle = loop.call_later(max(0.0, delay_ms) / 1000.0, fire)
-        self._timers.add(handle)
+    def _later(self, delay_ms: float, fn: Callable[[], object]) -> None:
+        self._timers.call_later(delay_ms, fn)
 
     def _emit_consumed(self, msgs: list[Message], mq: MessageQueue, started_ms: int) -> None:
         for msg in msgs:
@@ -205,9 +194,7 @@ class _ServiceBase:
     async def shutdown(self, await_ms: float) -> None:
         """Stop taking work; wait up to ``await_ms`` (scaled) for running listeners, then cancel."""
         self._stopped = True
-        for h in list(self._timers):
-            h.cancel()
-        self._timers.clear()
+        self._timers.cancel_all()
         if await_ms > 0 and self._inflight:
             try:
                 async with asyncio.timeout(await_ms / 1000.0):

@@ -10,13 +10,13 @@ from client.allocate import AllocateMessageQueueStrategy, get_strategy
 from client.config import ConfigError, ConsumerConfig
 from client.errors import MQClientError
 from client.group_state import GroupState, shorts
-from client.instance import InstanceGroupApi, MQClientInstance, MQClientManager
+from client.instance import InstanceGroupApi, InstanceOffsetApi, MQClientInstance, MQClientManager
 from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from client.ports import GroupApi, PullDispatcher
 from client.process_queue import PullRequest
 from client.producer import check_topic
 from client.rebalance import RebalanceImpl
-from client.route import MASTER_ID, TopicRouteData
+from client.route import TopicRouteData
 from protocol.model import (
     ConsumeFromWhere,
     ConsumerData,
@@ -25,32 +25,6 @@ from protocol.model import (
     MessageQueue,
 )
 from protocol.runtime import Clock, EventLog, SystemClock, build_client_id, new_instance_name
-
-
-class _BrokerOffsetApi:
-    """Routes RemoteBrokerOffsetStore's calls to the master of the queue's broker."""
-
-    def __init__(self, api: GroupApi, config: ConsumerConfig) -> None:
-        self.api = api
-        self.config = config
-
-    async def _addr(self, mq: MessageQueue, only_master: bool) -> str:
-        addr = await self.api.find_broker_address_in_subscribe_or_update(
-            mq.topic, mq.broker_name, MASTER_ID, only_master
-        )
-        if addr is None:
-            raise MQClientError(f"the broker[{mq.broker_name}] not exist")
-        return addr
-
-    async def query_consumer_offset(self, mq: MessageQueue, group: str) -> int:
-        addr = await self._addr(mq, True)
-        return await self.api.query_consumer_offset(
-            addr, group, mq, self.config.seconds(self.config.query_offset_timeout)
-        )
-
-    async def update_consumer_offset_oneway(self, mq: MessageQueue, group: str, offset: int) -> None:
-        addr = await self._addr(mq, False)
-        await self.api.update_consumer_offset_oneway(addr, group, mq, offset)
 
 
 def normalize_enums(options: dict[str, Any]) -> dict[str, Any]:
@@ -141,7 +115,7 @@ class ConsumerBase:
         else:
             self.offset_store = RemoteBrokerOffsetStore(
                 group,
-                _BrokerOffsetApi(self.api, self.config),
+                InstanceOffsetApi(self.api, self.config),
                 log=self.log,
                 broker_error_as_not_found=self.config.query_offset_error_as_not_found,
             )

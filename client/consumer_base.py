@@ -15,7 +15,7 @@ from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerO
 from client.ports import GroupApi, PullDispatcher
 from client.process_queue import PullRequest
 from client.producer import check_topic
-from client.rebalance import RebalanceImpl
+from client.rebalance import RebalanceImpl, emit_queue_event
 from client.route import TopicRouteData
 from protocol.model import (
     ConsumeFromWhere,
@@ -137,15 +137,7 @@ class ConsumerBase:
 
     def emit_queue_event(self, event: str, mq: MessageQueue, **fields: Any) -> None:
         """Write an event about one of this consumer's message queues (group, client id and the queue)."""
-        self.log.emit(
-            event,
-            group=self.group,
-            client_id=self.client_id,
-            topic=mq.topic,
-            broker=mq.broker_name,
-            queue_id=mq.queue_id,
-            **fields,
-        )
+        emit_queue_event(self.log, self.group, self.client_id, event, mq, **fields)
 
     # -- subscriptions --------------------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str | None = "*") -> None:

@@ -24,6 +24,21 @@ from protocol.model import MessageModel, MessageQueue, is_retry_topic
 from protocol.runtime import Clock
 
 
+def emit_queue_event(
+    events: EventSink, group: str, client_id: str, event: str, mq: MessageQueue, **fields: Any
+) -> None:
+    """Write an event about one message queue of a consumer group (EVENTS.md's queue fields)."""
+    events.emit(
+        event,
+        group=group,
+        client_id=client_id,
+        topic=mq.topic,
+        broker=mq.broker_name,
+        queue_id=mq.queue_id,
+        **fields,
+    )
+
+
 class RebalanceImpl:
     """The rebalance of one consumer group in one client: the calls and events around its GroupState."""
 
@@ -56,15 +71,7 @@ class RebalanceImpl:
         return self.clock.monotonic_ms()
 
     def _emit_mq(self, event: str, mq: MessageQueue, **fields: Any) -> None:
-        self.log.emit(
-            event,
-            group=self.group,
-            client_id=self.client_id,
-            topic=mq.topic,
-            broker=mq.broker_name,
-            queue_id=mq.queue_id,
-            **fields,
-        )
+        emit_queue_event(self.log, self.group, self.client_id, event, mq, **fields)
 
     # -- doRebalance ----------------------------------------------------------------------------------
     async def do_rebalance(self, is_order: bool) -> bool:

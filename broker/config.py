@@ -37,6 +37,8 @@ DELAY_LEVELS_MS: tuple[int, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
+    """The broker's settings with RocketMQ's defaults; intervals in unscaled milliseconds."""
+
     broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
     broker_id: int = 0  # always a master: the emulator has no replicas
@@ -92,6 +94,8 @@ class BrokerConfig:
 
 @dataclass(frozen=True, slots=True)
 class NamesrvConfig:
+    """The name server's settings with RocketMQ's defaults; intervals in unscaled milliseconds."""
+
     host: str = "127.0.0.1"
     port: int = 9876
     time_scale: float = 1.0

@@ -35,6 +35,8 @@ ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused
 
 
 class BrokerController:
+    """A broker: its managers, store and request processors on a RemotingServer, and its scheduled tasks."""
+
     def __init__(
         self, config: BrokerConfig | None = None, *, log: EventLog | None = None, clock: Clock | None = None
     ) -> None:

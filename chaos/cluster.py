@@ -25,6 +25,8 @@ PRODUCER_MODULE = "client.producer_main"
 
 
 class LocalCluster:
+    """A name server, brokers and their admin client, as local processes."""
+
     def __init__(
         self,
         run_dir: str | Path,

@@ -199,12 +199,16 @@ class KeyLines:
 
 @dataclass(frozen=True)
 class TopicSpec:
+    """A [[topics]] table."""
+
     name: str
     queues: int  # in total, spread evenly over the brokers
 
 
 @dataclass(frozen=True)
 class ConsumerSpec:
+    """A [[consumers]] table: ``count`` consumer processes of one group."""
+
     group: str
     topic: str
     count: int
@@ -224,6 +228,8 @@ class ConsumerSpec:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
+    """The [workload] table: the producer processes and what they send."""
+
     rate: float  # messages per wall-clock second, per producer
     count: int  # messages per producer
     size: int  # payload bytes
@@ -235,6 +241,8 @@ class WorkloadSpec:
 
 @dataclass(frozen=True)
 class Policies:
+    """The [policies] table: the brokers' what-if switches."""
+
     notify_on_channel_expired: bool = False
     release_locks_on_close: bool = False
 
@@ -249,6 +257,8 @@ class Policies:
 
 @dataclass(frozen=True)
 class NemesisSpec:
+    """A [[nemesis]] table: an action on targets at one or more times."""
+
     index: int  # 1-based position in the file
     line: int | None
     action: str
@@ -266,6 +276,8 @@ class NemesisSpec:
 
 @dataclass(frozen=True)
 class NodeInfo:
+    """One process of the experiment: its node name, role and (consumers) group, topic and client."""
+
     node: str
     role: str
     group: str | None = None
@@ -292,6 +304,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Experiment:
+    """A parsed, checked experiment file."""
+
     name: str
     question: str
     source: str

@@ -36,6 +36,8 @@ PACKAGE = "rocketmq-rebalance-lab"
 
 @dataclass
 class RunResult:
+    """What a run produced: its directory, whether it drained, its verdicts and report."""
+
     run_dir: Path
     drained: bool = False
     quick_verdict: str = "fail"  # from the live counts: every sent message consumed by every group
@@ -76,6 +78,8 @@ def pipeline_available() -> bool:
 
 
 class Runner:
+    """Runs one experiment: starts the cluster and workload, applies the nemeses, drains, analyses."""
+
     def __init__(
         self,
         exp: Experiment,

@@ -119,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 @dataclass(frozen=True)
 class Scenario:
+    """One allocation question: the queues, the clients before and after a change, who left and joined."""
+
     topic: str
     group: str
     brokers: list[str]

@@ -27,6 +27,8 @@ FLAG_SUBSCRIPTION = 0x4
 
 @dataclass(slots=True)
 class PullResult:
+    """A PULL_MESSAGE answer: RocketMQ's PullStatus, the next offset, the queue's bounds and the messages."""
+
     status: PullStatus
     next_begin_offset: int
     min_offset: int
@@ -59,6 +61,8 @@ def _check(resp: RemotingCommand, addr: str) -> RemotingCommand:
 
 
 class MQClientAPI:
+    """The client's requests to brokers and name servers (RocketMQ's MQClientAPIImpl), one per code."""
+
     def __init__(self, remoting: RemotingClient) -> None:
         self.remoting = remoting
 

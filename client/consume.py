@@ -32,11 +32,15 @@ PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
 
 
 class ConsumeConcurrentlyStatus(enum.StrEnum):
+    """What a concurrent listener returns."""
+
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
 
 
 class ConsumeOrderlyStatus(enum.StrEnum):
+    """What an orderly listener returns."""
+
     SUCCESS = "SUCCESS"
     SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
     COMMIT = "COMMIT"  # deprecated in RocketMQ; treated as SUCCESS with autoCommit
@@ -45,6 +49,8 @@ class ConsumeOrderlyStatus(enum.StrEnum):
 
 @dataclass(slots=True)
 class ConsumeConcurrentlyContext:
+    """Passed to a concurrent listener: ackIndex and the retry delay level of the failed rest."""
+
     message_queue: MessageQueue
     delay_level_when_next_consume: int = 0  # 0: the broker picks 3 + reconsumeTimes
     ack_index: int = 2**31 - 1
@@ -52,6 +58,8 @@ class ConsumeConcurrentlyContext:
 
 @dataclass(slots=True)
 class ConsumeOrderlyContext:
+    """Passed to an orderly listener: auto-commit and how long to suspend the queue after a failure."""
+
     message_queue: MessageQueue
     auto_commit: bool = True
     suspend_current_queue_time_millis: int = -1
@@ -109,6 +117,8 @@ def _accepts_two(fn: Callable[..., Any]) -> bool:
 
 @dataclass(slots=True, eq=False)
 class ConsumeRequest:
+    """A batch of one queue's messages for a consume worker."""
+
     msgs: list[Message]
     pq: ProcessQueue
     mq: MessageQueue
@@ -245,6 +255,8 @@ class _ServiceBase:
 
 
 class ConsumeMessageConcurrentlyService(_ServiceBase):
+    """Consumes batches in parallel; failed messages are sent back to the broker for a later retry."""
+
     mode = "CONCURRENTLY"
 
     def start(self) -> None:
@@ -349,6 +361,8 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
 
 
 class ConsumeMessageOrderlyService(_ServiceBase):
+    """Consumes one queue at a time, in offset order, while the client holds the queue's broker lock."""
+
     mode = "ORDERLY"
 
     def start(self) -> None:

@@ -48,6 +48,8 @@ from protocol.model import (
 
 
 class DropReason(enum.StrEnum):
+    """Why a queue left the process-queue table (the ``reason`` of ``mq_removed``)."""
+
     REALLOCATED = "reallocated"
     PULL_EXPIRED = "pull_expired"
     NOT_MY_TOPIC = "not_my_topic"
@@ -65,6 +67,8 @@ def shorts(mqs: Iterable[MessageQueue]) -> list[str]:
 
 
 class StartKind(enum.Enum):
+    """How a new queue's start offset is found."""
+
     OFFSET = "offset"  # start at ``offset``
     MAX_OFFSET = "max_offset"  # ask the broker for the queue's max offset (GET_MAX_OFFSET)
     SEARCH_OFFSET = "search_offset"  # ask for the first offset stored at/after ``timestamp_ms``

@@ -48,6 +48,8 @@ class ConsumerInner(Protocol):
 
 
 class ProducerInner(Protocol):
+    """What MQClientInstance needs from a registered producer (RocketMQ's MQProducerInner)."""
+
     group: str
 
     def publish_topics(self) -> set[str]: ...

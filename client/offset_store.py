@@ -24,12 +24,16 @@ NO_QUEUE = -3
 
 
 class ReadOffsetType(enum.Enum):
+    """Where readOffset looks: memory, the store, or memory first."""
+
     READ_FROM_MEMORY = "READ_FROM_MEMORY"
     READ_FROM_STORE = "READ_FROM_STORE"
     MEMORY_FIRST_THEN_STORE = "MEMORY_FIRST_THEN_STORE"
 
 
 class OffsetBrokerApi(Protocol):
+    """The broker calls RemoteBrokerOffsetStore makes for one queue."""
+
     async def query_consumer_offset(self, mq: MessageQueue, group: str) -> int: ...
 
     async def update_consumer_offset_oneway(self, mq: MessageQueue, group: str, offset: int) -> None: ...

@@ -22,12 +22,16 @@ import structlog
 
 
 class Clock(Protocol):
+    """Wall time for event timestamps and monotonic time for durations, both in milliseconds."""
+
     def now_ms(self) -> int: ...
 
     def monotonic_ms(self) -> int: ...
 
 
 class SystemClock:
+    """The real clocks."""
+
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 

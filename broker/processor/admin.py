@@ -13,6 +13,8 @@ from protocol.remoting import Connection
 
 
 class AdminBrokerProcessor:
+    """Admin requests: topics, queue offsets (min, max, by time), status, faults and what-if policies."""
+
     def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
 

@@ -28,6 +28,8 @@ def parse_heartbeat(body: dict) -> HeartbeatData:
 
 
 class ClientManageProcessor:
+    """HEART_BEAT, UNREGISTER_CLIENT, and a group's consumer list and connections."""
+
     def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
 

@@ -35,6 +35,8 @@ def parse_lock_body(cmd: RemotingCommand) -> tuple[str, str, list[MessageQueue]]
 
 
 class ConsumerManageProcessor:
+    """Consumer offsets and the orderly consumers' queue locks."""
+
     def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
 

@@ -27,6 +27,8 @@ _STATUS_CODE = {
 
 
 class PullMessageProcessor:
+    """PULL_MESSAGE, with long polling and the committed offset it may carry."""
+
     def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
 

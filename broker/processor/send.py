@@ -24,6 +24,8 @@ def parse_properties(body: dict[str, Any]) -> dict[str, str]:
 
 
 class SendMessageProcessor:
+    """SEND_MESSAGE and CONSUMER_SEND_MSG_BACK (retry topic, delay levels, DLQ)."""
+
     def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
 

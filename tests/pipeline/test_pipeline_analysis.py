@@ -1,5 +1,5 @@
-"""The Spark analysis against answers worked out by hand, and against the plain-Python reference of
-EVENTS.md on random synthetic runs (a differential test)."""
+"""The hand-made run (kit.handmade): the plain-Python reference and the Spark analysis both give the answers
+worked out by hand. Random runs are compared in test_pipeline_differential.py."""
 
 from __future__ import annotations
 
@@ -8,19 +8,10 @@ from typing import Any
 
 import pytest
 from kit.handmade import EXPECTED_CONVERGENCE, EXPECTED_GROUP, EXPECTED_RUN, RUN
+from kit.pipeline import analyse
 
-from pipeline.ingest import load_json_run
-from pipeline.metrics import Analysis
 from pipeline.reference import summarize_run
-from pipeline.synth import chaotic_run, write_run
-
-
-def spark_summary(spark: Any, run_dir: Path) -> dict[str, Any]:
-    run = load_json_run(spark, run_dir)
-    try:
-        return Analysis(run.events, run.stats).summary()
-    finally:
-        run.release()
+from pipeline.synth import write_run
 
 
 def check_handmade(summary: dict[str, Any]) -> None:
@@ -38,11 +29,4 @@ def test_reference_gives_the_hand_worked_answers(tmp_path: Path) -> None:
 
 @pytest.mark.spark
 def test_spark_gives_the_hand_worked_answers(spark: Any, tmp_path: Path) -> None:
-    check_handmade(spark_summary(spark, write_run(tmp_path, RUN)))
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_spark_agrees_with_the_reference_on_random_runs(spark: Any, tmp_path: Path, seed: int) -> None:
-    run_dir = write_run(tmp_path / f"run{seed}", chaotic_run(seed, scenarios=6))
-    assert spark_summary(spark, run_dir) == summarize_run(run_dir)
+    check_handmade(analyse(spark, write_run(tmp_path, RUN)))

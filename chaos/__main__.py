@@ -133,9 +133,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if run_dir.exists() and any(run_dir.rglob("*.jsonl")):
         print(f"rmq-chaos: {run_dir} already holds a run's logs; choose another --out", file=sys.stderr)
         return 2
+    image = None
+    if args.backend == "docker":
+        from chaos.container import BackendError, check_backend
+
+        try:
+            image = check_backend(exp, args.image)
+        except BackendError as e:
+            print(f"rmq-chaos: the docker backend cannot run {exp.name}: {e}", file=sys.stderr)
+            return 2
     for w in _warnings(exp):
         print(f"warning: {w}", file=sys.stderr)
-    runner = Runner(exp, run_dir, analyze=not args.no_analyze, ready_timeout_s=args.ready_timeout)
+    runner = Runner(
+        exp, run_dir, analyze=not args.no_analyze, ready_timeout_s=args.ready_timeout, image=image
+    )
 
     async def main() -> int:
         task = asyncio.current_task()
@@ -172,6 +183,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=60.0,
         metavar="S",
         help="seconds a process may take to be READY",
+    )
+    run.add_argument(
+        "--backend",
+        choices=("local", "docker"),
+        default="local",
+        help="run every node as a local process (default) or in its own container of the lab's image",
+    )
+    run.add_argument(
+        "--image",
+        default="rocketmq-rebalance-lab:latest",
+        metavar="NAME",
+        help="the image of the docker backend (scripts/docker/build_image.sh builds it)",
     )
     run.set_defaults(func=cmd_run)
     lst = sub.add_parser("list", help="the shipped experiments and the question each answers")

@@ -327,12 +327,13 @@ class Experiment:
         """The real RocketMQ clients this experiment runs (empty when every consumer is ours)."""
         return {c.client for c in self.consumers if c.real}
 
-    def network_targets(self) -> set[str]:
-        """Client nodes that need a fault proxy because a network nemesis may target them."""
+    def network_targets(self, actions: Iterable[str] = NETWORK_ACTIONS) -> set[str]:
+        """Client nodes that need a fault proxy because a network nemesis (of ``actions``) may target them."""
         nodes = self.nodes()
+        wanted = set(actions)
         out: set[str] = set()
         for n in self.nemeses:
-            if n.action in NETWORK_ACTIONS:
+            if n.action in wanted:
                 out.update(_candidates(n.target, n.group, nodes))
         return out
 

@@ -178,9 +178,11 @@ def wait(run_dir: Path, *, group: str | None, balanced: int | None, drained: boo
         t = watch.tally
         ok_balanced = balanced is None or watch.balanced(balanced)
         ok_drained = not drained or (t.sent_total > 0 and t.drained())
-        state = f"live consumers {len(watch.live())}, sent {t.sent_total}, missing " + (
+        state = f"sent {t.sent_total}, missing " + (
             ", ".join(f"{g} {n}" for g, n in sorted(t.missing().items())) or "0"
         )
+        if group:
+            state = f"live consumers of {group} {len(watch.live())}, {state}"
         if ok_balanced and ok_drained:
             return state
         if time.monotonic() > deadline:

@@ -236,22 +236,15 @@ class Runner:
 
     def _make_cluster(self) -> LocalCluster:
         exp = self.exp
+        common: dict[str, Any] = {
+            "time_scale": exp.time_scale,
+            "log": self.log,
+            "seed": exp.seed,
+            "ready_timeout_s": self.ready_timeout_s,
+        }
         if self.image is None:
-            return LocalCluster(
-                self.run_dir,
-                time_scale=exp.time_scale,
-                log=self.log,
-                seed=exp.seed,
-                ready_timeout_s=self.ready_timeout_s,
-            )
-        return ContainerCluster(
-            self.run_dir,
-            image=self.image,
-            time_scale=exp.time_scale,
-            log=self.log,
-            seed=exp.seed,
-            ready_timeout_s=self.ready_timeout_s,
-        )
+            return LocalCluster(self.run_dir, **common)
+        return ContainerCluster(self.run_dir, image=self.image, **common)
 
     async def _setup(self) -> None:
         exp, cluster = self.exp, self.cluster

@@ -23,7 +23,9 @@ COPY broker ./broker
 COPY client ./client
 COPY chaos ./chaos
 COPY pipeline ./pipeline
-COPY wheels* ./wheels/
+# pyproject.toml keeps the sources of this COPY from being empty when there is no wheels/ (the
+# classic builder refuses a COPY that matches nothing); only *.whl files are looked at below.
+COPY pyproject.toml wheels* ./wheels/
 RUN python3 -m venv "$VIRTUAL_ENV" \
     && if ls wheels/*.whl >/dev/null 2>&1; then \
          pip install --no-index --find-links wheels rocketmq-rebalance-lab; \

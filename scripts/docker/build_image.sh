@@ -40,6 +40,10 @@ rm -rf wheels
 rm -rf build ./*.egg-info
 digest="$("$VENV/bin/python" -m chaos.container digest)"
 echo "==> docker build -t $tag (base $base, sources ${digest:0:12})"
+previous="$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)"
 docker build -q --build-arg BASE_IMAGE="$base" --build-arg SOURCE_DIGEST="$digest" -t "$tag" . >/dev/null
+if [ -n "$previous" ] && [ "$previous" != "$(docker image inspect --format '{{.Id}}' "$tag")" ]; then
+    docker image rm "$previous" >/dev/null 2>&1 || true # the build it replaces, unless a container uses it
+fi
 size="$(docker image inspect --format '{{.Size}}' "$tag")"
 echo "==> $tag built in $(( $(date +%s) - start )) s, $(( size / 1000000 )) MB (base $base)"

@@ -144,6 +144,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         except ExperimentError as e:
             print(e, file=sys.stderr)
             return 2
+        if exp.one_way_partitions():
+            print(
+                f"rmq-chaos: one-way partitions need --backend docker (the local fault proxy cuts both "
+                f"ways): {', '.join(exp.one_way_partitions())}",
+                file=sys.stderr,
+            )
+            return 2
     run_dir = _run_dir(exp, args.out)
     if run_dir.exists() and any(run_dir.rglob("*.jsonl")):
         print(f"rmq-chaos: {run_dir} already holds a run's logs; choose another --out", file=sys.stderr)

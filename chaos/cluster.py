@@ -224,6 +224,8 @@ class LocalCluster:
 
     async def apply_network(self, node: str, action: str, broker: str = "all", **params: Any) -> list[str]:
         """A network nemesis on the node's links (KeyError when the node has no fault proxy)."""
+        if params.pop("direction", "both") != "both":
+            raise ValueError("a one-way partition needs the docker backend (the fault proxy cuts both ways)")
         return self.links[node].apply(action, broker, **params)
 
     def network_faulty(self, node: str) -> bool:

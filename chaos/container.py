@@ -463,11 +463,14 @@ class ContainerCluster(LocalCluster):
 
     async def apply_network(self, node: str, action: str, broker: str = "all", **params: Any) -> list[str]:
         if action == "blackhole":
+            direction = params.get("direction", "both")
             rules = []
             for addr in self._link_addresses(node, broker):
                 ip, _, port = addr.rpartition(":")
-                rules.append(["OUTPUT", "-p", "tcp", "-d", ip, "--dport", port, "-j", "DROP"])
-                rules.append(["INPUT", "-p", "tcp", "-s", ip, "--sport", port, "-j", "DROP"])
+                if direction in ("both", "out"):
+                    rules.append(["OUTPUT", "-p", "tcp", "-d", ip, "--dport", port, "-j", "DROP"])
+                if direction in ("both", "in"):
+                    rules.append(["INPUT", "-p", "tcp", "-s", ip, "--sport", port, "-j", "DROP"])
             for rule in rules:
                 await self._iptables(node, "-A", rule)
                 self.rules.setdefault(node, []).append(rule)
@@ -476,7 +479,7 @@ class ContainerCluster(LocalCluster):
             keep = []
             wanted = set(self._link_addresses(node, broker))
             for rule in self.rules.pop(node, []):
-                addr = f"{rule[4]}:{rule[6]}"
+                addr = f"{rule[4]}:{rule[6]}"  # -d/-s IP, --dport/--sport PORT
                 if addr not in wanted:
                     keep.append(rule)
                     continue

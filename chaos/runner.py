@@ -395,6 +395,8 @@ class Runner:
                 if a == "latency":
                     extra["latency_ms"] = round(p["ms"] * exp.time_scale, 3)
                     extra["jitter_ms"] = round(p.get("jitter_ms", 0) * exp.time_scale, 3)
+                if p.get("direction"):
+                    extra["direction"] = p["direction"]
                 if a != "heal":  # the container backend partitions in the kernel, not in the proxy
                     extra["via"] = "proxy" if a in cluster.proxied_actions else "iptables"
                 sup.nemesis_event(a, target, **extra)
@@ -404,6 +406,7 @@ class Runner:
                     extra["broker"],
                     ms=extra.get("latency_ms", 0),
                     jitter_ms=extra.get("jitter_ms", 0),
+                    direction=extra.get("direction", "both"),
                 )
             elif a == "fault":
                 await self._fault(step)

@@ -167,3 +167,65 @@ def test_source_digest_follows_the_sources(tmp_path: Path) -> None:
     assert source_digest(tmp_path) == first
     (tmp_path / "broker" / "a.py").write_text("x = 2\n")
     assert source_digest(tmp_path) != first
+
+
+ONE_WAY = KILL.replace(
+    '[[nemesis]]\naction = "kill"\ntarget = "consumer-1"\nat = 50\n',
+    '[[nemesis]]\naction = "blackhole"\ntarget = "consumer-1"\nbroker = "broker-a"\n'
+    'direction = "in"\nat = 50\n',
+)
+
+
+def test_a_one_way_partition_needs_the_docker_backend(tmp_path: Path) -> None:
+    exp = tmp_path / "one-way.toml"
+    exp.write_text(ONE_WAY)
+    proc = subprocess.run(
+        [sys.executable, "-m", "chaos", "run", str(exp), "--out", str(tmp_path / "run"), "--no-analyze"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "one-way partitions need --backend docker" in proc.stderr
+    assert "blackhole consumer-1 (direction=in)" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+async def test_partition_rules_per_direction_and_heal_removes_exactly_them(tmp_path: Path) -> None:
+    from chaos.container import ContainerCluster, ImageInfo
+
+    cluster = ContainerCluster(tmp_path, image=ImageInfo("img", "sha256:1", "d"), time_scale=0.05)
+    cluster.brokers = {"broker-a": "10.9.0.11:10911", "broker-b": "10.9.0.12:10911"}
+    cluster.namesrv = "10.9.0.10:9876"
+    calls: list[tuple[str, str, list[str]]] = []
+
+    async def iptables(node: str, op: str, rule: list[str]) -> None:
+        calls.append((node, op, rule))
+
+    cluster._iptables = iptables  # type: ignore[method-assign]
+    try:
+        await cluster.apply_network("consumer-1", "blackhole", "broker-a", direction="out")
+        await cluster.apply_network("consumer-1", "blackhole", "broker-b", direction="in")
+        await cluster.apply_network("consumer-2", "blackhole", "all")
+        out_a = ["OUTPUT", "-p", "tcp", "-d", "10.9.0.11", "--dport", "10911", "-j", "DROP"]
+        in_b = ["INPUT", "-p", "tcp", "-s", "10.9.0.12", "--sport", "10911", "-j", "DROP"]
+        assert calls[:2] == [("consumer-1", "-A", out_a), ("consumer-1", "-A", in_b)]
+        assert [(n, op, r[0], r[4]) for n, op, r in calls[2:]] == [
+            ("consumer-2", "-A", "OUTPUT", "10.9.0.11"),
+            ("consumer-2", "-A", "INPUT", "10.9.0.11"),
+            ("consumer-2", "-A", "OUTPUT", "10.9.0.12"),
+            ("consumer-2", "-A", "INPUT", "10.9.0.12"),
+        ]
+        assert cluster.network_faulty("consumer-1") and cluster.network_faulty("consumer-2")
+        calls.clear()
+        await cluster.apply_network("consumer-1", "heal", "broker-b")
+        assert calls == [("consumer-1", "-D", in_b)]
+        assert cluster.network_faulty("consumer-1")  # broker-a's rule stays
+        await cluster.apply_network("consumer-1", "heal", "all")
+        assert calls[-1] == ("consumer-1", "-D", out_a) and not cluster.network_faulty("consumer-1")
+        with pytest.raises(ValueError, match="no link to 'broker-z'"):
+            await cluster.apply_network("consumer-2", "blackhole", "broker-z")
+        with pytest.raises(ValueError, match="no fault proxy for latency"):
+            await cluster.apply_network("consumer-2", "latency", "broker-a", ms=5)
+    finally:
+        cluster.sup.close()

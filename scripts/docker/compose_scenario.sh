@@ -44,8 +44,10 @@ dc up -d --no-build --scale consumer=4 >/dev/null 2>&1 || { dc up -d --no-build 
 chaos wait "$run" --group GID_compose --balanced 4 --timeout 60
 step "the group is balanced; messages flow"
 sleep 3
-victim="$(dc ps -q consumer | head -n 1)"
-frozen="$(dc ps -q consumer | sed -n 2p)"
+# Read the whole list first: `| head` would close the pipe on compose (SIGPIPE, fatal under pipefail).
+mapfile -t replicas < <(dc ps -q consumer)
+victim="${replicas[0]}"
+frozen="${replicas[1]}"
 step "kill one consumer container"
 chaos nemesis kill "$victim" --run-dir "$run"
 chaos wait "$run" --group GID_compose --balanced 3 --timeout 30

@@ -369,6 +369,7 @@ class ContainerCluster(LocalCluster):
             stop_timeout_s=stop_timeout_s,
         )
         self._network_created = False
+        self._removed = False
         self.rules: dict[str, list[list[str]]] = {}  # node -> iptables rules in force in its namespace
 
     async def prepare(self) -> None:
@@ -514,9 +515,12 @@ class ContainerCluster(LocalCluster):
             await docker("network", "rm", self.network, check=False)
             self._network_created = False
         self.rules.clear()
+        self._removed = True
 
     def remove_sync(self) -> None:
-        """The same, for the last word after a failure (synchronous)."""
+        """The same, for the last word when ``remove`` did not complete (synchronous)."""
+        if self._removed:
+            return
         assert isinstance(self.sup, ContainerSupervisor)
         self.sup.remove_all()
         if self._network_created:

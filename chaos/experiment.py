@@ -32,6 +32,7 @@ NETWORK_ACTIONS = ("latency", "blackhole", "reset", "heal")
 BROKER_ACTIONS = ("fault", "fault-clear", "policy")
 ACTIONS = PROCESS_ACTIONS + NETWORK_ACTIONS + BROKER_ACTIONS
 SELECTORS = ("random", "next", "all")
+PARTITION_DIRECTIONS = ("both", "out", "in")
 ROLES = ("namesrv", "broker", "producer", "consumer")
 # Allocation strategies that need no per-consumer configuration (CONFIG and MACHINE_ROOM need a queue or
 # room list per consumer, which an experiment cannot give yet).
@@ -341,12 +342,21 @@ class Experiment:
         """The real RocketMQ clients this experiment runs (empty when every consumer is ours)."""
         return {c.client for c in self.consumers if c.real}
 
-    def network_targets(self) -> set[str]:
-        """Client nodes that need a fault proxy because a network nemesis may target them."""
+    def one_way_partitions(self) -> list[str]:
+        """Blackholes of one direction only (the fault proxy cuts both ways; iptables can cut one)."""
+        return [
+            f"{n.action} {n.target} (direction={n.params['direction']})"
+            for n in self.nemeses
+            if n.params.get("direction", "both") != "both"
+        ]
+
+    def network_targets(self, actions: Iterable[str] = NETWORK_ACTIONS) -> set[str]:
+        """Client nodes that need a fault proxy because a network nemesis (of ``actions``) may target them."""
         nodes = self.nodes()
+        wanted = set(actions)
         out: set[str] = set()
         for n in self.nemeses:
-            if n.action in NETWORK_ACTIONS:
+            if n.action in wanted:
                 out.update(_candidates(n.target, n.group, nodes))
         return out
 
@@ -828,6 +838,9 @@ def _nemesis(n: _Table, index: int, pr: _Problems) -> NemesisSpec | None:
         params["down"] = n.get("down", "number", 0.0, _non_negative)
     if action in NETWORK_ACTIONS:
         params["broker"] = n.get("broker", "str", "all")
+    if action == "blackhole" and "direction" in n.data:
+        # one-way partitions: "out" drops what the node sends to the broker, "in" what it receives
+        params["direction"] = n.get("direction", "str", "both", _one_of(PARTITION_DIRECTIONS))
     if action == "latency":
         params["ms"] = n.get("ms", "number", _REQUIRED, _positive)
         params["jitter_ms"] = n.get("jitter_ms", "number", 0, _non_negative)

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from broker_testkit import RecordingLog, wait_for
+from kit import wait_until
+from kit.broker import RecordingLog
 
 from broker.config import BrokerConfig, NamesrvConfig
 from broker.controller import BrokerController
@@ -203,7 +204,7 @@ async def test_durability_across_sigkill(procs, make_peer, tmp_path):
             acked.append((resp.ext["queueOffset"], i, resp.ext["msgId"]))
 
     tasks = [asyncio.create_task(send_one(i)) for i in range(400)]
-    await wait_for(lambda: len(acked) >= 50, timeout_s=10)
+    await wait_until(lambda: len(acked) >= 50, within=10)
     b1.proc.send_signal(signal.SIGKILL)
     await asyncio.gather(*tasks, return_exceptions=True)
     await b1.stop(signal.SIGKILL)
@@ -256,7 +257,7 @@ async def test_periodic_offset_flush_rolls_offsets_back_on_sigkill(procs, make_p
     await p.send("T")
     q = {"consumerGroup": "g", "topic": "T", "queueId": 0}
     await p.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 7})
-    await wait_for(lambda: log_file.exists() and '"event":"offsets_flushed"' in log_file.read_text(), 10)
+    await wait_until(lambda: log_file.exists() and '"event":"offsets_flushed"' in log_file.read_text(), 10)
     await p.send("T")  # answered once its batch is on disk, so the flush queued before it is too
     await p.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 9})
     assert (await p.ok(RequestCode.QUERY_CONSUMER_OFFSET, q)).ext["offset"] == 9

@@ -40,6 +40,14 @@ class FakeGroupApi:
     def schedule(self, fn: Any, delay_s: float, what: str = "task") -> None:
         self.scheduled.append((fn, delay_s))
 
+    def spawn(self, coro: Any, what: str = "task") -> asyncio.Task[Any]:
+        return asyncio.get_running_loop().create_task(coro)
+
+    async def consumer_send_msg_back(
+        self, addr: str, msg: Message, group: str, delay_level: int, max_times: int, timeout_s: float
+    ) -> None:
+        self.calls.append(("send_back", msg.queue_offset))
+
     def find_broker_address_in_subscribe(self, *a: Any) -> str:
         return "127.0.0.1:1"
 
@@ -115,6 +123,9 @@ class FakeOffsets:
 
     def remove_offset(self, mq: MessageQueue) -> None:
         self.removed.append(mq)
+
+    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        self.memory[mq] = offset
 
 
 class Rig:
@@ -452,3 +463,39 @@ async def test_a_topic_without_route_calls_message_queue_changed_in_5x(rocketmq5
     r = Rig(**(ConsumerConfig.rocketmq5() if rocketmq5 else {}))
     await r.rebalance()  # "T" has no route
     assert r.api.heartbeats == (1 if rocketmq5 else 0)
+
+
+@pytest.mark.parametrize("rocketmq5", [False, True])
+async def test_a_failed_message_no_longer_cached_is_sent_back_in_4_9_only(rocketmq5: bool) -> None:
+    """The "skip messages the process queue no longer holds" rule of processConsumeResult came with 5.1;
+    4.9 sends every failed message back."""
+    from client.consume import ConsumeConcurrentlyStatus, ConsumeMessageConcurrentlyService, Listener
+
+    r = Rig(time_scale=0.01, **(ConsumerConfig.rocketmq5() if rocketmq5 else {}))
+    pq = _cached_pq(r.clock)  # holds offset 0 only
+    done = asyncio.Event()
+
+    async def fail(msgs: list[Any]) -> ConsumeConcurrentlyStatus:
+        done.set()
+        return ConsumeConcurrentlyStatus.RECONSUME_LATER
+
+    service = ConsumeMessageConcurrentlyService(
+        r.state,
+        Listener(fail, None),  # type: ignore[arg-type]
+        rebalance=r.impl,
+        api=r.api,  # type: ignore[arg-type]
+        offsets=r.offsets,  # type: ignore[arg-type]
+        events=EventLog.null(),
+        clock=r.clock,
+    )
+    service.start()
+    try:
+        gone = Message("m1", "T", "BrokerA", 0, 1, b"y")  # offset 1: not in the process queue any more
+        service.submit_consume_request([gone], pq, mq(0), True)
+        await asyncio.wait_for(done.wait(), 2)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        sent_back = [x for x in r.api.calls if x[0] == "send_back"]
+        assert sent_back == ([] if rocketmq5 else [("send_back", 1)])
+    finally:
+        await service.shutdown(0)

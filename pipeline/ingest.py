@@ -20,9 +20,13 @@ from urllib.parse import unquote, urlsplit
 from pipeline.contract import (
     ALL_FIELDS,
     BOOL,
+    CID_ALL,
+    CID_ALL_DIGEST,
     COMMON_FIELDS,
+    DIGEST_PATTERN,
     EVENT_FIELDS,
     INT,
+    MEMBERS_EVENT,
     NEMESIS_GROUP_ROLE,
     STR,
     STR_LIST,
@@ -51,6 +55,7 @@ ANALYSIS_COLUMNS = (
     "mode",
     "queues",
     "cid_all",
+    "cid_all_digest",
     "action",
     "target",
 )
@@ -120,6 +125,15 @@ def _fast_type_check(name: str, ftype: FieldType) -> str:
     return f"(j.`{name}` IS NOT NULL)"
 
 
+def _member_field_ok(check: Any, name: str) -> str:
+    """SQL: the member-set field `name` of a rebalance line is usable (a list of strings for cid_all,
+    64 lowercase hex characters for cid_all_digest)."""
+    if name == CID_ALL:
+        return check(CID_ALL, STR_LIST)
+    value = _value(check, CID_ALL_DIGEST, STR)
+    return f"({check(CID_ALL_DIGEST, STR)} AND {value} RLIKE '{DIGEST_PATTERN}')"
+
+
 def _validity_sql(check: Any) -> str:
     """Well-formedness of a line by EVENTS.md, given a per-field check (columns `ev`, `role_is_consumer`)."""
     common = " AND ".join(check(n, t) for n, t in COMMON_FIELDS.items())
@@ -128,6 +142,10 @@ def _validity_sql(check: Any) -> str:
         checks = [check(n, t) for n, t in fields.items()]
         if name == "nemesis":
             checks.append(f"(NOT role_is_consumer OR {check('group', STR)})")
+        if name == MEMBERS_EVENT:
+            checks.append(
+                f"({_member_field_ok(check, CID_ALL)} OR {_member_field_ok(check, CID_ALL_DIGEST)})"
+            )
         cases.append(f"WHEN ev = {_sql_str(name)} THEN {' AND '.join(checks)}")
     return f"({common} AND CASE {' '.join(cases)} ELSE true END)"
 
@@ -146,6 +164,12 @@ def _value_sql(name: str, ftype: FieldType) -> str:
     )
     if name in COMMON_FIELDS:
         return value
+    if name in (CID_ALL, CID_ALL_DIGEST):
+        usable = (
+            f"CASE WHEN fast THEN {_member_field_ok(_fast_type_check, name)} "
+            f"ELSE {_member_field_ok(_exact_type_check, name)} END"
+        )
+        return f"CASE WHEN ev = {_sql_str(MEMBERS_EVENT)} AND {usable} THEN {value} END"
     events = [e for e, fields in EVENT_FIELDS.items() if name in fields]
     cond = f"ev IN ({', '.join(_sql_str(e) for e in events)})" if events else "false"
     if name == "group":

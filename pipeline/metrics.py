@@ -61,6 +61,13 @@ def _window(*keys: str) -> Any:
     return Window.partitionBy(*keys)
 
 
+def digest_of_ids(ids: Column) -> Column:
+    """EVENTS.md's cid_all_digest of an array of client ids (distinct, sorted by code point, since
+    Spark compares strings by their UTF-8 bytes, joined by newlines, SHA-256 in lowercase hex)."""
+    F = _f()
+    return F.sha2(F.array_join(F.array_sort(F.array_distinct(ids)), "\n"), 256)
+
+
 def periods(rows: DataFrame, keys: list[str], end_default: Column) -> DataFrame:
     """Periods (keys, start, end) of an on/off state machine.
 
@@ -281,6 +288,16 @@ class Analysis:
         iv = self.t.intervals
         # Paused parts of each ownership interval (the client's pause segments are disjoint).
         cp = self.t.client_pauses.withColumnRenamed("start", "ps").withColumnRenamed("end", "pe")
+        # Orphan time counts only while some consumer of the group is live: the group's live spans,
+        # clipped to [T0, run_end), laid over every queue of its universe.
+        t0 = jn(self._of("mq_added"), self.t.group_topics, [G, T]).groupBy(G).agg(F.min("ts_ms").alias("t0"))
+        group_live = sweep(period_deltas(self.t.live, [G], "n", []), [G], ["n"]).where("n > 0")
+        live_spans = jn(group_live, t0, G).select(
+            G,
+            F.greatest("a", "t0").alias("start"),
+            F.least(F.coalesce("b", F.lit(INF)), F.lit(self.run_end)).alias("end"),
+        )
+        live_spans = jn(live_spans.where(F.col("end") > F.col("start")), self.t.universe, G)
         pieces = (
             jn(iv, cp, C)
             .where((F.col("ps") < F.col("end")) & (F.col("pe") > F.col("start")))
@@ -290,35 +307,32 @@ class Analysis:
                 F.least("end", "pe").alias("end"),
             )
         )
-        deltas = period_deltas(iv.select(*qkeys, "start", "end"), qkeys, "n_open", ["n_paused"]).unionByName(
-            period_deltas(pieces, qkeys, "n_paused", ["n_open"])
-        )
-        seg = sweep(one(deltas), qkeys, ["n_open", "n_paused"])
-        length = F.col("b") - F.col("a")
-        per_queue = seg.groupBy(*qkeys).agg(
-            F.sum(F.when(F.col("n_open") >= 2, length).otherwise(0)).alias("overlap_ms"),
-            F.sum(F.when(F.col("n_open") >= 1, length).otherwise(0)).alias("covered_ms"),
-            F.sum(
-                F.when((F.col("n_open") >= 1) & (F.col("n_open") == F.col("n_paused")), length).otherwise(0)
-            ).alias("stalled_ms"),
-        )
-        by_group = per_queue.groupBy(G).agg(
-            F.sum("overlap_ms").alias("overlap_ms"), F.sum("stalled_ms").alias("stalled_ms")
-        )
-        # Orphans: universe queues over [T0, run_end) minus the time some interval covers them
-        # (intervals start at or after T0 and end by run_end).
-        t0 = jn(self._of("mq_added"), self.t.group_topics, [G, T]).groupBy(G).agg(F.min("ts_ms").alias("t0"))
-        covered = jn(self.t.universe, per_queue.select(*qkeys, "covered_ms"), qkeys, "left")
-        orphan = (
-            jn(covered, t0, G)
-            .groupBy(G)
-            .agg(
-                F.sum(F.lit(self.run_end) - F.col("t0") - F.coalesce(F.col("covered_ms"), F.lit(0))).alias(
-                    "orphan_ms"
+        counters = ["n_open", "n_paused", "n_live"]
+        deltas = (
+            period_deltas(iv.select(*qkeys, "start", "end"), qkeys, "n_open", ["n_paused", "n_live"])
+            .unionByName(period_deltas(pieces, qkeys, "n_paused", ["n_open", "n_live"]))
+            .unionByName(
+                period_deltas(
+                    live_spans.select(*qkeys, "start", "end"), qkeys, "n_live", ["n_open", "n_paused"]
                 )
             )
         )
-        return jn(by_group, orphan, G, "full")
+        seg = sweep(one(deltas), qkeys, counters)
+        length = F.col("b") - F.col("a")
+        per_queue = seg.groupBy(*qkeys).agg(
+            F.sum(F.when(F.col("n_open") >= 2, length).otherwise(0)).alias("overlap_ms"),
+            F.sum(
+                F.when((F.col("n_open") >= 1) & (F.col("n_open") == F.col("n_paused")), length).otherwise(0)
+            ).alias("stalled_ms"),
+            F.sum(F.when((F.col("n_open") == 0) & (F.col("n_live") >= 1), length).otherwise(0)).alias(
+                "orphan_ms"
+            ),
+        )
+        return per_queue.groupBy(G).agg(
+            F.sum("overlap_ms").alias("overlap_ms"),
+            F.sum("stalled_ms").alias("stalled_ms"),
+            F.sum("orphan_ms").alias("orphan_ms"),
+        )
 
     # -- consumption metrics ------------------------------------------------------------------------
 
@@ -443,7 +457,7 @@ class Analysis:
             jn(bounds, lv, G, "left")
             .groupBy(G, "t")
             .agg(
-                F.array_sort(
+                digest_of_ids(
                     F.collect_set(F.when((F.col("ls") <= F.col("t")) & (F.col("t") < F.col("le")), F.col(C)))
                 ).alias("sset")
             )
@@ -455,10 +469,14 @@ class Analysis:
             .withColumn("k", F.row_number().over(rw))
             .where("k = 1")
             .select(
-                G, C, T, F.col("ts_ms").alias("t"), F.array_sort(F.array_distinct("cid_all")).alias("rset")
+                G,
+                C,
+                T,
+                F.col("ts_ms").alias("t"),
+                F.coalesce(digest_of_ids(F.col("cid_all")), F.col("cid_all_digest")).alias("rset"),
             )
         )
-        empty = F.lit(None).cast("array<string>")
+        empty = F.lit(None).cast("string")
         changes = one(
             jn(act_changes, pairs, [G, C])
             .select(G, C, T, "t", "act", empty.alias("rset"), empty.alias("sset"))
@@ -487,9 +505,7 @@ class Analysis:
             "t",
             F.coalesce(F.last("act", ignorenulls=True).over(upto), F.lit(False)).alias("act"),
             F.last("rset", ignorenulls=True).over(upto).alias("rset"),
-            F.coalesce(F.last("sset", ignorenulls=True).over(upto), F.array().cast("array<string>")).alias(
-                "sset"
-            ),
+            F.coalesce(F.last("sset", ignorenulls=True).over(upto), digest_of_ids(F.array())).alias("sset"),
         )
         bad = state.select(
             G,
@@ -505,22 +521,38 @@ class Analysis:
             "t",
             F.lit(0).alias("d_ok"),
             (F.col("bad") - F.coalesce(F.lag("bad").over(pw), F.lit(0))).alias("d_bad"),
+            F.lit(0).alias("d_live"),
         )
+        # Live consumers of the group (an empty group is converged); ends at INF never happen.
+        live_deltas = one(
+            tb.live.select(G, F.col("start").alias("t"), F.lit(1).alias("d_live")).unionByName(
+                tb.live.where(F.col("end") < INF).select(
+                    G, F.col("end").alias("t"), F.lit(-1).alias("d_live")
+                )
+            )
+        ).select(G, "t", F.lit(0).alias("d_ok"), F.lit(0).alias("d_bad"), "d_live")
 
-        # Group timeline: converged while every universe queue is ok and no pair is bad.
+        # Group timeline: converged while nobody is live, or every universe queue is ok and no pair is bad.
         sizes = tb.universe.groupBy(G).agg(F.count("*").alias("n_universe"))
-        timeline = one(ok_deltas.select(G, "t", "d_ok", "d_bad").unionByName(bad_deltas))
-        agg = timeline.groupBy(G, "t").agg(F.sum("d_ok").alias("d_ok"), F.sum("d_bad").alias("d_bad"))
+        timeline = one(
+            ok_deltas.select(G, "t", "d_ok", "d_bad", F.lit(0).alias("d_live"))
+            .unionByName(bad_deltas)
+            .unionByName(live_deltas)
+        )
+        agg = timeline.groupBy(G, "t").agg(*[F.sum(d).alias(d) for d in ("d_ok", "d_bad", "d_live")])
         tw = _window(G).orderBy("t").rowsBetween(_UNBOUNDED_BEFORE, 0)
         running = agg.select(
-            G, "t", F.sum("d_ok").over(tw).alias("n_ok"), F.sum("d_bad").over(tw).alias("n_bad")
+            G,
+            "t",
+            F.sum("d_ok").over(tw).alias("n_ok"),
+            F.sum("d_bad").over(tw).alias("n_bad"),
+            F.sum("d_live").over(tw).alias("n_live"),
         )
+        whole = (F.col("n_ok") == F.coalesce(F.col("n_universe"), F.lit(0))) & (F.col("n_bad") == 0)
         return jn(running, sizes, G, "left").select(
             G,
             "t",
-            ((F.col("n_ok") == F.coalesce(F.col("n_universe"), F.lit(0))) & (F.col("n_bad") == 0)).alias(
-                "conv"
-            ),
+            ((F.col("n_live") == 0) | whole).alias("conv"),
         )
 
     def convergence(self) -> DataFrame:
@@ -548,13 +580,13 @@ class Analysis:
             w.rowsBetween(_UNBOUNDED_BEFORE, 0)
         )
         next_conv = F.first(
-            F.when((F.col("kind") == 0) & F.col("conv") & (F.col("t") < F.lit(self.run_end)), F.col("t")),
+            F.when((F.col("kind") == 0) & F.col("conv") & (F.col("t") <= F.lit(self.run_end)), F.col("t")),
             ignorenulls=True,
         ).over(w.rowsBetween(0, _UNBOUNDED_AFTER))
         marked = rows.select(G, "t", "kind", "cause", conv_at.alias("conv_at"), next_conv.alias("next_conv"))
         out = jn(marked.where("kind = 1"), sizes, G, "left")
-        # Before any timeline row nothing is owned and nobody is live: converged only with no queues.
-        at_t0 = F.coalesce(F.col("conv_at"), F.coalesce(F.col("n_universe"), F.lit(0)) == 0)
+        # Before any timeline row nobody has been live: an empty group is converged.
+        at_t0 = F.coalesce(F.col("conv_at"), F.lit(True))
         ms = F.when(at_t0, F.lit(0)).otherwise(F.col("next_conv") - F.col("t"))
         return out.select(
             G,

@@ -29,7 +29,7 @@ from pipeline.contract import (
     UNPAUSING_ACTIONS,
     verdict,
 )
-from pipeline.ingest import ORDER_COLUMNS, RunStats, free
+from pipeline.ingest import ORDER_COLUMNS, RUN_SEP, RunStats, free
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -156,14 +156,23 @@ class Tables:
 
 
 class Analysis:
-    """All metrics of one run; `run_end` is the largest ts_ms of the run."""
+    """All metrics of one run, or of many runs at once; `run_end` is the largest ts_ms of a run.
 
-    def __init__(self, events: DataFrame, stats: RunStats) -> None:
+    Many runs: `events` come from `load_json_runs` (names qualified by run) and `runs` maps each run's
+    prefix to its statistics; `stats` is then unused and `summaries()` gives one summary per run.
+    """
+
+    def __init__(self, events: DataFrame, stats: RunStats, runs: dict[str, RunStats] | None = None) -> None:
         F = _f()
         self.ev = events
         self.stats = stats
+        self.runs = runs
         self.run_end = stats.end_ms if stats.end_ms is not None else 0
         self._kept: list[DataFrame] = []
+        self.ends: DataFrame | None = None
+        if runs is not None:
+            rows = [(prefix, st.end_ms if st.end_ms is not None else 0) for prefix, st in runs.items()]
+            self.ends = one(events.sparkSession.createDataFrame(rows, "_rp string, run_end bigint"))
         # The control events are few; keeping them apart spares the big message lines every re-scan.
         self.ctl = self._keep(events.where(F.col("event").isin(*CONTROL_EVENTS)))
         self.t = self._tables()
@@ -184,6 +193,21 @@ class Analysis:
         for df in self._kept:
             free(df)
         self._kept.clear()
+
+    def _with_run_end(self, df: DataFrame) -> DataFrame:
+        """df (with a group column) plus `run_end`, the end of the group's run."""
+        F = _f()
+        if self.ends is None:
+            return df.withColumn("run_end", F.lit(self.run_end).cast("bigint"))
+        prefix = F.concat(F.substring_index(F.col(G), RUN_SEP, 1), F.lit(RUN_SEP))
+        return jn(df.withColumn("_rp", prefix), self.ends, "_rp").drop("_rp")
+
+    def _unqualified(self, ids: Column) -> Column:
+        """Client ids as the lines wrote them (cid_all and its digest never carry the run prefix)."""
+        F = _f()
+        if self.ends is None:
+            return ids
+        return F.transform(ids, lambda x: F.regexp_replace(x, f"^[0-9]+{RUN_SEP}", ""))
 
     # -- shared tables --------------------------------------------------------------------------------
 
@@ -207,7 +231,6 @@ class Analysis:
         group_topics = self._of("rebalance").select(G, T).distinct()
         topic_queues = routes.select(T, F.explode("queues").alias(Q)).distinct()
         universe = jn(group_topics, topic_queues, T)
-        run_end = F.lit(self.run_end).cast("bigint")
         never = F.lit(INF).cast("bigint")
 
         # Ownership: mq_added opens, mq_removed / consumer_stopped / kill or stop of the node closes.
@@ -220,7 +243,8 @@ class Analysis:
         node_kills = jn(closing.select(F.col("target").alias("node"), *ORDER_COLUMNS), client_nodes, "node")
         deaths = one(stops.unionByName(node_kills.drop("node")))  # client_id + order: the client is gone
         closers = jn(deaths, keys, C).withColumn("on", F.lit(False))
-        intervals = periods(one(mq.unionByName(closers.select(mq.columns))), [G, C, T, Q], run_end)
+        owning = self._with_run_end(one(mq.unionByName(closers.select(mq.columns))))
+        intervals = periods(owning, [G, C, T, Q], F.col("run_end"))
         intervals = k(intervals.where(F.col("end") > F.col("start")))
 
         # Liveness per (group, client): consumer_started on; consumer_stopped / kill or stop of its node off.
@@ -292,10 +316,10 @@ class Analysis:
         # clipped to [T0, run_end), laid over every queue of its universe.
         t0 = jn(self._of("mq_added"), self.t.group_topics, [G, T]).groupBy(G).agg(F.min("ts_ms").alias("t0"))
         group_live = sweep(period_deltas(self.t.live, [G], "n", []), [G], ["n"]).where("n > 0")
-        live_spans = jn(group_live, t0, G).select(
+        live_spans = self._with_run_end(jn(group_live, t0, G)).select(
             G,
             F.greatest("a", "t0").alias("start"),
-            F.least(F.coalesce("b", F.lit(INF)), F.lit(self.run_end)).alias("end"),
+            F.least(F.coalesce("b", F.lit(INF)), F.col("run_end")).alias("end"),
         )
         live_spans = jn(live_spans.where(F.col("end") > F.col("start")), self.t.universe, G)
         pieces = (
@@ -458,7 +482,11 @@ class Analysis:
             .groupBy(G, "t")
             .agg(
                 digest_of_ids(
-                    F.collect_set(F.when((F.col("ls") <= F.col("t")) & (F.col("t") < F.col("le")), F.col(C)))
+                    self._unqualified(
+                        F.collect_set(
+                            F.when((F.col("ls") <= F.col("t")) & (F.col("t") < F.col("le")), F.col(C))
+                        )
+                    )
                 ).alias("sset")
             )
         )
@@ -575,12 +603,13 @@ class Analysis:
                 )
             )
         )
+        rows = self._with_run_end(rows)
         w = _window(G).orderBy("t", "kind")
         conv_at = F.last(F.when(F.col("kind") == 0, F.col("conv")), ignorenulls=True).over(
             w.rowsBetween(_UNBOUNDED_BEFORE, 0)
         )
         next_conv = F.first(
-            F.when((F.col("kind") == 0) & F.col("conv") & (F.col("t") <= F.lit(self.run_end)), F.col("t")),
+            F.when((F.col("kind") == 0) & F.col("conv") & (F.col("t") <= F.col("run_end")), F.col("t")),
             ignorenulls=True,
         ).over(w.rowsBetween(0, _UNBOUNDED_AFTER))
         marked = rows.select(G, "t", "kind", "cause", conv_at.alias("conv_at"), next_conv.alias("next_conv"))
@@ -612,8 +641,9 @@ class Analysis:
         topics = self.t.group_topics.groupBy(G).agg(F.array_sort(F.collect_list(T)).alias("topics"))
         return jn(out, topics, G, "left")
 
-    def summary(self) -> dict[str, Any]:
-        """summary.json as a dict (the per-group rows are the only things collected)."""
+    def _group_entries(self) -> dict[str, dict[str, Any]]:
+        """summary.json's group entries by (qualified) group name; per-group rows are all that is
+        collected."""
         groups: dict[str, dict[str, Any]] = {}
         for row in self.group_metrics().collect():
             entry: dict[str, Any] = {"topics": list(row["topics"] or [])}
@@ -640,12 +670,32 @@ class Analysis:
                 order_violations=entry["order_violations"],
                 convergence=entry["convergence"],
             )
-        return {
-            "run": {
-                "events": self.stats.events,
-                "malformed_lines": self.stats.malformed_lines,
-                "start_ms": self.stats.start_ms,
-                "end_ms": self.stats.end_ms,
-            },
-            "groups": dict(sorted(groups.items())),
-        }
+        return groups
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json of a single run as a dict."""
+        return _summary_of(self.stats, self._group_entries())
+
+    def summaries(self) -> dict[str, dict[str, Any]]:
+        """summary.json of every run (by run prefix), names unqualified, from one set of Spark jobs."""
+        assert self.runs is not None, "summaries() is for an analysis of many runs"
+        per_run: dict[str, dict[str, dict[str, Any]]] = {prefix: {} for prefix in self.runs}
+        for name, entry in self._group_entries().items():
+            prefix = name[: name.index(RUN_SEP) + 1]
+            entry["topics"] = sorted(t.removeprefix(prefix) for t in entry["topics"])
+            for change in entry["convergence"]:
+                change["cause"] = change["cause"].replace(prefix, "")
+            per_run[prefix][name.removeprefix(prefix)] = entry
+        return {prefix: _summary_of(self.runs[prefix], groups) for prefix, groups in per_run.items()}
+
+
+def _summary_of(stats: RunStats, groups: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "run": {
+            "events": stats.events,
+            "malformed_lines": stats.malformed_lines,
+            "start_ms": stats.start_ms,
+            "end_ms": stats.end_ms,
+        },
+        "groups": dict(sorted(groups.items())),
+    }

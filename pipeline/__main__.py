@@ -36,7 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to write summary.json and report.html (default: the run directory); for a root of "
         "runs, where each run's outputs (under its relative path), runs.parquet, runs.csv and index.html go",
     )
-    p.add_argument("--master", default=DEFAULT_MASTER, help=f"Spark master URL (default {DEFAULT_MASTER})")
+    p.add_argument(
+        "--master",
+        default=None,
+        help=f"Spark master URL (default {DEFAULT_MASTER}, or under spark-submit the master it was given)",
+    )
     p.add_argument(
         "--format", choices=("json", "parquet"), default="json", help="input format (default json)"
     )
@@ -51,7 +55,7 @@ def build_ingest_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_dir")
     p.add_argument("--out", required=True, help="directory for the Parquet copy")
-    p.add_argument("--master", default=DEFAULT_MASTER)
+    p.add_argument("--master", default=None, help=f"Spark master URL (default {DEFAULT_MASTER})")
     p.add_argument("--quiet", action="store_true")
     return p
 

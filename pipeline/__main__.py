@@ -117,7 +117,10 @@ def analyze_root(args: argparse.Namespace) -> int:
     for b in bad:
         print(f"rmq-analyze: skipping run {b.rel!r}: {b.problem}", file=sys.stderr)
     if not runs:
-        return _fail(f"no run directories (manifest.json or *.jsonl files) under {args.run_dir!r}")
+        return _fail(
+            f"no *.jsonl event files under {args.run_dir!r} (no run directory with a manifest.json or "
+            "event files of its own)"
+        )
     progress.note(f"{len(runs)} run(s) found" + (f", {len(bad)} skipped" if bad else ""))
     try:
         with progress.stage("start spark") as info:

@@ -263,11 +263,16 @@ class Analysis:
         merged = sweep(period_deltas(per_client, [C], "n", []), [C], ["n"])
         client_pauses = k(merged.where("n > 0").select(C, F.col("a").alias("start"), F.col("b").alias("end")))
 
-        # The big one: consumption lines of the group topics, kept partitioned (not cached: a cheap scan).
+        # The big one: consumption lines of the group topics (not cached: a cheap scan), hash-partitioned
+        # once by queue. Every per-queue window and aggregate below is keyed by a superset of
+        # (group, topic, queue), which that partitioning already satisfies, so they add no shuffle of
+        # the lines; and within one query the exchange is computed once for all of them. (With many
+        # runs, the qualified group carries the run.)
         consumed = (
             self._of("message_consumed")
             .join(F.broadcast(group_topics), [G, T], "left_semi")
             .select(G, C, T, queue, "msg_id", "queue_offset", "started_ms", "mode", *ORDER_COLUMNS)
+            .repartition(G, T, Q)
         )
         return Tables(
             groups,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipeline_support import analyse
+from kit.pipeline import analyse
 
 from pipeline.discover import discover_runs
 from pipeline.runs import analyse_runs

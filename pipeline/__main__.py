@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.discover import RunDirError
-from pipeline.session import DEFAULT_MASTER, Progress, SparkUnavailable, start_spark
+from pipeline.session import DEFAULT_MASTER, Progress, SparkHandle, SparkUnavailable, start_spark
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,6 +103,17 @@ def ingest(argv: list[str]) -> int:
         handle.stop()
 
 
+def _start_spark(master: str | None, progress: Progress) -> SparkHandle | int:
+    """The session, or exit status 2 with the reason printed when Spark cannot start."""
+    try:
+        with progress.stage("start spark") as info:
+            handle = start_spark(master)
+            info["info"] = handle.spark.sparkContext.master
+    except SparkUnavailable as exc:
+        return _fail(str(exc))
+    return handle
+
+
 def analyze_root(args: argparse.Namespace) -> int:
     """Many runs, one Spark application: bad run directories are reported and skipped."""
     from pipeline.discover import discover_runs
@@ -122,12 +133,9 @@ def analyze_root(args: argparse.Namespace) -> int:
             "event files of its own)"
         )
     progress.note(f"{len(runs)} run(s) found" + (f", {len(bad)} skipped" if bad else ""))
-    try:
-        with progress.stage("start spark") as info:
-            handle = start_spark(args.master)
-            info["info"] = handle.spark.sparkContext.master
-    except SparkUnavailable as exc:
-        return _fail(str(exc))
+    handle = _start_spark(args.master, progress)
+    if isinstance(handle, int):
+        return handle
     try:
         from pipeline.runs import analyse_runs, write_outputs
 
@@ -184,12 +192,9 @@ def analyze(args: argparse.Namespace) -> int:
             check_parquet_copy(args.run_dir)
     except RunDirError as exc:
         return _fail(str(exc))
-    try:
-        with progress.stage("start spark") as info:
-            handle = start_spark(args.master)
-            info["info"] = handle.spark.sparkContext.master
-    except SparkUnavailable as exc:
-        return _fail(str(exc))
+    handle = _start_spark(args.master, progress)
+    if isinstance(handle, int):
+        return handle
     try:
         from pipeline.ingest import load_json_run, load_parquet_run
         from pipeline.metrics import Analysis

@@ -66,7 +66,11 @@ class BrokerController:
             NamesrvProcessor(self.route_info, self.log, self.clock) if self.route_info is not None else None
         )
         self.server = RemotingServer(
-            config.host, config.port, max_frame_bytes=config.max_frame_bytes, log=self.log
+            config.host,
+            config.port,
+            max_frame_bytes=config.max_frame_bytes,
+            log=self.log,
+            partial_frame_timeout_s=config.partial_frame_timeout_ms / 1000,
         )
         self.store: MemoryMessageStore = MemoryMessageStore(config.broker_name, clock=self.clock)
         self.connections: dict[int, Connection] = {}
@@ -99,7 +103,9 @@ class BrokerController:
         return f"{host}:{self.config.advertised_port or self.server.port}"
 
     async def start(self) -> None:
-        await self.server.start()
+        # Bind first (the port goes into message ids), accept only once the store is open and every
+        # processor is registered: a request must never meet a half-started broker.
+        await self.server.start(serve=False)
         cfg = self.config
         if cfg.store_dir:
             self.store = SqliteMessageStore(
@@ -134,6 +140,9 @@ class BrokerController:
             self.namesrv_processor.register(self.server, self.wrap)
         self.server.on_connection_opened(self._on_connection_opened)
         self.server.on_connection_closed(self._on_connection_closed)
+        if isinstance(self.store, SqliteMessageStore):
+            self.store.on_rejected = self._on_write_rejected
+        await self.server.start_serving()
         self._started_ms = self.clock.monotonic_ms()
         self._runner = asyncio.create_task(self._run_services(), name=f"broker-{cfg.broker_name}")
         self.log.emit(
@@ -147,6 +156,9 @@ class BrokerController:
             time_scale=cfg.time_scale,
             messages=self.store.message_count(),
         )
+
+    def _on_write_rejected(self, seq: int, reason: str) -> None:
+        self.log.warning("store refused a write; the store carries on", seq=seq, reason=reason)
 
     async def start_native_port(self, port: int) -> str:
         """Open a second port speaking RocketMQ's own remoting protocol (real RocketMQ clients) with the
@@ -220,7 +232,10 @@ class BrokerController:
             except (WireError, CommandError):
                 await self._durable_barrier(conn, durable)
                 raise
-            await self._durable_barrier(conn, durable)
+            try:
+                await self._durable_barrier(conn, durable)
+            except StoreError as exc:
+                raise CommandError(ResponseCode.SERVICE_NOT_AVAILABLE, str(exc)) from None
             return None if drop else resp
 
         return wrapped
@@ -229,7 +244,7 @@ class BrokerController:
         # An answer on a connection implies that every offset it committed before is on disk.
         if durable:
             seq = conn.attrs.get(ATTR_WRITE_SEQ, 0)
-            if seq > self.store.committed_seq:
+            if seq > self.store.committed_seq or self.store.is_rejected(seq):
                 await self.store.wait_durable(seq)
 
     def note_write(self, conn: Connection, seq: int) -> None:

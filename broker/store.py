@@ -347,6 +347,10 @@ class MemoryMessageStore:
     async def wait_durable(self, seq: int) -> None:
         pass
 
+    def is_rejected(self, seq: int) -> bool:
+        """Whether the durable write ``seq`` was refused (the store carried on without it)."""
+        return False
+
     async def truncate(self, topic: str, queue_id: int, min_offset: int) -> None:
         """Drop messages below ``min_offset`` (RocketMQ's expired commit-log files)."""
         self._truncate_memory(topic, queue_id, min_offset)

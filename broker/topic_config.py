@@ -30,7 +30,7 @@ def topic_name_problem(topic: str) -> str | None:
         return "is empty"
     if len(topic) > TOPIC_MAX_LENGTH:
         return f"longer than {TOPIC_MAX_LENGTH} characters"
-    if not _TOPIC_RE.match(topic):
+    if not _TOPIC_RE.fullmatch(topic):
         return "may contain only letters, digits, '%', '|', '_' and '-'"
     return None
 

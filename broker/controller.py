@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from broker.acl import ADMIN_CODES, AclDenied, PlainAccessValidator, is_loopback
 from broker.config import BrokerConfig
 from broker.consumer_manager import ConsumerManager, ProducerManager
 from broker.faults import FaultTable
@@ -58,6 +59,9 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(config.scaled_delay_levels)
         self.faults = FaultTable()
         self.notify_enabled = config.notify_consumer_ids_changed
+        # RocketMQ's plain ACL (--acl); without it, admin codes only from loopback unless --admin-from any.
+        self.acl = PlainAccessValidator.from_file(config.acl_file) if config.acl_file else None
+        self.admin_from_any = config.admin_from == "any"
         self.notify_on_channel_expired = config.notify_on_channel_expired
         self.release_locks_on_close = config.release_locks_on_close
         self.embedded_namesrv = config.namesrv == "embedded"
@@ -214,6 +218,15 @@ class BrokerController:
         durable = self.store.durable
 
         async def wrapped(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+            if self.acl is not None:
+                try:
+                    self.acl.validate(conn.remote_addr, cmd)
+                except AclDenied as exc:
+                    self._refused(conn, cmd, str(exc))
+            elif cmd.code in ADMIN_CODES and not self.admin_from_any and not is_loopback(conn.remote_addr):
+                self._refused(
+                    conn, cmd, f"request code {cmd.code} is accepted from loopback only (--admin-from)"
+                )
             faults = self.faults
             drop = False
             if faults.codes and cmd.code in faults.codes:
@@ -239,6 +252,10 @@ class BrokerController:
             return None if drop else resp
 
         return wrapped
+
+    def _refused(self, conn: Connection, cmd: RemotingCommand, reason: str) -> None:
+        self.log.emit("request_refused", request_code=cmd.code, client_addr=conn.remote_addr, reason=reason)
+        raise CommandError(ResponseCode.NO_PERMISSION, reason)
 
     async def _durable_barrier(self, conn: Connection, durable: bool) -> None:
         # An answer on a connection implies that every offset it committed before is on disk.

@@ -106,6 +106,9 @@ class RemotingCommand:
     ext: dict[str, Any] = field(default_factory=dict)
     body: Any = None
     version: int = PROTOCOL_VERSION
+    # A native request's ACL material (protocol.acl.SignedContent): its key, signature and signed bytes
+    # as sent, which the translation to typed fields would lose. None for msgpack commands.
+    auth: Any = None
 
     @property
     def is_response(self) -> bool:

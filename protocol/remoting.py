@@ -15,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast
 
+from protocol.acl import SessionCredentials, sign_ext
 from protocol.codes import Flag, ResponseCode, code_name
 from protocol.command import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -142,8 +143,11 @@ class Connection(asyncio.Protocol):
         codec: Codec | None = None,
         partial_frame_timeout_s: float | None = None,
         server_side: bool = False,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.id = next(_conn_ids)
+        # Requests sent on this connection are signed as RocketMQ's AclClientRPCHook signs them.
+        self.credentials = credentials
         self.attrs: dict[str, Any] = {}
         self.remote_addr = ""
         self.local_addr = ""
@@ -301,6 +305,8 @@ class Connection(asyncio.Protocol):
     def _write(self, cmd: RemotingCommand) -> None:
         if self._transport is None or self._transport.is_closing():
             raise RemotingConnectionError(f"connection to {self.remote_addr} is closed")
+        if self.credentials is not None and not cmd.is_response:
+            sign_ext(cmd.ext, cmd.body, self.credentials)
         self._transport.write(self.codec.encode(cmd))
 
     def send_response(self, resp: RemotingCommand) -> bool:
@@ -542,7 +548,9 @@ class RemotingClient:
         max_inflight: int = 256,
         connect_timeout_s: float = 3.0,
         log: Any = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
+        self.credentials = credentials
         self.max_frame_bytes = max_frame_bytes
         self.max_inflight = max_inflight
         self.connect_timeout_s = connect_timeout_s
@@ -612,6 +620,7 @@ class RemotingClient:
                 max_inflight=self.max_inflight,
                 on_close=on_close,
                 log=self._log,
+                credentials=self.credentials,
             )
 
         try:

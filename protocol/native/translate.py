@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from protocol.acl import native_signed_content
 from protocol.codes import Flag, RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.model import retry_topic
@@ -434,7 +435,9 @@ def request_from_native(frame: NativeFrame) -> RemotingCommand:
         parsed = parse_json_body(frame.body)
         body = parsed if parsed is not None else frame.body
     flag = frame.flag & (Flag.RESPONSE | Flag.ONEWAY)
-    return RemotingCommand(code, frame.opaque, flag, frame.remark, ext, body)
+    cmd = RemotingCommand(code, frame.opaque, flag, frame.remark, ext, body)
+    cmd.auth = native_signed_content(frame.ext, frame.body)
+    return cmd
 
 
 def response_from_native(request_code: int | None, frame: NativeFrame) -> RemotingCommand:

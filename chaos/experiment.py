@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.acl import AclConfigError, PlainAccessValidator
+
 PROCESS_ACTIONS = ("kill", "stop", "start", "restart", "pause", "resume")
 NETWORK_ACTIONS = ("latency", "blackhole", "reset", "heal")
 BROKER_ACTIONS = ("fault", "fault-clear", "policy")
@@ -248,6 +250,15 @@ class Policies:
 
 
 @dataclass(frozen=True)
+class AclSpec:
+    """``[acl]``: the brokers run with ``--acl file``; the lab's clients and admin sign with the key."""
+
+    file: str  # resolved against the experiment file's folder
+    access_key: str
+    secret_key: str
+
+
+@dataclass(frozen=True)
 class NemesisSpec:
     index: int  # 1-based position in the file
     line: int | None
@@ -307,6 +318,7 @@ class Experiment:
     workload: WorkloadSpec | None
     policies: Policies
     nemeses: tuple[NemesisSpec, ...]
+    acl: AclSpec | None = None
 
     def wall(self, lab_seconds: float) -> float:
         return lab_seconds * self.time_scale
@@ -627,6 +639,8 @@ def _build(
         )
         pol.finish()
 
+    acl = _acl(root.table("acl"), source)
+
     topics: list[TopicSpec] = []
     seen_topics: set[str] = set()
     for t in root.tables("topics"):
@@ -745,9 +759,41 @@ def _build(
         workload=workload,
         policies=policies,
         nemeses=tuple(nemeses),
+        acl=acl,
     )
+    if acl is not None and exp.real_clients():
+        root.err("acl", "the lab runs real clients without credentials: remove [acl] or the real clients")
     _check_nemeses(exp, pr)
     return exp
+
+
+def _acl(t: _Table | None, source: str) -> AclSpec | None:
+    if t is None:
+        return None
+    file = t.get("file", "str", _REQUIRED)
+    access_key = t.get("access_key", "str", _REQUIRED)
+    secret_key = t.get("secret_key", "str", _REQUIRED)
+    t.finish()
+    if file is None or access_key is None or secret_key is None:
+        return None
+    base = Path(source).parent if source and not source.startswith("<") else Path.cwd()
+    path = (base / file).resolve()
+    try:
+        accounts = PlainAccessValidator.from_file(str(path)).config.accounts
+    except OSError as e:
+        t.err("file", f"cannot read {path}: {e.strerror or e}")
+        return None
+    except AclConfigError as e:
+        t.err("file", str(e))
+        return None
+    account = accounts.get(access_key)
+    if account is None or account.secret_key != secret_key or not account.admin:
+        t.err(
+            "access_key",
+            f"must name an admin account of {file} and its secret key (the lab creates topics)",
+        )
+        return None
+    return AclSpec(str(path), access_key, secret_key)
 
 
 def _check_real_client(c: _Table, client: str) -> None:

@@ -28,6 +28,7 @@ from chaos.experiment import NETWORK_ACTIONS, Experiment, ExperimentError, Step
 from chaos.realclients import RealClients, check_environment
 from chaos.supervisor import ProcessFailed, SupervisorError
 from chaos.tally import LogTailer, RunTally, progress_line
+from protocol.acl import SessionCredentials
 from protocol.remoting import RemotingError
 from protocol.runtime import EventLog
 
@@ -184,6 +185,7 @@ class Runner:
             log=self.log,
             seed=exp.seed,
             ready_timeout_s=self.ready_timeout_s,
+            credentials=SessionCredentials(exp.acl.access_key, exp.acl.secret_key) if exp.acl else None,
         )
         progress: asyncio.Task[None] | None = None
         try:
@@ -238,7 +240,8 @@ class Runner:
             check_environment(exp, self.clients)
         cluster.add_namesrv(native=native)
         for b in exp.brokers:
-            cluster.add_broker(b, durable=exp.durable, flags=exp.policies.broker_flags(), native=native)
+            flags = exp.policies.broker_flags() + (["--acl", exp.acl.file] if exp.acl else [])
+            cluster.add_broker(b, durable=exp.durable, flags=flags, native=native)
         proxied = exp.network_targets()
         for c in exp.consumers:
             for node in c.nodes:

@@ -19,6 +19,7 @@ from client.config import ClientConfig
 from client.errors import MQClientError
 from client.process_queue import PullRequest
 from client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
+from protocol.acl import SessionCredentials
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.model import ConsumerData, HeartbeatData, ProducerData
@@ -175,7 +176,11 @@ class MQClientInstance:
         self.clock = clock or SystemClock()
         # scaled like every other timer, with a floor so a slow loopback connect is not cut short
         connect_s = max(0.2, config.seconds(config.connect_timeout_millis))
-        self.remoting = RemotingClient(log=self.log, connect_timeout_s=connect_s)
+        self.remoting = RemotingClient(
+            log=self.log,
+            connect_timeout_s=connect_s,
+            credentials=SessionCredentials.resolve(config.access_key, config.secret_key, environ={}),
+        )
         self.api = MQClientAPI(self.remoting)
         self.consumer_table: dict[str, ConsumerInner] = {}
         self.producer_table: dict[str, ProducerInner] = {}

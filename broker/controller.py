@@ -27,7 +27,7 @@ from broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, Sto
 from broker.topic_config import TopicConfig
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, RemotingCommand
-from protocol.model import WireError, is_retry_topic
+from protocol.model import WireError, is_retry_topic, retry_topic
 from protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer
 from protocol.runtime import Clock, EventLog, SystemClock, local_ip
 
@@ -294,6 +294,7 @@ class BrokerController:
         for group, info in self.consumer_manager.do_channel_close_event(conn.id):
             self.emit_consumer_unregistered(group, info.client_id, "channel_closed", info.client_addr)
             self.notify_group(group, "channel_closed")
+            self.forget_group(group)
         self.producer_manager.do_channel_close_event(conn.id)
         for req in self.hold_service.remove_connection(conn.id):
             _wake(req, "closed")
@@ -365,6 +366,21 @@ class BrokerController:
         self.note_write(conn, self.store.persist_offset(group, topic, queue_id, offset))
         self.log.emit("offset_committed", group=group, topic=topic, queue_id=queue_id, offset=offset)
 
+    def forget_group(self, group: str) -> None:
+        """A group that left (no consumer registered any more) takes its retry topic along, unless that
+        holds messages: junk group names must not leave a topic each behind. (RocketMQ keeps them; a
+        retry that comes due later re-creates the topic, see deliver_due_messages.)"""
+        if self.consumer_manager.find(group) is not None:
+            return
+        topic = retry_topic(group)
+        tc = self.topic_manager.select(topic)
+        if tc is None or any(self.store.get_max_offset(topic, q) > 0 for q in range(tc.write_queue_nums)):
+            return
+        self.topic_manager.remove(topic)
+        self.store.persist_topic_removal(topic)
+        self.log.emit("topic_removed", topic=topic, reason="group_left", group=group)
+        self._register_event.set()
+
     def topic_created(self, tc: TopicConfig, conn: Connection | None = None) -> None:
         seq = self.store.persist_topic(tc)
         if conn is not None:
@@ -425,6 +441,7 @@ class BrokerController:
             self.emit_consumer_unregistered(group, info.client_id, "channel_expired", info.client_addr)
             to_close.add(info.conn_id)
             notify.add(group)
+            self.forget_group(group)
         for _, info in self.producer_manager.scan_not_active_channel(now, timeout):
             to_close.add(info.conn_id)
         for conn_id in to_close:

@@ -66,6 +66,7 @@ _MSG = "m"
 _OFFSET = "o"
 _TOPIC = "t"
 _TRUNCATE = "q"
+_TOPIC_REMOVED = "r"
 _STOP = "stop"
 
 
@@ -201,6 +202,9 @@ class SqliteMessageStore(MemoryMessageStore):
     def persist_topic(self, tc: TopicConfig) -> int:
         return self._enqueue(_TOPIC, tc)
 
+    def persist_topic_removal(self, topic: str) -> int:
+        return self._enqueue(_TOPIC_REMOVED, topic)
+
     async def wait_durable(self, seq: int) -> None:
         if seq > self.committed_seq:
             if self.failed is not None:
@@ -312,6 +316,8 @@ class SqliteMessageStore(MemoryMessageStore):
                         "INSERT OR REPLACE INTO topic_config VALUES (?, ?, ?, ?)",
                         (tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm),
                     )
+                elif kind == _TOPIC_REMOVED:
+                    db.execute("DELETE FROM topic_config WHERE topic=?", (op[2],))
                 elif kind == _TRUNCATE:
                     _, _, topic, qid, min_offset = op
                     if msgs:

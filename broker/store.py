@@ -344,6 +344,9 @@ class MemoryMessageStore:
     def persist_topic(self, tc: TopicConfig) -> int:
         return 0
 
+    def persist_topic_removal(self, topic: str) -> int:
+        return 0
+
     async def wait_durable(self, seq: int) -> None:
         pass
 

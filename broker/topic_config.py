@@ -89,6 +89,12 @@ class TopicConfigManager:
         self.data_version += 1
         return True
 
+    def remove(self, topic: str) -> bool:
+        if self.table.pop(topic, None) is None:
+            return False
+        self.data_version += 1
+        return True
+
     def create_in_send(self, topic: str) -> tuple[TopicConfig | None, bool]:
         """The topic's config, auto-created for a send when allowed. Returns (config, created)."""
         tc = self.table.get(topic)

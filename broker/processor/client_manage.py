@@ -151,6 +151,7 @@ class ClientManageProcessor:
                     request_client_id=client_id,
                 )
             b.notify_group(consumer_group, "unregister")
+            b.forget_group(consumer_group)
         return cmd.response()
 
     async def get_consumer_list_by_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

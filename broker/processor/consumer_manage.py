@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.controller import Handler
+from broker.controller import ATTR_CLIENT_ID, Handler
 from broker.offset_manager import resolve_query_offset
 from broker.processor.common import (
     MAX_QUEUES_PER_LOCK,
@@ -44,6 +44,20 @@ def parse_lock_body(cmd: RemotingCommand) -> tuple[str, str, list[MessageQueue]]
     check_count(raw, MAX_QUEUES_PER_LOCK, "body.mqSet")
     mqs = [MessageQueue.from_wire(d, f"body.mqSet[{i}]") for i, d in enumerate(raw)]
     return group, client_id, mqs
+
+
+def check_lock_owner(conn: Connection, client_id: str) -> None:
+    """Only the client registered on this connection (by its heartbeat) may lock or unlock for its id:
+    naming another client's id would release or take that client's queues. Stricter than RocketMQ,
+    which trusts the clientId in the body; a real client heartbeats on the connection it locks over."""
+    registered = conn.attrs.get(ATTR_CLIENT_ID)
+    if registered != client_id:
+        who = (
+            f"the client registered on this connection is {registered}" if registered else "no heartbeat yet"
+        )
+        raise CommandError(
+            ResponseCode.NO_PERMISSION, f"clientId {client_id} may not lock or unlock here: {who}"
+        )
 
 
 def _chunks(mqs: list[MessageQueue]) -> list[list[MessageQueue]]:
@@ -89,6 +103,7 @@ class ConsumerManageProcessor:
 
     async def lock_batch_mq(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group, client_id, mqs = parse_lock_body(cmd)
+        check_lock_owner(conn, client_id)
         b = self.broker
         locked: list[MessageQueue] = []
         seen: set[MessageQueue] = set()
@@ -105,6 +120,7 @@ class ConsumerManageProcessor:
 
     async def unlock_batch_mq(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group, client_id, mqs = parse_lock_body(cmd)
+        check_lock_owner(conn, client_id)
         b = self.broker
         for i, chunk in enumerate(_chunks(mqs)):
             if i:

@@ -148,23 +148,27 @@ async def test_too_many_items_in_one_request_are_refused(broker, make_peer):
     assert resp.code == ResponseCode.INVALID_PARAMETER and "mqSet" in (resp.remark or "")
 
 
-async def test_a_long_lock_request_lets_other_requests_through(broker, make_peer):
-    p: Peer = make_peer(broker.address)
-    await p.heartbeat("c")
+async def test_a_long_lock_request_lets_other_requests_through(broker):
     mqs = [MessageQueue("T", "b", i).to_wire() for i in range(MAX_QUEUES_PER_LOCK)]
     lock = RemotingCommand.request(
         RequestCode.LOCK_BATCH_MQ, body={"consumerGroup": "g", "clientId": "c", "mqSet": mqs}
     )
     ping = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": 0})
-    lock.opaque, ping.opaque = 1, 2
+    hb = RemotingCommand.request(
+        RequestCode.HEART_BEAT, body={"clientID": "c", "consumerDataSet": [], "producerDataSet": []}
+    )
+    hb.opaque, lock.opaque, ping.opaque = 3, 1, 2
     reader, writer = await asyncio.open_connection(*broker.address.rsplit(":", 1))
-    writer.write(encode_frame(lock) + encode_frame(ping))  # one read: both requests start together
+    writer.write(encode_frame(hb))
     dec = FrameDecoder()
-    order: list[int] = []
-    while len(order) < 2:
-        order += [c.opaque for c in dec.feed(await reader.read(1 << 20))]
+    assert [c.code for c in dec.feed(await reader.read(1 << 20))] == [ResponseCode.SUCCESS]
+    writer.write(encode_frame(lock) + encode_frame(ping))  # one read: both requests start together
+    answers: list[RemotingCommand] = []
+    while len(answers) < 2:
+        answers += dec.feed(await reader.read(1 << 20))
     writer.close()
-    assert order == [2, 1]  # the ping did not wait for 16384 queues to be locked
+    assert [c.opaque for c in answers] == [2, 1]  # the ping did not wait for 16384 queues to be locked
+    assert all(c.code == ResponseCode.SUCCESS for c in answers)
 
 
 async def test_a_half_sent_frame_is_dropped_after_the_partial_frame_timeout(make_broker):
@@ -238,3 +242,26 @@ async def test_wrong_types_inside_a_body_are_invalid_parameter(broker, make_peer
     resp = await p.call(RequestCode.HEART_BEAT, body=body)
     assert resp.code == ResponseCode.INVALID_PARAMETER, (resp.code, resp.remark)
     assert [line for line in broker.log.lines if line[0] == "error"] == []
+
+
+@pytest.mark.parametrize("group", ["a b", "x" * 256, "g\n", "%RETRY%\u00e9"])
+async def test_a_heartbeat_with_a_group_name_rocketmq_refuses_is_invalid(broker, make_peer, group):
+    p: Peer = make_peer(broker.address)
+    body = {"clientID": "c", "consumerDataSet": [{"groupName": group, "subscriptionDataSet": []}]}
+    resp = await p.call(RequestCode.HEART_BEAT, body=body)
+    assert resp.code == ResponseCode.INVALID_PARAMETER and "groupName" in (resp.remark or "")
+    assert not [t for t in broker.topic_manager.table if t.startswith("%RETRY%")]
+
+
+async def test_retry_topics_leave_with_their_group_unless_they_hold_messages(broker, make_peer):
+    p: Peer = make_peer(broker.address)
+    await p.heartbeat("c1", group="g1")
+    await p.heartbeat("c1", group="g2")
+    assert {"%RETRY%g1", "%RETRY%g2"} <= set(broker.topic_manager.table)
+    await p.ok(RequestCode.UNREGISTER_CLIENT, {"clientID": "c1", "consumerGroup": "g1"})
+    assert "%RETRY%g1" not in broker.topic_manager.table
+    assert broker.log.of("topic_removed", topic="%RETRY%g1", reason="group_left")
+    await broker.store.put_message(MessageDraft("%RETRY%g2", 0, b"retry me", None, None, 1, 1, {}))
+    await p.close()  # the channel closes: g2 is gone, but its retry topic holds a message
+    await wait_for(lambda: broker.consumer_manager.find("g2") is None)
+    assert "%RETRY%g2" in broker.topic_manager.table

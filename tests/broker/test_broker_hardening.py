@@ -14,6 +14,7 @@ from broker_testkit import Peer, wait_for
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
+from broker.faults import MAX_FAULTS
 from broker.processor.common import MAX_GROUPS_PER_HEARTBEAT, MAX_QUEUES_PER_LOCK
 from broker.sqlite_store import SqliteMessageStore
 from broker.store import MessageDraft, StoreError
@@ -265,3 +266,34 @@ async def test_retry_topics_leave_with_their_group_unless_they_hold_messages(bro
     await p.close()  # the channel closes: g2 is gone, but its retry topic holds a message
     await wait_for(lambda: broker.consumer_manager.find("g2") is None)
     assert "%RETRY%g2" in broker.topic_manager.table
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"latencyMs": 2**63 - 1},
+        {"latencyMs": 120_001},
+        {"count": 2**62},
+        {"durationMs": 10**12},
+        {"errors": [{"code": 1}] * 101},
+        {"errors": [{"code": 2**40}]},
+        {"errors": [{"code": 1, "remark": "x" * 2000}]},
+    ],
+)
+async def test_fault_parameters_are_bounded(broker, make_peer, spec):
+    p: Peer = make_peer(broker.address)
+    body = {"requestCode": RequestCode.HEART_BEAT, "errors": [{"code": 1}]} | spec
+    resp = await p.call(RequestCode.ADMIN_FAULT_ADD, body=body)
+    assert resp.code == ResponseCode.INVALID_PARAMETER, resp.remark
+    assert len(broker.faults) == 0
+
+
+async def test_the_fault_table_is_bounded(broker, make_peer):
+    p: Peer = make_peer(broker.address)
+    body = {"requestCode": 999, "errors": [{"code": 1}], "count": 5}
+    for _ in range(MAX_FAULTS):
+        await p.ok(RequestCode.ADMIN_FAULT_ADD, body=body)
+    resp = await p.call(RequestCode.ADMIN_FAULT_ADD, body=body)
+    assert resp.code == ResponseCode.INVALID_PARAMETER and "full" in (resp.remark or "")
+    await p.ok(RequestCode.ADMIN_FAULT_CLEAR)
+    await p.ok(RequestCode.ADMIN_FAULT_ADD, body=body)

@@ -228,3 +228,51 @@ def test_the_broker_cli_refuses_a_bad_acl_file(tmp_path):
         timeout=30,
     )
     assert proc.returncode != 0 and f"{path}:2:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("pattern", "yes", "no"),
+    [
+        ("", [], ["127.0.0.1"]),
+        ("*", ["1.2.3.4", "::1"], []),
+        ("192.168.1.*", ["192.168.1.0", "192.168.1.255"], ["192.168.2.1", "192.168.1", "::1"]),
+        ("10.0.0.10-20", ["10.0.0.10", "10.0.0.20"], ["10.0.0.9", "10.0.0.21"]),
+        ("1.2.3.{4,5}", ["1.2.3.4", "1.2.3.5"], ["1.2.3.6"]),
+        ("1.1.1.1,2.2.2.2", ["2.2.2.2"], ["3.3.3.3"]),
+        ("127.0.0.1", ["127.0.0.1"], ["127.0.0.2"]),
+    ],
+)
+def test_white_remote_address_patterns(pattern, yes, no):
+    from broker.acl import address_matcher
+
+    match = address_matcher(pattern)
+    assert all(match(ip) for ip in yes) and not any(match(ip) for ip in no)
+
+
+def test_permission_rules_are_rocketmqs():
+    from broker.acl import ANY, DENY, PUB, SUB, check_permission, parse_perm
+
+    assert [parse_perm(t) for t in ("PUB", "SUB", "PUB|SUB", "SUB|PUB", "DENY", "pub", None)] == [
+        PUB, SUB, PUB | SUB, PUB | SUB, DENY, DENY, DENY,
+    ]  # fmt: skip
+    assert check_permission(PUB, PUB | SUB) and not check_permission(PUB, SUB)
+    assert not check_permission(SUB, SUB | DENY)
+    assert check_permission(ANY, SUB) and not check_permission(ANY, DENY)
+
+
+def test_resources_a_request_needs():
+    from broker.acl import PUB, SUB, needed_resources
+
+    def need(code, ext=None, body=None):
+        return needed_resources(RemotingCommand.request(code, ext, body))
+
+    assert need(RequestCode.SEND_MESSAGE, {"topic": "T"}) == {"T": PUB}
+    assert need(RequestCode.SEND_MESSAGE, {"topic": "%RETRY%g"}) == {"%RETRY%null": SUB}  # as RocketMQ
+    assert need(RequestCode.PULL_MESSAGE, {"topic": "T", "consumerGroup": "g"}) == {"T": SUB, "%RETRY%g": SUB}
+    hb = {"consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [{"topic": "T"}, {"topic": "U"}]}]}
+    assert need(RequestCode.HEART_BEAT, body=hb) == {"%RETRY%g": SUB, "T": SUB, "U": SUB}
+    assert need(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "T"}) == {
+        "%RETRY%g": SUB,
+        "T": SUB,
+    }
+    assert need(RequestCode.GET_MAX_OFFSET, {"topic": "T"}) == {}

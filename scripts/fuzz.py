@@ -7,12 +7,14 @@ flags, pulls held up to 2 s), random commands on the native port (number strings
 mutated bytes on throw-away connections. A probe connection measures a cheap request's round trip all
 along. Prints one JSON document:
 
-    frames, answered, unanswered, bad_answers, closed_by_broker, handler_errors,
+    frames, answered, unanswered, bad_answers, closed_by_broker, handler_errors (with examples),
     rss_kb_before / rss_kb_after, probe_ms {p50, p99, max}, seconds
 
 A request is unanswered when its connection closed or the run ended (30 s after the last frame)
 without its answer; an answer is bad when it is not a response, names no request in flight, answers a
-one-way request, or carries a code RocketMQ does not have. Exit status 1 when either count is not 0.
+one-way request, or carries a code RocketMQ does not have; handler errors are error lines in the broker's
+log (a handler that failed instead of answering INVALID_PARAMETER). Exit status 1 when any of the three
+is not 0.
 
     python scripts/fuzz.py --frames 1000000 [--seed 1] [--connections 4]
 """
@@ -253,6 +255,8 @@ async def garbage_conn(
     try:
         parser = FuzzConn(stats, native)
         for code, _, flag in parser._split(got):
+            if not flag & Flag.RESPONSE and code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+                continue  # a push to a connection that registered a consumer, not an answer
             if not flag & Flag.RESPONSE or code not in VALID_CODES:
                 stats.bad_answer(f"garbage answered with code {code} flag {flag}")
             else:
@@ -404,10 +408,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             proc.kill()
     errors = 0
+    error_examples: dict[str, int] = {}
     with open(log_file) as f:  # noqa: ASYNC230 - after the run
         for text in f:
             if '"level": "error"' in text or '"level":"error"' in text:
                 errors += 1
+                if len(error_examples) < 10 or text[:300] in error_examples:
+                    error_examples[text[:300]] = error_examples.get(text[:300], 0) + 1
     shutil.rmtree(store, ignore_errors=True)
     return {
         "frames": stats.frames,
@@ -418,6 +425,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "oneway": stats.oneway,
         "closed_by_broker": stats.closed,
         "handler_errors": errors,
+        "handler_error_examples": error_examples,
         "broker_alive": alive,
         "rss_kb_before": rss_before,
         "rss_kb_after": rss_after,
@@ -439,7 +447,8 @@ def main() -> int:
         p.error("--frames and --connections must be positive")
     result = asyncio.run(run(args))
     print(json.dumps(result, indent=2))
-    return 0 if result["unanswered"] == 0 and result["bad_answers"] == 0 and result["broker_alive"] else 1
+    ok = result["unanswered"] == 0 and result["bad_answers"] == 0 and result["handler_errors"] == 0
+    return 0 if ok and result["broker_alive"] else 1
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ _ATTR_LAST_HEARTBEAT = "last_heartbeat"
 def parse_heartbeat(body: dict) -> HeartbeatData:
     check_count(body.get("consumerDataSet"), MAX_GROUPS_PER_HEARTBEAT, "consumerDataSet")
     check_count(body.get("producerDataSet"), MAX_GROUPS_PER_HEARTBEAT, "producerDataSet")
-    for i, cd in enumerate(body.get("consumerDataSet") or ()):
+    consumers = body.get("consumerDataSet")
+    for i, cd in enumerate(consumers if isinstance(consumers, list) else ()):
         if isinstance(cd, dict):
             subs = cd.get("subscriptionDataSet")
             check_count(subs, MAX_SUBSCRIPTIONS_PER_GROUP, f"consumerDataSet[{i}].subscriptionDataSet")

@@ -234,6 +234,8 @@ async def test_a_peer_that_does_not_read_is_not_read_from(broker, make_peer):
     "body",
     [
         {"clientID": "c", "consumerDataSet": [5]},
+        {"clientID": "c", "consumerDataSet": 5},
+        {"clientID": "c", "consumerDataSet": 1.5},
         {"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [7]}]},
         {"clientID": "c", "producerDataSet": ["x"]},
     ],

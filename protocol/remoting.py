@@ -198,7 +198,7 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         if self._partial_timeout_s is not None:
-            self._watch_partial_frame()
+            self._watch_partial_frame(bool(commands))
         for cmd in commands:
             if cmd.is_response:
                 fut = self._pending.pop(cmd.opaque, None)
@@ -207,12 +207,13 @@ class Connection(asyncio.Protocol):
                 continue
             self._start_request(cmd)
 
-    def _watch_partial_frame(self) -> None:
-        if not getattr(self.codec, "buffered", 0):
-            if self._partial_timer is not None:
-                self._partial_timer.cancel()
-                self._partial_timer = None
-        elif self._partial_timer is None:
+    def _watch_partial_frame(self, progressed: bool) -> None:
+        # The clock runs from the first byte of the frame now incomplete: a peer streaming whole frames
+        # back to back always has a partial one buffered, and must not be cut off for that.
+        if self._partial_timer is not None and (progressed or not getattr(self.codec, "buffered", 0)):
+            self._partial_timer.cancel()
+            self._partial_timer = None
+        if self._partial_timer is None and getattr(self.codec, "buffered", 0):
             assert self._partial_timeout_s is not None
             self._partial_timer = asyncio.get_running_loop().call_later(
                 self._partial_timeout_s, self._partial_frame_expired

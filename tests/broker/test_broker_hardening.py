@@ -299,3 +299,25 @@ async def test_the_fault_table_is_bounded(broker, make_peer):
     assert resp.code == ResponseCode.INVALID_PARAMETER and "full" in (resp.remark or "")
     await p.ok(RequestCode.ADMIN_FAULT_CLEAR)
     await p.ok(RequestCode.ADMIN_FAULT_ADD, body=body)
+
+
+async def test_a_steady_stream_of_frames_is_not_cut_off_by_the_partial_frame_timeout(make_broker):
+    b = await make_broker(time_scale=0.01, partial_frame_timeout_ms=200)
+    reader, writer = await asyncio.open_connection(*b.address.rsplit(":", 1))
+    stream = b""
+    for opaque in range(1, 41):
+        cmd = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": 0})
+        cmd.opaque = opaque
+        stream += encode_frame(cmd)
+    step = len(stream) // 20 + 3  # every chunk ends inside a frame
+    for i in range(0, len(stream), step):
+        writer.write(stream[i : i + step])
+        await asyncio.sleep(0.04)  # 20 chunks: 0.8 s in all, four times the timeout
+    dec = FrameDecoder()
+    answers: list[RemotingCommand] = []
+    async with asyncio.timeout(5):
+        while len(answers) < 40:
+            data = await reader.read(1 << 16)
+            assert data, "the broker closed a connection that kept sending whole frames"
+            answers += dec.feed(data)
+    writer.close()

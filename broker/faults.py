@@ -26,6 +26,8 @@ MAX_FAULT_REMARK = 1024
 
 @dataclass(frozen=True, slots=True)
 class FaultError:
+    """An error response a fault answers with."""
+
     code: int
     remark: str
 
@@ -35,6 +37,8 @@ class FaultError:
 
 @dataclass(slots=True)
 class Fault:
+    """An injected fault: which requests it matches and what it does to them."""
+
     fault_id: int
     request_code: int
     group: str | None = None
@@ -88,6 +92,8 @@ class Fault:
 
 @dataclass(frozen=True, slots=True)
 class FaultAction:
+    """What a matching fault does to one request: an error, a delay or a dropped answer."""
+
     fault_id: int
     error: FaultError | None
     latency_ms: int
@@ -139,6 +145,8 @@ def _bounded(body: dict[str, Any], name: str, low: int, high: int, default: int 
 
 
 class FaultTable:
+    """The broker's active faults; for each request the oldest matching one applies."""
+
     def __init__(self) -> None:
         self.faults: dict[int, Fault] = {}
         self._next_id = 1

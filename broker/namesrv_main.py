@@ -12,6 +12,7 @@ from protocol.command import DEFAULT_MAX_FRAME_BYTES
 from protocol.runtime import (
     EventLog,
     add_common_args,
+    add_native_port_arg,
     announce_ready,
     port_number,
     positive_int,
@@ -24,14 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=9876, help="port to listen on; 0 picks a free one")
     p.add_argument("--max-frame-bytes", type=positive_int, default=DEFAULT_MAX_FRAME_BYTES)
-    p.add_argument(
-        "--remoting-port",
-        "--native-port",
-        dest="remoting_port",
-        type=port_number,
-        default=None,
-        help="also serve RocketMQ's own remoting protocol on this port, for real RocketMQ clients",
-    )
+    add_native_port_arg(p)
     add_common_args(p)
     return p
 

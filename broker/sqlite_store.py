@@ -71,6 +71,8 @@ _STOP = "stop"
 
 
 class SqliteMessageStore(MemoryMessageStore):
+    """The message store kept durably in SQLite (WAL), with topics and offsets."""
+
     durable = True
 
     def __init__(

@@ -3,9 +3,6 @@ lock part of AdminBrokerProcessor)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from broker.controller import ATTR_CLIENT_ID, Handler
 from broker.offset_manager import resolve_query_offset
 from broker.processor.common import (
     MAX_QUEUES_PER_LOCK,
@@ -15,6 +12,7 @@ from broker.processor.common import (
     ext_queue_id,
     yield_now,
 )
+from broker.processor.services import ATTR_CLIENT_ID, BrokerServices, Handler
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import (
     CommandError,
@@ -26,9 +24,6 @@ from protocol.command import (
 )
 from protocol.model import MessageQueue
 from protocol.remoting import Connection
-
-if TYPE_CHECKING:
-    from broker.controller import BrokerController
 
 
 def parse_lock_body(cmd: RemotingCommand) -> tuple[str, str, list[MessageQueue]]:
@@ -65,7 +60,9 @@ def _chunks(mqs: list[MessageQueue]) -> list[list[MessageQueue]]:
 
 
 class ConsumerManageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    """Consumer offsets and the orderly consumers' queue locks."""
+
+    def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, Handler]:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from broker_testkit import Peer
+from kit.broker import Peer
 
 from broker.acl import AclConfigError, load_acl_config
 from protocol.acl import SessionCredentials

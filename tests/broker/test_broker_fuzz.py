@@ -18,9 +18,9 @@ from typing import Any
 
 import msgpack
 import pytest
-from broker_testkit import RecordingLog
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from kit.broker import RecordingLog
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController

@@ -10,7 +10,8 @@ import struct
 import time
 
 import pytest
-from broker_testkit import Peer, wait_for
+from kit import wait_until
+from kit.broker import Peer
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
@@ -116,7 +117,7 @@ async def test_no_request_meets_a_broker_that_is_still_starting(tmp_path):
     starting = asyncio.create_task(b.start())
     answers: list[int] = []
     try:
-        await wait_for(lambda: b.server.port != 0, interval=0.0005)
+        await wait_until(lambda: b.server.port != 0, step=0.0005)
         frame = encode_frame(
             RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": 0})
         )
@@ -226,7 +227,7 @@ async def test_a_peer_that_does_not_read_is_not_read_from(broker, make_peer):
         assert conn._transport.get_write_buffer_size() < 16 * 1024 * 1024
     finally:
         sock.close()
-    await wait_for(lambda: len(broker.connections) == 1)
+    await wait_until(lambda: len(broker.connections) == 1)
     assert (await p.send("T")).code == ResponseCode.SUCCESS
 
 
@@ -266,7 +267,7 @@ async def test_retry_topics_leave_with_their_group_unless_they_hold_messages(bro
     assert broker.log.of("topic_removed", topic="%RETRY%g1", reason="group_left")
     await broker.store.put_message(MessageDraft("%RETRY%g2", 0, b"retry me", None, None, 1, 1, {}))
     await p.close()  # the channel closes: g2 is gone, but its retry topic holds a message
-    await wait_for(lambda: broker.consumer_manager.find("g2") is None)
+    await wait_until(lambda: broker.consumer_manager.find("g2") is None)
     assert "%RETRY%g2" in broker.topic_manager.table
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_chaos_e2e import run_experiment
+from kit.chaos import run_experiment
 
 from chaos.experiment import ExperimentError, parse
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _interop import Lab, consumed_positions, cpp_client_missing, max_offsets, wait_for
+from kit.interop import Lab, consumed_positions, cpp_client_missing, max_offsets, wait_for
 
 pytestmark = pytest.mark.slow
 

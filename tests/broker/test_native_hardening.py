@@ -6,8 +6,7 @@ from __future__ import annotations
 import zlib
 
 import pytest
-from _native_wire import json_frame
-from test_native_port import NativePeer
+from kit.native_wire import NativePeer, json_frame
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController

@@ -19,6 +19,7 @@ from protocol.runtime import (
     add_native_port_arg,
     announce_ready,
     host_port,
+    non_negative_int,
     port_number,
     positive_int,
     run_async_main,
@@ -71,6 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--release-locks-on-close",
         action="store_true",
         help="what-if: release a client's queue locks when its connection closes (RocketMQ does not)",
+    )
+    p.add_argument(
+        "--flush-consumer-offset-interval",
+        type=non_negative_int,
+        default=0,
+        metavar="MS",
+        help="keep committed offsets in memory and write them every MS (RocketMQ: 5000, the first time "
+        "after 10 s), so a kill -9 rolls them back; 0 (default): every commit is durable at once",
+    )
+    p.add_argument(
+        "--rocketmq5",
+        action="store_true",
+        help="RocketMQ 5's broker rules: no NOTIFY for broadcasting groups, the 5.x retry/DLQ rule, and "
+        "QUERY_NOT_FOUND for the offset of a fresh, empty queue",
     )
     p.add_argument("--disable-notify", action="store_true", help="send no NOTIFY_CONSUMER_IDS_CHANGED at all")
     p.add_argument(
@@ -125,6 +140,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         release_locks_on_close=args.release_locks_on_close,
         admin_from=args.admin_from,
         acl_file=_acl_file(args.acl),
+        flush_consumer_offset_interval_ms=args.flush_consumer_offset_interval,
+        rocketmq5=args.rocketmq5,
     )
 
 

@@ -264,7 +264,7 @@ class Runner:
             check_environment(exp, self.clients)
         cluster.add_namesrv(native=native)
         for b in exp.brokers:
-            flags = exp.policies.broker_flags() + (["--acl", exp.acl.file] if exp.acl else [])
+            flags = exp.broker_flags() + (["--acl", exp.acl.file] if exp.acl else [])
             cluster.add_broker(b, durable=exp.durable, flags=flags, native=native)
         proxied = exp.network_targets(cluster.proxied_actions)
         for c in exp.consumers:

@@ -229,6 +229,8 @@ async def test_disable_notify(make_broker, make_peer):
 async def test_lock_rules_over_the_wire(make_broker, make_peer):
     broker = await make_broker(time_scale=0.005)  # lock life 300 ms
     a, b = make_peer(broker.address), make_peer(broker.address)
+    await a.heartbeat("A")
+    await b.heartbeat("B")
     assert await a.lock("g", "A", [mq(0), mq(1)]) == [("T", 0), ("T", 1)]
     assert await b.lock("g", "B", [mq(1), mq(2)]) == [("T", 2)]
     await b.lock("g", "B", [mq(0)], unlock=True)  # not the holder: nothing happens
@@ -243,6 +245,23 @@ async def test_lock_rules_over_the_wire(make_broker, make_peer):
         RequestCode.LOCK_BATCH_MQ, body={"consumerGroup": "g", "clientId": "A", "mqSet": [{}]}
     )
     assert resp.code == ResponseCode.INVALID_PARAMETER and "body.mqSet[0].topic" in resp.remark
+
+
+async def test_a_lock_names_the_client_of_its_own_connection(broker, make_peer):
+    a, b = make_peer(broker.address), make_peer(broker.address)
+    await a.heartbeat("A")
+    assert await a.lock("g", "A", [mq(0)]) == [("T", 0)]
+    for code in (RequestCode.UNLOCK_BATCH_MQ, RequestCode.LOCK_BATCH_MQ):
+        body = {"consumerGroup": "g", "clientId": "A", "mqSet": [mq(0).to_wire()]}
+        resp = await b.call(code, body=body)  # a stranger naming A: no heartbeat on its connection
+        assert resp.code == ResponseCode.NO_PERMISSION and "clientId A" in resp.remark
+    await b.heartbeat("B")
+    resp = await b.call(
+        RequestCode.UNLOCK_BATCH_MQ, body={"consumerGroup": "g", "clientId": "A", "mqSet": [mq(0).to_wire()]}
+    )
+    assert resp.code == ResponseCode.NO_PERMISSION and "registered on this connection is B" in resp.remark
+    assert await b.lock("g", "B", [mq(0)]) == []  # A still holds it
+    assert not broker.log.of("lock_released")
 
 
 async def test_offsets_commit_query_and_set_zero_rule(broker, make_peer):

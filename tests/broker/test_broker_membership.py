@@ -166,7 +166,10 @@ async def test_notify_on_channel_expired_policy(make_broker, make_peer):
 async def test_an_idle_connection_is_closed_and_its_member_dropped(make_broker, make_peer):
     """The Netty idle handler closes a connection with no read or write for 120 s (1.2 s here), before
     the channel-expiry scan would find the registration: a close, so the group is notified."""
-    broker = await make_broker(time_scale=0.01)
+    # Both timers start at B's last heartbeat; a scan tick landing between the 120 s mark and the idle
+    # close would expire B first (rare in Java, frequent on a loaded machine). A longer expiry here
+    # leaves the idle handler alone to act, which is what this test is about.
+    broker = await make_broker(time_scale=0.01, channel_expired_timeout_ms=240_000)
     a, b = make_peer(broker.address), make_peer(broker.address)
     await b.heartbeat("B")
     await a.heartbeat("A")

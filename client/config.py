@@ -37,6 +37,9 @@ class ClientConfig:
     namesrv_addr: str = "127.0.0.1:9876"
     instance_name: str | None = None  # None: "pid#monotonic_ns" so that every process (and object) differs
     client_ip: str | None = None  # None: the first non-loopback IPv4
+    # Seeds the client's random choices (which broker answers GET_CONSUMER_LIST_BY_GROUP); None: the OS's
+    # entropy, as RocketMQ's. A simulation sets it so that a seed replays the same run.
+    random_seed: int | None = None
     time_scale: float = 1.0
     poll_name_server_interval: int = 30_000
     heartbeat_broker_interval: int = 30_000

@@ -200,6 +200,11 @@ class ConsumerConfig(ClientConfig):
     pull_threshold_for_all: int = 10_000
     # local offset store (broadcasting); None: ~/.rocketmq_offsets
     local_offset_store_dir: str | None = None
+    # Event volume in large groups (EVENTS.md): above this many members a ``rebalance`` event carries
+    # ``cid_all_digest`` instead of ``cid_all`` (None: always the list), and with the second switch a
+    # rebalance equal to the previous one for its topic (same members, same allocation) is left out.
+    rebalance_event_digest_over: int | None = None
+    omit_repeated_rebalance_events: bool = False
     # RocketMQ 5.x behaviour switches (all off = 4.9)
     rebalance_retry_when_unbalanced: bool = False  # >=5.2: 1 s retry while a round is not balanced
     pull_request_dispatch_delay: int = 0  # >=5.0: 500 ms before a new queue's first pull

@@ -137,10 +137,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if isinstance(seed, bool) or not isinstance(seed, int):
         print(f"rmq-sim: {manifest_path}: 'seed' is not an integer: {seed!r}", file=sys.stderr)
         return 2
+    recorded = manifest.get("experiment")
+    source = recorded.get("source") if isinstance(recorded, dict) else None
     try:
         sx = parse(
             (run_dir / "experiment.toml").read_text(encoding="utf-8"),
-            source=str(run_dir / "experiment.toml"),
+            # the source the run was made from, which its first event names
+            source=source if isinstance(source, str) else str(run_dir / "experiment.toml"),
             default_name=str(manifest.get("name") or "experiment"),
         )
     except OSError as e:

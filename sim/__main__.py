@@ -33,7 +33,7 @@ def shipped_text(name: str) -> str | None:
 def resolve(path_or_name: str) -> SimExperiment:
     """An experiment file, or one of rmq-chaos's shipped experiments by name."""
     p = Path(path_or_name)
-    if not p.exists() and "/" not in path_or_name:
+    if not p.is_file() and "/" not in path_or_name:
         name = path_or_name.removesuffix(".toml")
         text = shipped_text(name)
         if text is not None:

@@ -193,7 +193,12 @@ class SimCluster:
 
     def _event_log(self, node: str, role: str, file: str) -> EventLog:
         return EventLog(
-            node, role, None, clock=self.clock, console=False, sink=_Sink(self.files, self.run_dir / file, self._count)
+            node,
+            role,
+            None,
+            clock=self.clock,
+            console=False,
+            sink=_Sink(self.files, self.run_dir / file, self._count),
         )
 
     def _count(self, line: str) -> None:
@@ -297,8 +302,7 @@ class SimCluster:
                 await asyncio.sleep(0.1)
         first = [n for c in exp.consumers if c.start <= 0 for n in c.nodes]
         self.say(f"starting {len(first)} consumer(s)")
-        for node in first:
-            await self._start(self.nodes[node])
+        await self._start_all([self.nodes[node] for node in first])
         self.log.emit("cluster_ready", nodes=sum(1 for n in self.nodes.values() if self._alive(n)))
 
     def _declare(self) -> None:
@@ -347,8 +351,7 @@ class SimCluster:
         w = self.exp.workload
         assert w is not None
         await self._wait_until(w.start)
-        for node, _ in w.nodes:
-            await self._start(self.nodes[node])
+        await self._start_all([self.nodes[node] for node, _ in w.nodes])
 
     async def _join(self, at: float, nodes: list[str]) -> None:
         await self._wait_until(at)
@@ -580,6 +583,15 @@ class SimCluster:
         self.log.emit("nemesis", **fields, **extra)
 
     async def _start(self, n: SimNode, *, nemesis: bool = False) -> None:
+        await self._await_ready(n, self._spawn(n, nemesis=nemesis))
+
+    async def _start_all(self, nodes: list[SimNode]) -> None:
+        """Spawn the nodes together, then wait until each is ready, as rmq-chaos starts them."""
+        spawned = [(n, self._spawn(n)) for n in nodes]
+        for n, ready in spawned:
+            await self._await_ready(n, ready)
+
+    def _spawn(self, n: SimNode, *, nemesis: bool = False) -> asyncio.Future[str]:
         if self._alive(n):
             raise SimError(f"{n.node} is already {n.state}")
         n.incarnation += 1
@@ -598,6 +610,11 @@ class SimCluster:
         ready: asyncio.Future[str] = self.loop.create_future()
         body = self._body(n, proc, ready)
         n.main = self.loop.create_task(self._process_main(n, proc, body, ready), context=proc.context)
+        return ready
+
+    async def _await_ready(self, n: SimNode, ready: asyncio.Future[str]) -> None:
+        proc = n.proc
+        assert proc is not None
         try:
             async with asyncio.timeout(max(30.0, 60 * self.exp.time_scale)):
                 info = await ready

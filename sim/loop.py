@@ -71,7 +71,7 @@ class _ProcessHandle(asyncio.Handle):
 
 
 class _ProcessTimerHandle(asyncio.TimerHandle):
-    __slots__ = ("_process",)
+    __slots__ = ("_io", "_process")
 
     def _run(self) -> None:
         _gate(self, super()._run)
@@ -138,6 +138,7 @@ class VirtualLoop(asyncio.BaseEventLoop):
         self._check_closed()
         timer = _ProcessTimerHandle(when, callback, args, self, context)
         timer._process = self._owner(context)  # type: ignore[attr-defined]
+        timer._io = False  # type: ignore[attr-defined]
         heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
         timer._scheduled = True  # type: ignore[attr-defined]
         return timer
@@ -164,10 +165,26 @@ class VirtualLoop(asyncio.BaseEventLoop):
         return task
 
     def resume_process(self, proc: VirtualProcess) -> None:
-        """Release what a paused process held, in the order it arrived."""
+        """Release what a paused process held as a real loop sees it after SIGCONT: what was ready
+        before, then the bytes that arrived (the selector reports them), then the overdue timers; each
+        kind in the order it came."""
+
+        def kind(h: asyncio.Handle) -> int:
+            if not isinstance(h, asyncio.TimerHandle):
+                return 0
+            return 1 if getattr(h, "_io", False) else 2
+
         proc.state = "running"
         held, proc.held = proc.held, []
-        self._ready.extend(held)  # type: ignore[attr-defined]
+        self._ready.extend(sorted(held, key=kind))  # type: ignore[attr-defined]
+
+    def call_io_at(
+        self, when: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context
+    ) -> asyncio.TimerHandle:
+        """A delivery from the network: like call_at, but a resumed process sees it before its timers."""
+        timer = self.call_at(when, callback, *args, context=context)
+        timer._io = True  # type: ignore[attr-defined]
+        return timer
 
     # -- no threads, no OS ------------------------------------------------------------------------
     def _process_events(self, event_list: list[Any]) -> None:

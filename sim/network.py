@@ -293,7 +293,7 @@ class Network:
         link = self._link(src, dst)
         when = max(link.last + _EPS, self.loop.time() + self._delay(src, dst))
         link.last = when
-        self.loop.call_at(when, fn, arg, context=peer.proc.context)
+        self.loop.call_io_at(when, fn, arg, context=peer.proc.context)
 
     def send(self, sender: SimTransport, data: bytes) -> None:
         self.frames += 1

@@ -25,19 +25,23 @@ from sim.experiment import SimExperiment, load, parse
 HASH_SEED = "0"
 
 
-def shipped_text(name: str) -> str | None:
-    entry = resources.files("chaos") / "experiments" / f"{name}.toml"
-    return entry.read_text(encoding="utf-8") if entry.is_file() else None
+def shipped(name: str) -> tuple[str, str] | None:
+    """(source, text) of a shipped experiment: the simulator's own (sim/experiments), then rmq-chaos's."""
+    for package in ("sim", "chaos"):
+        entry = resources.files(package) / "experiments" / f"{name}.toml"
+        if entry.is_file():
+            return f"{package}/experiments/{name}.toml", entry.read_text(encoding="utf-8")
+    return None
 
 
 def resolve(path_or_name: str) -> SimExperiment:
-    """An experiment file, or one of rmq-chaos's shipped experiments by name."""
+    """An experiment file, or a shipped experiment by name."""
     p = Path(path_or_name)
     if not p.is_file() and "/" not in path_or_name:
         name = path_or_name.removesuffix(".toml")
-        text = shipped_text(name)
-        if text is not None:
-            return parse(text, source=f"chaos/experiments/{name}.toml", default_name=name)
+        found = shipped(name)
+        if found is not None:
+            return parse(found[1], source=found[0], default_name=name)
     return load(p)
 
 

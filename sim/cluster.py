@@ -27,7 +27,7 @@ from broker.topic_config import PERM_READ_WRITE, TopicConfig
 from chaos.admin import AdminClient, AdminError
 from chaos.cluster import route_brokers
 from chaos.experiment import NETWORK_ACTIONS, Step
-from chaos.runner import versions
+from chaos.runner import fault_request, versions
 from chaos.tally import RunTally, progress_line
 from client.config import ConsumerConfig, ProducerConfig
 from client.consumer_base import normalize_enums
@@ -464,7 +464,7 @@ class SimCluster:
                 self.net.heal(target, b)
 
     async def _fault(self, step: Step) -> None:
-        exp, p = self.exp, step.params
+        p = step.params
         assert self.admin is not None
         client_id = None
         if p.get("client"):
@@ -472,32 +472,9 @@ class SimCluster:
             if not c.client_ids:
                 raise SimError(f"{p['client']} has no client id yet")
             client_id = c.client_ids[-1]
-        duration_ms = round(exp.wall(p["for"]) * 1000) if p.get("for") else None
-        latency_ms = round(p.get("latency_ms", 0) * exp.time_scale)
-        fault_id = await self.admin.fault_add(
-            self.brokers[step.target],
-            request_code=p["code"],
-            errors=p.get("errors", []),
-            count=p.get("count"),
-            group=p.get("group"),
-            client_id=client_id,
-            latency_ms=latency_ms,
-            drop=bool(p.get("drop")),
-            duration_ms=max(1, duration_ms) if duration_ms is not None else None,
-        )
-        self._nemesis(
-            "fault",
-            self.nodes[step.target],
-            fault_id=fault_id,
-            request_code=p["code"],
-            errors=[f"{c}:{r}" for c, r in p.get("errors", [])],
-            count=p.get("count"),
-            fault_group=p.get("group"),
-            client_id=client_id,
-            latency_ms=latency_ms,
-            drop=bool(p.get("drop")),
-            duration_ms=duration_ms,
-        )
+        request, fields = fault_request(self.exp, step, client_id)
+        fault_id = await self.admin.fault_add(self.brokers[step.target], **request)
+        self._nemesis("fault", self.nodes[step.target], fault_id=fault_id, **fields)
 
     async def _heal(self) -> None:
         """What rmq-chaos undoes before draining: resume paused nodes, heal links, clear faults."""

@@ -256,20 +256,13 @@ def gc_steps(sx: SimExperiment) -> list[Step]:
             random_count=g.random_count,
             for_s=None,
         )
-        times = chaos_experiment._times(spec, exp)
-        candidates = chaos_experiment._candidates(g.target, g.group, nodes)
-        if not candidates:
+        times = chaos_experiment.nemesis_times(spec, exp)
+        matching = chaos_experiment.candidates(g.target, g.group, nodes)
+        if not matching:
             raise ExperimentError(exp.source, [(None, f"sim.gc[{g.index}]: no node matches {g.target!r}")])
         rng = random.Random(f"{exp.seed}:gc:{g.index}")
-        selector = g.target.partition(":")[2] if ":" in g.target else None
         for k, t in enumerate(times):
-            if selector == "random":
-                targets = [rng.choice(candidates)]
-            elif selector == "next":
-                targets = [candidates[k % len(candidates)]]
-            else:
-                targets = candidates
-            for target in targets:
+            for target in chaos_experiment.pick_targets(g.target, matching, k, rng):
                 info = nodes[target]
                 group = info.group if info.role == "consumer" else None
                 length = round(g.pause_s.sample(rng), 3)

@@ -739,6 +739,10 @@ class SimCluster:
             consume_from_where=spec.consume_from,
             local_offset_store_dir=str(self.run_dir / "offsets" / n.node),
             rebalance_event_digest_over=sim.digest_over,
+            # RocketMQ's default, half an hour before start, on the virtual clock (local time, as parsed)
+            consume_timestamp=time.strftime(
+                "%Y%m%d%H%M%S", time.localtime(self.clock.now_ms() / 1000 - 30 * 60)
+            ),
             omit_repeated_rebalance_events=sim.omit_repeated_rebalances,
         )
         config = ConsumerConfig.from_mapping(normalize_enums(settings))

@@ -242,9 +242,16 @@ class SimCluster:
     def _cleanup(self) -> None:
         for cid in self._client_ids:  # the process-wide table of client instances outlives no run
             MQClientManager.remove(cid)
-        for task in asyncio.all_tasks(self.loop):
+        left = asyncio.all_tasks(self.loop)
+        for task in left:
             task._log_destroy_pending = False  # type: ignore[attr-defined]
         self.loop.close()
+        # The killed processes' coroutines end here, with the loop closed and their logs shut: whatever
+        # their finally blocks try fails at its first await, writes nothing, and is not reported.
+        for task in sorted(left, key=lambda t: t.get_name()):
+            with contextlib.suppress(BaseException):
+                task.get_coro().close()  # type: ignore[union-attr]
+        self._graveyard.clear()
 
     async def _main(self) -> None:
         exp = self.exp
@@ -450,13 +457,19 @@ class SimCluster:
         if a == "latency":
             extra["latency_ms"] = round(p["ms"] * self.exp.time_scale, 3)
             extra["jitter_ms"] = round(p.get("jitter_ms", 0) * self.exp.time_scale, 3)
+        direction = p.get("direction", "both")
+        if p.get("direction"):
+            extra["direction"] = direction
+        if a != "heal":
+            extra["via"] = "sim"
         self._nemesis(a, self.nodes[target], **extra)
         for b in peers:
             for src, dst in ((target, b), (b, target)):
                 if a == "latency":
                     r = self.net.rule(src, dst)
                     r.latency_ms, r.jitter_ms = extra["latency_ms"], extra["jitter_ms"]
-                elif a == "blackhole":
+                elif a == "blackhole" and direction in ("both", "out" if src == target else "in"):
+                    # a cut link holds the frames, as TCP retransmits them until the heal
                     self.net.rule(src, dst).blackhole = True
             if a == "reset":
                 self.net.reset(target, b)

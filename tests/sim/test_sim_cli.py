@@ -66,6 +66,14 @@ at = 120
 for = 20
 
 [[nemesis]]
+action = "blackhole"
+target = "consumer-1"
+broker = "broker-a"
+direction = "out"
+at = 200
+for = 10
+
+[[nemesis]]
 action = "reset"
 target = "consumer-3"
 at = 160

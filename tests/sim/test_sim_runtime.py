@@ -184,9 +184,10 @@ def test_blackhole_holds_frames_until_heal_and_reset_closes_both_ends() -> None:
         net.heal("driver", "server")
         out["late"] = (await late).remark
         out["after_heal"] = loop.time()
+        before = len(closed)  # a timed-out request may close its connection (the client's choice)
         assert net.reset("driver", "server") == 1
         await asyncio.sleep(0.1)
-        out["closed"] = list(closed)
+        out["closed"] = len(closed) - before
         server_proc.state = "killed"
         net.process_died(server_proc)
         with pytest.raises(RemotingConnectionError, match="refused"):
@@ -195,7 +196,7 @@ def test_blackhole_holds_frames_until_heal_and_reset_closes_both_ends() -> None:
 
     out = run(main)
     assert out["late"] == "2"
-    assert out["closed"] == [out["closed"][0]] and len(out["closed"]) == 1
+    assert out["closed"] == 1  # the reset closed the one live connection
 
 
 def test_a_killed_process_connections_close_for_the_peer() -> None:

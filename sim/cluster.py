@@ -181,6 +181,9 @@ class SimCluster:
         # coroutines and run their finally blocks, which a SIGKILLed process never does.
         self._graveyard: list[VirtualProcess] = []
         self.chaos = self._new_process("chaos")
+        # rmq-chaos talks to the brokers from their own host, and brokers take admin requests from
+        # loopback only
+        self.net.assign_ip("chaos", "127.0.0.1")
         self.log = self._event_log("chaos", "chaos", "chaos.jsonl")
         self.admin: AdminClient | None = None
 

@@ -223,7 +223,8 @@ class VirtualLoop(asyncio.BaseEventLoop):
     ) -> Any:  # type: ignore[override]
         if self.network is None:
             raise OSError("the simulation has no network")
-        return self.network.listen(protocol_factory, str(host), int(port or 0))
+        serving = bool(kw.get("start_serving", True))
+        return self.network.listen(protocol_factory, str(host), int(port or 0), serving)
 
     def _exception_handler(self, loop: asyncio.AbstractEventLoop, ctx: dict[str, Any]) -> None:
         msg = str(ctx.get("message", ""))

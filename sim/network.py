@@ -146,10 +146,14 @@ class _SimSocket:
 class SimServer:
     """What ``loop.create_server`` returns: stops accepting on close."""
 
-    def __init__(self, net: Network, addr: tuple[str, int]) -> None:
+    def __init__(self, net: Network, addr: tuple[str, int], serving: bool = True) -> None:
         self._net = net
         self.addr = addr
         self.sockets = [_SimSocket(addr)]
+        self.serving = serving  # bound but not yet listening refuses connections, as a real socket does
+
+    async def start_serving(self) -> None:
+        self.serving = True
 
     def close(self) -> None:
         listener = self._net.listeners.get(self.addr)
@@ -157,7 +161,7 @@ class SimServer:
             del self._net.listeners[self.addr]
 
     def is_serving(self) -> bool:
-        return self._net.listeners.get(self.addr, (None, None, None))[2] is self
+        return self.serving and self._net.listeners.get(self.addr, (None, None, None))[2] is self
 
     async def wait_closed(self) -> None:
         return None
@@ -192,6 +196,11 @@ class Network:
             self._nodes_by_ip[ip] = node
         return ip
 
+    def assign_ip(self, node: str, ip: str) -> None:
+        """Give a node a fixed address (the lab's own driver runs on the brokers' host: loopback)."""
+        self._ips[node] = ip
+        self._nodes_by_ip[ip] = node
+
     def node_of(self, ip: str) -> str:
         return self._nodes_by_ip.get(ip, ip)
 
@@ -214,7 +223,7 @@ class Network:
         return r
 
     # -- listening and connecting ------------------------------------------------------------------
-    def listen(self, factory: Callable[[], Any], host: str, port: int) -> SimServer:
+    def listen(self, factory: Callable[[], Any], host: str, port: int, serving: bool = True) -> SimServer:
         proc = CURRENT.get()
         if proc is None:
             raise OSError("listen outside a virtual process")
@@ -223,7 +232,7 @@ class Network:
         addr = (host, port)
         if addr in self.listeners and self.listeners[addr][0].alive:
             raise OSError(98, f"address {host}:{port} already in use")
-        server = SimServer(self, addr)
+        server = SimServer(self, addr, serving)
         self.listeners[addr] = (proc, factory, server)
         return server
 
@@ -244,7 +253,7 @@ class Network:
                 await healed
         await asyncio.sleep(self._delay(src, dst) + self._delay(dst, src))
         entry = self.listeners.get((host, port))
-        if entry is None or not entry[0].alive:
+        if entry is None or not entry[0].alive or not entry[2].serving:
             raise ConnectionRefusedError(111, f"connect to {host}:{port}: connection refused")
         sproc, sfactory, _server = entry
         local = (self.ip_of(src), self._ephemeral(self.ip_of(src), 40_000))

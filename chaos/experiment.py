@@ -377,7 +377,7 @@ class Experiment:
         out: set[str] = set()
         for n in self.nemeses:
             if n.action in wanted:
-                out.update(_candidates(n.target, n.group, nodes))
+                out.update(candidates(n.target, n.group, nodes))
         return out
 
     def topic_queues_per_broker(self, topic: str) -> int:
@@ -959,7 +959,8 @@ def _nemesis(n: _Table, index: int, pr: _Problems) -> NemesisSpec | None:
     )
 
 
-def _candidates(target: str, group: str | None, nodes: dict[str, NodeInfo]) -> list[str]:
+def candidates(target: str, group: str | None, nodes: dict[str, NodeInfo]) -> list[str]:
+    """The nodes a target (a node name or ROLE:SELECTOR) may name, in node order."""
     if ":" not in target:
         return [target] if target in nodes else []
     role, _, _sel = target.partition(":")
@@ -999,7 +1000,7 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
                 continue
             if n.group is not None and role != "consumer" and n.action not in ("fault", "fault-clear"):
                 err("group", "'group' selects consumers; the target is not a consumer")
-            if not _candidates(n.target, n.group, nodes):
+            if not candidates(n.target, n.group, nodes):
                 err("target", f"no node matches {n.target!r}" + (f" in group {n.group!r}" if n.group else ""))
                 continue
             roles = {role}
@@ -1012,7 +1013,7 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
         if n.action in NETWORK_ACTIONS and not roles <= {"consumer", "producer"}:
             err("target", f"{n.action!r} acts on a client's link to a broker: target a consumer or producer")
         elif n.action in NETWORK_ACTIONS:
-            real = [c for c in _candidates(n.target, n.group, nodes) if nodes[c].client in REAL_CLIENTS]
+            real = [c for c in candidates(n.target, n.group, nodes) if nodes[c].client in REAL_CLIENTS]
             if real:
                 err(
                     "target",
@@ -1042,7 +1043,8 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
 # Schedule expansion
 
 
-def _times(n: NemesisSpec, exp: Experiment) -> list[float]:
+def nemesis_times(n: NemesisSpec, exp: Experiment) -> list[float]:
+    """When a [[nemesis]] entry acts (lab seconds); ``random`` times are drawn from the seed."""
     if n.at:
         return sorted(n.at)
     end = min(n.until if n.until is not None else exp.duration, exp.duration)
@@ -1060,22 +1062,26 @@ def _times(n: NemesisSpec, exp: Experiment) -> list[float]:
     return []
 
 
+def pick_targets(target: str, nodes: list[str], k: int, rng: random.Random) -> list[str]:
+    """The node(s) the k-th occurrence acts on: ``random`` draws one of ``nodes``, ``next`` takes them
+    in turn, ``all`` (or a node name) all of them."""
+    selector = target.partition(":")[2] if ":" in target else None
+    if selector == "random":
+        return [rng.choice(nodes)]
+    if selector == "next":
+        return [nodes[k % len(nodes)]]
+    return nodes
+
+
 def expand_schedule(exp: Experiment) -> list[Step]:
     """The experiment's nemesis actions in time order; deterministic for a given seed."""
     nodes = exp.nodes()
     steps: list[Step] = []
     for n in exp.nemeses:
         rng = random.Random(f"{exp.seed}:nemesis:{n.index}:targets")
-        candidates = _candidates(n.target, n.group, nodes)
-        selector = n.target.partition(":")[2] if ":" in n.target else None
-        for k, t in enumerate(_times(n, exp)):
-            if selector == "random":
-                targets = [rng.choice(candidates)]
-            elif selector == "next":
-                targets = [candidates[k % len(candidates)]]
-            else:
-                targets = candidates
-            for target in targets:
+        matching = candidates(n.target, n.group, nodes)
+        for k, t in enumerate(nemesis_times(n, exp)):
+            for target in pick_targets(n.target, matching, k, rng):
                 info = nodes[target]
                 group = info.group if info.role == "consumer" else None
                 params = dict(n.params)

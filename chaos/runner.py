@@ -79,6 +79,37 @@ def pipeline_available() -> bool:
         return False
 
 
+def fault_request(
+    exp: Experiment, step: Step, client_id: str | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ``fault`` step as AdminClient.fault_add's arguments (times scaled to the run) and the fields of
+    its ``nemesis`` event (all but ``fault_id``)."""
+    p = step.params
+    duration_ms = round(exp.wall(p["for"]) * 1000) if p.get("for") else None
+    latency_ms = round(p.get("latency_ms", 0) * exp.time_scale)
+    request = {
+        "request_code": p["code"],
+        "errors": p.get("errors", []),
+        "count": p.get("count"),
+        "group": p.get("group"),
+        "client_id": client_id,
+        "latency_ms": latency_ms,
+        "drop": bool(p.get("drop")),
+        "duration_ms": max(1, duration_ms) if duration_ms is not None else None,
+    }
+    fields = {
+        "request_code": p["code"],
+        "errors": [f"{c}:{r}" for c, r in p.get("errors", [])],
+        "count": p.get("count"),
+        "fault_group": p.get("group"),
+        "client_id": client_id,
+        "latency_ms": latency_ms,
+        "drop": bool(p.get("drop")),
+        "duration_ms": duration_ms,
+    }
+    return request, fields
+
+
 class Runner:
     """Runs one experiment: starts the cluster and workload, applies the nemeses, drains, analyses."""
 
@@ -446,32 +477,9 @@ class Runner:
             if not m.client_ids:
                 raise SupervisorError(f"{p['client']} has no client id yet")
             client_id = m.client_ids[-1]
-        duration_ms = round(exp.wall(p["for"]) * 1000) if p.get("for") else None
-        latency_ms = round(p.get("latency_ms", 0) * exp.time_scale)
-        fault_id = await cluster.admin.fault_add(
-            cluster.brokers[step.target],
-            request_code=p["code"],
-            errors=p.get("errors", []),
-            count=p.get("count"),
-            group=p.get("group"),
-            client_id=client_id,
-            latency_ms=latency_ms,
-            drop=bool(p.get("drop")),
-            duration_ms=max(1, duration_ms) if duration_ms is not None else None,
-        )
-        cluster.sup.nemesis_event(
-            "fault",
-            step.target,
-            fault_id=fault_id,
-            request_code=p["code"],
-            errors=[f"{c}:{r}" for c, r in p.get("errors", [])],
-            count=p.get("count"),
-            fault_group=p.get("group"),
-            client_id=client_id,
-            latency_ms=latency_ms,
-            drop=bool(p.get("drop")),
-            duration_ms=duration_ms,
-        )
+        request, fields = fault_request(exp, step, client_id)
+        fault_id = await cluster.admin.fault_add(cluster.brokers[step.target], **request)
+        cluster.sup.nemesis_event("fault", step.target, fault_id=fault_id, **fields)
 
     async def _heal(self) -> None:
         """Undo what the nemeses left behind so the workload can drain: resume, heal links, clear faults."""

@@ -37,6 +37,9 @@ class ClientConfig:
     namesrv_addr: str = "127.0.0.1:9876"
     instance_name: str | None = None  # None: "pid#monotonic_ns" so that every process (and object) differs
     client_ip: str | None = None  # None: the first non-loopback IPv4
+    # Seeds the client's random choices (which broker answers GET_CONSUMER_LIST_BY_GROUP); None: the OS's
+    # entropy, as RocketMQ's. A simulation sets it so that a seed replays the same run.
+    random_seed: int | None = None
     time_scale: float = 1.0
     poll_name_server_interval: int = 30_000
     heartbeat_broker_interval: int = 30_000
@@ -197,6 +200,11 @@ class ConsumerConfig(ClientConfig):
     pull_threshold_for_all: int = 10_000
     # local offset store (broadcasting); None: ~/.rocketmq_offsets
     local_offset_store_dir: str | None = None
+    # Event volume in large groups (EVENTS.md): above this many members a ``rebalance`` event carries
+    # ``cid_all_digest`` instead of ``cid_all`` (None: always the list), and with the second switch a
+    # rebalance equal to the previous one for its topic (same members, same allocation) is left out.
+    rebalance_event_digest_over: int | None = None
+    omit_repeated_rebalance_events: bool = False
     # RocketMQ 5.x behaviour switches (all off = 4.9)
     rebalance_retry_when_unbalanced: bool = False  # >=5.2: 1 s retry while a round is not balanced
     pull_request_dispatch_delay: int = 0  # >=5.0: 500 ms before a new queue's first pull

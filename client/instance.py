@@ -164,7 +164,7 @@ class MQClientInstance:
         clock: Clock | None = None,
     ) -> None:
         self.config = config
-        self.client_id = client_id or build_client_id(config.instance_name)
+        self.client_id = client_id or build_client_id(config.instance_name, config.client_ip)
         self.log = log or EventLog.null()
         self.clock = clock or SystemClock()
         # scaled like every other timer, with a floor so a slow loopback connect is not cut short
@@ -188,7 +188,7 @@ class MQClientInstance:
         self._tg: asyncio.TaskGroup | None = None
         self._runner: asyncio.Task[None] | None = None
         self._started = False
-        self._random = random.Random()
+        self._random = random.Random(config.random_seed)
         # defaultMQProducer (CLIENT_INNER_PRODUCER): the consumers' send-back fallback, made on first use
         self.inner_producer: Any = None
         self.inner_producer_lock = asyncio.Lock()

@@ -36,7 +36,7 @@ class LocalCluster:
         stop_timeout_s: float = 10.0,
         env: dict[str, str] | None = None,
     ) -> None:
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir).resolve()  # paths given to children must not depend on their cwd
         self.time_scale = time_scale
         self.seed = seed
         self.sup = Supervisor(

@@ -93,11 +93,13 @@ def run_experiment(tmp_path: Path, text: str) -> tuple[int, Path, str]:
     exp_file = tmp_path / "experiment.toml"
     exp_file.write_text(text)
     run_dir = tmp_path / "run"
+    # A relative --out, as scripts/demo.sh passes: every file must still land one level deep.
     proc = subprocess.run(
-        [sys.executable, "-m", "chaos", "run", str(exp_file), "--out", str(run_dir), "--no-analyze"],
+        [sys.executable, "-m", "chaos", "run", str(exp_file), "--out", "run", "--no-analyze"],
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=tmp_path,
     )
     return proc.returncode, run_dir, proc.stdout + proc.stderr
 
@@ -171,6 +173,10 @@ def test_short_experiment_with_a_consumer_sigkill(tmp_path: Path) -> None:
     proxies = manifest["nodes"]["consumer-1"]["proxies"]
     assert proxies["brokers"]["broker-b"]["accepted"] >= 1 and proxies["namesrv"]["accepted"] >= 1
     assert "proxies" not in manifest["nodes"]["consumer-3"]
+    for info in manifest["nodes"].values():  # the manifest names files that are there
+        for rel in [*info["log_files"], info["out_file"]]:
+            assert (run_dir / rel).is_file(), rel
+    assert not (run_dir / "run").exists()
 
     # and the analysis' own definitions (EVENTS.md, plain-Python reference) find nothing wrong
     reference = pytest.importorskip("pipeline.reference")

@@ -291,6 +291,8 @@ class Runner:
     async def _execute(self) -> None:
         exp = self.exp
         self._t0 = time.monotonic()
+        # The experiment's t = 0: nemesis times count from here, and so do the console and the report.
+        self.log_emit("schedule_started", time_scale=exp.time_scale, duration_s=exp.duration)
         self._phase = "run"
         total = exp.wall(exp.duration)
         self.say(

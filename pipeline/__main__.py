@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-report", action="store_true", help="write summary.json only")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument(
+        "--time-scale",
+        type=_positive_float,
+        help="the run's time scale (default: the chaos runner's, from the events; else 1)",
+    )
+    p.add_argument(
+        "--after",
+        metavar="FILE",
+        help="start Spark now, then wait until FILE exists before reading the run (the chaos runner "
+        "starts the analysis this way while the experiment runs, so that Spark is warm at its end)",
+    )
     return p
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
+    return value
 
 
 def build_ingest_parser() -> argparse.ArgumentParser:
@@ -91,22 +113,44 @@ def ingest(argv: list[str]) -> int:
         handle.stop()
 
 
-def analyze(args: argparse.Namespace) -> int:
-    progress = Progress(enabled=not args.quiet)
-    out_dir = Path(args.out or args.run_dir)
-    # Input errors are reported before paying for a Spark start.
+def _wait_for(path: Path, poll_s: float = 0.05) -> bool:
+    """Wait until `path` exists; False when the process that started us went away first."""
+    parent = os.getppid()
+    while not path.exists():
+        if os.getppid() != parent:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+def _check_input(args: argparse.Namespace) -> str | None:
+    """Why the input cannot be analysed (checked before Spark's work), or None."""
     try:
         if args.format == "json":
-            from pipeline.discover import discover
+            from pipeline.discover import discover, first_event_line
 
-            if not discover(args.run_dir):
-                return _fail(f"no *.jsonl event files under {args.run_dir!r}")
+            files = discover(args.run_dir)
+            if not files:
+                return f"no *.jsonl event files under {args.run_dir!r}"
+            if first_event_line(files) is None:
+                return f"no well-formed event lines in {args.run_dir!r} (see EVENTS.md)"
         else:
             from pipeline.ingest import check_parquet_copy
 
             check_parquet_copy(args.run_dir)
     except RunDirError as exc:
-        return _fail(str(exc))
+        return str(exc)
+    return None
+
+
+def analyze(args: argparse.Namespace) -> int:
+    progress = Progress(enabled=not args.quiet)
+    out_dir = Path(args.out or args.run_dir)
+    # Input errors are reported before paying for a Spark start (unless asked to start it early).
+    if not args.after:
+        problem = _check_input(args)
+        if problem:
+            return _fail(problem)
     try:
         with progress.stage("start spark") as info:
             handle = start_spark(args.master)
@@ -114,30 +158,47 @@ def analyze(args: argparse.Namespace) -> int:
     except SparkUnavailable as exc:
         return _fail(str(exc))
     try:
+        if args.after:
+            with progress.stage("wait for the run"):
+                if not _wait_for(Path(args.after)):
+                    return _fail(f"gave up waiting for {args.after!r}: the process that started us is gone")
+            problem = _check_input(args)
+            if problem:
+                return _fail(problem)
+        from pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time
         from pipeline.ingest import load_json_run, load_parquet_run
         from pipeline.metrics import Analysis
 
         with progress.stage("read events") as info:
             load = load_json_run if args.format == "json" else load_parquet_run
-            run = load(handle.spark, args.run_dir)
+            run = load(handle.spark, args.run_dir, columns=AVAILABILITY_COLUMNS)
             info["info"] = f"{run.stats.events} events, {run.stats.malformed_lines} malformed lines"
+        if run.stats.events == 0:
+            run.release()
+            return _fail(f"no well-formed event lines in {args.run_dir!r}")
         analysis: Analysis | None = None
         try:
             with progress.stage("metrics") as info:
                 analysis = Analysis(run.events, run.stats)
                 summary = analysis.summary()
                 info["info"] = f"{len(summary['groups'])} group(s)"
+            with progress.stage("unavailability"):
+                side_dir = args.run_dir if args.format == "json" else None
+                clock = add_rocketmq_time(summary, analysis, side_dir, args.time_scale)
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-            if run.stats.events == 0:
-                return _fail(f"no well-formed event lines in {args.run_dir!r} (summary.json written)")
             if not args.no_report:
                 from pipeline.report import collect_plot_data, write_report
 
                 with progress.stage("report"):
                     data = collect_plot_data(analysis)
                     write_report(
-                        out_dir / "report.html", summary, data, f"Run {Path(args.run_dir).resolve().name}"
+                        out_dir / "report.html",
+                        summary,
+                        data,
+                        f"Run {Path(args.run_dir).resolve().name}",
+                        clock=clock,
+                        run_dir=args.run_dir if args.format == "json" else None,
                     )
         finally:
             if analysis is not None:

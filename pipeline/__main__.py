@@ -143,6 +143,22 @@ def _check_input(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _write_summary(out_dir: Path, summary: dict[str, Any]) -> None:
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+def _experiment(run_dir: str) -> tuple[str | None, str | None]:
+    """The experiment's name and question from the chaos runner's manifest.json, when there is one."""
+    try:
+        manifest = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(manifest, dict):
+        return None, None
+    name, question = manifest.get("name"), manifest.get("question")
+    return (name if isinstance(name, str) else None), (question if isinstance(question, str) else None)
+
+
 def analyze(args: argparse.Namespace) -> int:
     progress = Progress(enabled=not args.quiet)
     out_dir = Path(args.out or args.run_dir)
@@ -186,20 +202,19 @@ def analyze(args: argparse.Namespace) -> int:
                 side_dir = args.run_dir if args.format == "json" else None
                 clock = add_rocketmq_time(summary, analysis, side_dir, args.time_scale)
             out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-            if not args.no_report:
-                from pipeline.report import collect_plot_data, write_report
+            summary["answer"] = []
+            if args.no_report:
+                _write_summary(out_dir, summary)
+            else:
+                from pipeline.report import answers, collect_plot_data, write_report
 
                 with progress.stage("report"):
-                    data = collect_plot_data(analysis)
-                    write_report(
-                        out_dir / "report.html",
-                        summary,
-                        data,
-                        f"Run {Path(args.run_dir).resolve().name}",
-                        clock=clock,
-                        run_dir=args.run_dir if args.format == "json" else None,
-                    )
+                    data = collect_plot_data(analysis, clock=clock)
+                    summary["answer"] = answers(summary, data)
+                    _write_summary(out_dir, summary)
+                    name, question = _experiment(args.run_dir)
+                    title = f"Run {Path(args.run_dir).resolve().name}" + (f" ({name})" if name else "")
+                    write_report(out_dir / "report.html", summary, data, title, question)
         finally:
             if analysis is not None:
                 analysis.close()

@@ -156,8 +156,9 @@ def test_a_hand_made_run_worked_out_by_hand(tmp_path: Path) -> None:
     }
     b2 = next(q for q in un["queues"] if q["queue"] == "b:2")
     assert b2["spans"] == [
-        {"from_s": 61.0, "to_s": 62.0, "cause": "no_owner"}, {"from_s": 62.0, "to_s": 72.0, "cause": "lock_wait"},
-    ]  # fmt: skip
+        {"from_s": 61.0, "to_s": 62.0, "cause": "no_owner"},
+        {"from_s": 62.0, "to_s": 72.0, "cause": "lock_wait"},
+    ]
     assert g["rocketmq_time"]["unavailable_ms"] == 45000 and g["rocketmq_time"]["stalled_ms"] == 2 * 1000 * 20
     kill = next(e for e in g["convergence"] if e["cause"] == "kill n2")
     assert kill["at_s"] == 60.0 and kill["convergence_rocketmq_ms"] == kill["convergence_ms"] * 20

@@ -403,9 +403,11 @@ class _Problems:
     def __init__(self, lines: KeyLines) -> None:
         self.lines = lines
         self.items: list[tuple[int | None, str]] = []
+        self.paths: list[tuple[Any, ...]] = []
 
     def add(self, path: tuple[Any, ...], msg: str) -> None:
         self.items.append((self.lines.line_of(path), msg))
+        self.paths.append(path)
 
 
 def _where(path: tuple[Any, ...]) -> str:
@@ -727,14 +729,18 @@ def _build(
                 f"consumers[{i + 1}].start: start = {c.start:g} is not before the end of the experiment "
                 f"(duration = {duration:g})",
             )
-    if pr.items or duration is None or time_scale is None:
+    # The schedule's checks still run after problems elsewhere (so that every mistake is reported at
+    # once), unless a table that defines nodes or groups is broken: its missing nodes would be reported
+    # again as unknown targets.
+    nodes_sound = not any(p and p[0] in ("cluster", "topics", "consumers", "workload") for p in pr.paths)
+    if duration is None or not nodes_sound:
         return None
     exp = Experiment(
         name=name,
         question=question,
         source=source,
         text=text,
-        time_scale=float(time_scale),
+        time_scale=float(time_scale or 1.0),
         duration=float(duration),
         seed=seed,
         drain_timeout=float(drain_timeout),
@@ -747,7 +753,7 @@ def _build(
         nemeses=tuple(nemeses),
     )
     _check_nemeses(exp, pr)
-    return exp
+    return None if pr.items else exp
 
 
 def _check_real_client(c: _Table, client: str) -> None:

@@ -171,13 +171,14 @@ def collect_plot_data(analysis: Any, max_intervals: int = 20_000, clock: RunCloc
 
 # -- time and markers ---------------------------------------------------------------------------------
 
-FONT = 11  # at 850 px wide the pictures stay legible when a 700 px screen shrinks them by a quarter
+FONT = 13  # at 850 px wide the pictures stay legible when a 700 px screen shrinks them by a quarter
 FIG_W = 8.5
+# Outside the consumers' palette (tab10/tab20), so a strip is never read as an owner.
 CAUSE_COLORS = {
-    "no_owner": "#d62728",
-    "lock_wait": "#ff7f0e",
-    "owner_paused": "#9467bd",
-    "owner_idle": "#7f7f7f",
+    "no_owner": "#000000",
+    "lock_wait": "#ff00ff",
+    "owner_paused": "#5a5a5a",
+    "owner_idle": "#ffd700",
 }
 BROKER_MARKS = {
     "channel_expired": ("channel expired (no NOTIFY)", "#8c564b"),
@@ -403,9 +404,10 @@ def plot_ownership(
     cmap = plt.get_cmap("tab10" if len(owners) <= 10 else "tab20")
     color = {c: cmap(i % cmap.N) for i, c in enumerate(owners)}
     y = {q: i for i, q in enumerate(queues)}
-    many_topics = len({q[0] for q in queues}) > 1
+    many_topics = len(_real_topics(sorted({q[0] for q in queues}))) > 1
     x = clock.at_s
-    fig, lane, ax = _figure(max(2.8, 0.3 * len(queues) + 1.4), markers)
+    height = max(2.8, 0.3 * len(queues) + 1.4)
+    fig, lane, ax = _figure(height, markers)
     # Each owner of a queue gets its own lane inside the queue's row, so two owners at once show as two
     # parallel bars (overlap) rather than one bar hiding the other.
     lanes: dict[tuple[str, str], list[str]] = {}
@@ -459,7 +461,7 @@ def plot_ownership(
                 linewidth=0,
             )
     ax.set_yticks(range(len(queues)))
-    ax.set_yticklabels([f"{t} {q}" if many_topics else q for t, q in queues], fontsize=FONT - 1)
+    ax.set_yticklabels([_queue_label(t, q, many_topics) for t, q in queues], fontsize=FONT - 2)
     ax.tick_params(axis="x", labelsize=FONT - 1)
     ax.set_ylim(len(queues) - 0.5, -0.5)
     x_max = max(x(data.run_end), 0.001)
@@ -481,11 +483,18 @@ def plot_ownership(
         names,
         fontsize=FONT - 1,
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.16),
+        bbox_to_anchor=(0.5, -0.75 / height),
         ncol=min(len(names), 3),
         frameon=False,
     )
     return _png(fig)
+
+
+def _queue_label(topic: str, queue: str, many_topics: bool) -> str:
+    """'b:3' style labels: the topic only when there are several; a retry topic as 'retry'."""
+    if topic.startswith("%RETRY%"):
+        return f"retry {queue}"
+    return f"{topic} {queue}" if many_topics else queue
 
 
 def _notifies(summary_group: dict[str, Any] | None) -> list[int]:
@@ -848,6 +857,10 @@ def answer_for_group(
     return out
 
 
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def answers(summary: dict[str, Any], data: PlotData | None) -> list[str]:
     """The experiment's question answered, one sentence per change, from summary.json's numbers."""
     if data is None:
@@ -856,7 +869,10 @@ def answers(summary: dict[str, Any], data: PlotData | None) -> list[str]:
     out = []
     for name, g in summary["groups"].items():
         markers = group_markers(data, name, g)
-        out += answer_for_group(name, g, clock, markers, duplicates_after(data, name, markers))
+        said = answer_for_group(name, g, clock, markers, duplicates_after(data, name, markers))
+        if len(summary["groups"]) == 1:  # the group's name adds nothing
+            said = [_capital(x[len(name) + 2 :]) for x in said]
+        out += said
     return out
 
 

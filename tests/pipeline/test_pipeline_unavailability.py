@@ -180,10 +180,10 @@ def test_rmq_analyze_gives_the_same_summary_and_opens_the_report_with_the_answer
     answer = summary.pop("answer")
     assert summary == summarize_run(run_dir)
     assert any(
-        "after 'pause n1' at t = 20.0 s, 1 queue(s) were unavailable for up to 18.0 s" in a for a in answer
+        "After 'pause n1' at t = 20.0 s, 1 queue(s) were unavailable for up to 18.0 s" in a for a in answer
     )
     assert any(
-        "after 'kill n2' at t = 60.0 s" in a and "waiting for the broker lock" not in a for a in answer
+        "After 'kill n2' at t = 60.0 s" in a and "waiting for the broker lock" not in a for a in answer
     )
     page = (run_dir / "report.html").read_text()
     top = page.index("<b>Answer:</b>")

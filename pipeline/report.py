@@ -406,8 +406,8 @@ def plot_ownership(
     y = {q: i for i, q in enumerate(queues)}
     many_topics = len(_real_topics(sorted({q[0] for q in queues}))) > 1
     x = clock.at_s
-    height = max(2.8, 0.3 * len(queues) + 1.4)
-    fig, lane, ax = _figure(height, markers)
+    fig_h = max(2.8, 0.3 * len(queues) + 1.4)
+    fig, lane, ax = _figure(fig_h, markers)
     # Each owner of a queue gets its own lane inside the queue's row, so two owners at once show as two
     # parallel bars (overlap) rather than one bar hiding the other.
     lanes: dict[tuple[str, str], list[str]] = {}
@@ -483,7 +483,7 @@ def plot_ownership(
         names,
         fontsize=FONT - 1,
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.75 / height),
+        bbox_to_anchor=(0.5, -0.7 / (0.85 * fig_h)),  # just under the axis label, whatever the height
         ncol=min(len(names), 3),
         frameon=False,
     )

@@ -173,6 +173,8 @@ def collect_plot_data(analysis: Any, max_intervals: int = 20_000, clock: RunCloc
 
 FONT = 13  # at 850 px wide the pictures stay legible when a 700 px screen shrinks them by a quarter
 FIG_W = 8.5
+LANE_H = 1.0  # inches for the marker lane: three rows of numbered circles that never touch
+LANE_ROWS = (3.3, 2.0, 0.7)
 # Outside the consumers' palette (tab10/tab20), so a strip is never read as an owner.
 CAUSE_COLORS = {
     "no_owner": "#000000",
@@ -294,9 +296,9 @@ def _figure(height: float, markers: list[Marker]) -> tuple[Any, Any, Any]:
     fig, (lane, ax) = plt.subplots(
         2,
         1,
-        figsize=(FIG_W, height + 0.7),
+        figsize=(FIG_W, height + LANE_H),
         sharex=True,
-        gridspec_kw={"height_ratios": [0.7, height], "hspace": 0.04},
+        gridspec_kw={"height_ratios": [LANE_H, height], "hspace": 0.04},
     )
     return fig, lane, ax
 
@@ -316,7 +318,7 @@ def _draw_markers(
         lane.axvline(x, color=m.color, linestyle=dashed, linewidth=0.8, alpha=0.5)
         lane.annotate(
             str(i),
-            (x, 2.5 - level),
+            (x, LANE_ROWS[level]),
             ha="center",
             va="center",
             fontsize=FONT - 1,
@@ -326,18 +328,18 @@ def _draw_markers(
         )
     for ts in notifies:
         lane.plot([clock.at_s(ts)] * 2, [-0.45, 0.0], color="#1f77b4", linewidth=0.8)
-    lane.set_ylim(-0.5, 3.2)
+    lane.set_ylim(-0.5, 4.0)
     lane.set_yticks([])
     lane.tick_params(axis="x", which="both", bottom=False)
     for side in ("top", "right", "left"):
         lane.spines[side].set_visible(False)
     if notifies:
-        lane.text(
-            1.0,
+        lane.text(  # beside the lane, where no tick can be
+            1.01,
             -0.25,
-            "ticks: NOTIFY sent",
+            "NOTIFY\nsent",
             transform=lane.get_yaxis_transform(),
-            ha="right",
+            ha="left",
             va="center",
             fontsize=FONT - 3,
             color="#1f77b4",
@@ -795,6 +797,7 @@ def answer_for_group(
             share = ", ".join(
                 f"{CAUSE_TEXT[c].split(' (')[0]} {v:.1f} s"
                 for c, v in sorted(causes.items(), key=lambda kv: -kv[1])
+                if v >= 0.05  # what rounds to 0.0 s says nothing
             )
             text += (
                 f", {len(mine)} queue(s) were unavailable for up to {longest:.1f} s of RocketMQ time "
@@ -850,11 +853,15 @@ def answer_for_group(
         ]
         n_res = sum(dup_of.get(id(r), 0) for r in resumes)
         total = n + n_exp + n_res
-        text += f"; {total} duplicate deliveries followed" if total else "; no duplicate deliveries followed"
+        text += f"; {_plural(total, 'duplicate delivery', 'duplicate deliveries')} followed"
         if n_res and resumes:
             text += f" ({n_res} after '{resumes[0].text}')"
         out.append(text + ".")
     return out
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one}" if n == 1 else f"{n or 'no'} {many}"
 
 
 def _capital(text: str) -> str:

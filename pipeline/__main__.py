@@ -143,6 +143,21 @@ def _check_input(args: argparse.Namespace) -> str | None:
     return None
 
 
+SMALL_INPUT_BYTES = 64 * 1024 * 1024
+
+
+def _fit_partitions(spark: Any, args: argparse.Namespace) -> None:
+    """A small run (an experiment's few MB) gets one shuffle partition per core: more only add task
+    waves of milliseconds each to the analysis' many small stages."""
+    if not spark.sparkContext.master.startswith("local") or args.format != "json":
+        return
+    from pipeline.discover import discover
+
+    size = sum(os.path.getsize(f.path) for f in discover(args.run_dir))
+    if size < SMALL_INPUT_BYTES:
+        spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+
+
 def _write_summary(out_dir: Path, summary: dict[str, Any]) -> None:
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
@@ -181,6 +196,8 @@ def analyze(args: argparse.Namespace) -> int:
             problem = _check_input(args)
             if problem:
                 return _fail(problem)
+        if handle.owned:  # a session we were handed (tests share one) keeps its settings
+            _fit_partitions(handle.spark, args)
         from pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time
         from pipeline.ingest import load_json_run, load_parquet_run
         from pipeline.metrics import Analysis

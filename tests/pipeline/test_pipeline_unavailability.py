@@ -169,13 +169,18 @@ def test_a_hand_made_run_worked_out_by_hand(tmp_path: Path) -> None:
 
 @pytest.mark.spark
 def test_rmq_analyze_gives_the_same_summary_and_opens_the_report_with_the_answer(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pipeline.__main__ import main
 
     run_dir = build_run(tmp_path / "run")
     (run_dir / "manifest.json").write_text(json.dumps({"name": "hand", "question": "What stalls?"}))
-    assert main([str(run_dir), "--quiet"]) == 0
+    niced: list[int] = []
+    monkeypatch.setattr("os.nice", niced.append)  # the test process keeps its priority
+    # As the chaos runner starts it: warm up on a simulated run, then wait for the manifest (here at once).
+    assert main([str(run_dir), "--after", str(run_dir / "manifest.json")]) == 0
+    assert niced == [10]
+    assert "[rmq-analyze] warm up" in capsys.readouterr().err
     summary = json.loads((run_dir / "summary.json").read_text())
     answer = summary.pop("answer")
     assert summary == summarize_run(run_dir)
@@ -199,3 +204,16 @@ def _help(capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit):
         main(["--help"])
     return capsys.readouterr().out
+
+
+def test_waiting_for_the_run_gives_up_when_the_runner_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipeline import __main__ as cli
+
+    parents = iter([100, 100, 1])  # the runner died: the process is adopted
+    monkeypatch.setattr("os.getppid", lambda: next(parents))
+    assert cli._wait_for(tmp_path / "manifest.json", poll_s=0) is False
+    (tmp_path / "manifest.json").write_text("{}")
+    monkeypatch.setattr("os.getppid", lambda: 100)
+    assert cli._wait_for(tmp_path / "manifest.json", poll_s=0) is True

@@ -531,15 +531,21 @@ def plot_rates(data: PlotData, group: str, markers: list[Marker]) -> str | None:
         counts = {r["bucket"]: r["n"] for r in rows if r["node"] == node}
         # Buckets without a line are zeros (a paused or dead consumer), not gaps to draw across.
         ax.plot(at, [_per_second(counts.get(b, 0), data.bucket_ms) for b in xs], linewidth=1.2, label=node)
+    _time_axes(data, lane, ax, markers, "messages / wall s", f"{group}: consumption rate per consumer")
+    ax.legend(fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, frameon=False)
+    return _png(fig)
+
+
+def _time_axes(data: PlotData, lane: Any, ax: Any, markers: list[Marker], ylabel: str, title: str) -> None:
+    """The shared x axis of the time charts (RocketMQ seconds since t = 0), their markers and labels."""
+    clock = _clock(data)
     x_max = max(clock.at_s(data.run_end), 0.001)
     ax.set_xlim(min(0.0, clock.at_s(data.run_start)), x_max)
     _draw_markers(lane, ax, markers, clock, x_max)
     _x_label(ax, clock)
-    ax.set_ylabel("messages / wall s", fontsize=FONT)
+    ax.set_ylabel(ylabel, fontsize=FONT)
     ax.tick_params(labelsize=FONT - 1)
-    (lane or ax).set_title(f"{group}: consumption rate per consumer", fontsize=FONT + 1)
-    ax.legend(fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, frameon=False)
-    return _png(fig)
+    (lane or ax).set_title(title, fontsize=FONT + 1)
 
 
 def plot_duplicates(data: PlotData, group: str, markers: list[Marker]) -> str | None:
@@ -556,13 +562,7 @@ def plot_duplicates(data: PlotData, group: str, markers: list[Marker]) -> str | 
         align="edge",
         color="crimson",
     )
-    x_max = max(clock.at_s(data.run_end), 0.001)
-    ax.set_xlim(min(0.0, clock.at_s(data.run_start)), x_max)
-    _draw_markers(lane, ax, markers, clock, x_max)
-    _x_label(ax, clock)
-    ax.set_ylabel("duplicates", fontsize=FONT)
-    ax.tick_params(labelsize=FONT - 1)
-    (lane or ax).set_title(f"{group}: duplicate deliveries over time", fontsize=FONT + 1)
+    _time_axes(data, lane, ax, markers, "duplicates", f"{group}: duplicate deliveries over time")
     return _png(fig)
 
 

@@ -279,17 +279,25 @@ def print_verdict(summary: dict[str, Any], out_dir: Path, report: bool) -> int:
         conv = g["convergence"]
         worst = max((c["convergence_ms"] for c in conv if c["converged"]), default=0)
         not_conv = sum(1 for c in conv if not c["converged"])
+        rmq = g.get("rocketmq_time")
+        times = (
+            f"  overlap {g['overlap_ms']} ms  orphan {g['orphan_ms']} ms  stalled {g['stalled_ms']} ms"
+            if rmq is None
+            else f"  RocketMQ s summed over queues: overlap {rmq['overlap_ms'] / 1000:.1f}"
+            f"  orphan {rmq['orphan_ms'] / 1000:.1f}  stalled {rmq['stalled_ms'] / 1000:.1f}"
+            f"  unavailable {rmq['unavailable_ms'] / 1000:.1f}"
+        )
         print(
             f"{group}: {g['verdict'].upper()}  sent {g['sent']}  consumed {g['consumed_unique']}"
-            f"  lost {g['lost']}"
-            f"  duplicates {g['duplicates']}  overlap {g['overlap_ms']} ms  orphan {g['orphan_ms']} ms"
-            f"  stalled {g['stalled_ms']} ms  slowest convergence {worst} ms"
+            f"  lost {g['lost']}  duplicates {g['duplicates']}{times}  slowest convergence {worst} ms wall"
             + (f"  never converged {not_conv}" if not_conv else "")
         )
         if g["verdict"] != "ok":
             failed.append(group)
     if not summary["groups"]:
         print("no consumer group in this run")
+    for sentence in summary.get("answer") or []:
+        print(f"answer: {sentence}")
     print(f"summary: {out_dir / 'summary.json'}")
     if report:
         print(f"report:  {out_dir / 'report.html'}")

@@ -1,10 +1,20 @@
-# The lab's image: every role (rmq-namesrv, rmq-broker, rmq-producer, rmq-consumer, rmq-admin) from
-# one install of the package. Used by docker-compose.yml; the analysis (pyspark, Java) stays outside.
-FROM python:3.11-slim
+# The lab's image: every role (rmq-namesrv, rmq-broker, rmq-producer, rmq-consumer, rmq-admin) from one
+# install of the package into a virtual environment. The analysis (pyspark, Java) stays on the host.
+#
+#   docker build -t rocketmq-rebalance-lab .                  # from the usual Python image
+#   bash scripts/docker/build_image.sh                        # anywhere, offline: see the README
+#
+# BASE_IMAGE is any image with Python 3.11+ as python3 and its venv module (the default, or a Debian
+# bookworm built by scripts/docker/base_image.sh where no registry is reachable). With wheels/ holding
+# the package and its dependencies as wheels (pip wheel . -w wheels), the build needs no network.
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
 
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/rmqlab \
+    PATH=/opt/rmqlab/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 WORKDIR /lab
 COPY pyproject.toml README.md ./
@@ -13,7 +23,21 @@ COPY broker ./broker
 COPY client ./client
 COPY chaos ./chaos
 COPY pipeline ./pipeline
-RUN pip install . && mkdir -p /runs
+# pyproject.toml keeps the sources of this COPY from being empty when there is no wheels/ (the
+# classic builder refuses a COPY that matches nothing); only *.whl files are looked at below.
+COPY pyproject.toml wheels* ./wheels/
+RUN python3 -m venv "$VIRTUAL_ENV" \
+    && if ls wheels/*.whl >/dev/null 2>&1; then \
+         pip install --no-index --find-links wheels rocketmq-rebalance-lab; \
+       else \
+         pip install .; \
+       fi \
+    && rm -rf wheels build *.egg-info \
+    && mkdir -p /runs
+
+# Which sources the image was built from: rmq-chaos refuses an image whose digest is not the checkout's.
+ARG SOURCE_DIGEST=unknown
+LABEL org.rocketmq-rebalance-lab.source-digest=${SOURCE_DIGEST}
 
 VOLUME ["/runs"]
 CMD ["rmq-chaos", "list"]

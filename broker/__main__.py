@@ -15,6 +15,7 @@ from protocol.command import DEFAULT_MAX_FRAME_BYTES
 from protocol.runtime import (
     EventLog,
     add_common_args,
+    add_native_port_arg,
     announce_ready,
     host_port,
     port_number,
@@ -95,15 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="port published in routes when clients must reach the broker elsewhere (e.g. a fault proxy)",
     )
-    p.add_argument(
-        "--remoting-port",
-        "--native-port",
-        dest="remoting_port",
-        type=port_number,
-        default=None,
-        help="also serve RocketMQ's own remoting protocol on this port, for real RocketMQ clients "
-        "(0 picks a free one); the msgpack port is unchanged",
-    )
+    add_native_port_arg(p, " (0 picks a free one); the msgpack port is unchanged")
     return p
 
 

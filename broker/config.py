@@ -1,7 +1,8 @@
 """Broker and name-server configuration: one frozen dataclass per role with RocketMQ's defaults.
 
-Every interval and timeout is given in RocketMQ's milliseconds and read through ``scaled`` so that a
-single ``time_scale`` speeds the whole process up without changing the ratios between its timers.
+Every interval and timeout is given in RocketMQ's milliseconds and read through ``scaled``
+(``protocol.runtime.TimeScale``, as the client configuration does) so that a single ``time_scale`` speeds
+the whole process up without changing the ratios between its timers.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protocol.command import DEFAULT_MAX_FRAME_BYTES
+from protocol.runtime import TimeScale
 
 # RocketMQ's messageDelayLevel: "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
 DELAY_LEVELS_MS: tuple[int, ...] = (
@@ -33,12 +35,10 @@ DELAY_LEVELS_MS: tuple[int, ...] = (
 )
 
 
-def _scale(ms: int, factor: float) -> int:
-    return max(1, round(ms * factor))
-
-
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
+    """The broker's settings with RocketMQ's defaults; intervals in unscaled milliseconds."""
+
     broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
     broker_id: int = 0  # always a master: the emulator has no replicas
@@ -74,7 +74,7 @@ class BrokerConfig:
     delay_levels_ms: tuple[int, ...] = DELAY_LEVELS_MS
 
     def scaled(self, ms: int) -> int:
-        return _scale(ms, self.time_scale)
+        return TimeScale(self.time_scale).whole_ms(ms)
 
     def scaled_s(self, ms: int) -> float:
         return self.scaled(ms) / 1000.0
@@ -94,6 +94,8 @@ class BrokerConfig:
 
 @dataclass(frozen=True, slots=True)
 class NamesrvConfig:
+    """The name server's settings with RocketMQ's defaults; intervals in unscaled milliseconds."""
+
     host: str = "127.0.0.1"
     port: int = 9876
     time_scale: float = 1.0
@@ -102,4 +104,4 @@ class NamesrvConfig:
     scan_not_active_broker_interval_ms: int = 10_000
 
     def scaled(self, ms: int) -> int:
-        return _scale(ms, self.time_scale)
+        return TimeScale(self.time_scale).whole_ms(ms)

@@ -13,6 +13,8 @@ from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, Subscrip
 
 @dataclass(slots=True)
 class ClientChannelInfo:
+    """One registered client of a group: its connection, client id, address and last heartbeat."""
+
     conn_id: int
     client_id: str
     client_addr: str
@@ -34,6 +36,8 @@ class SubscriptionInconsistency:
 
 @dataclass(slots=True)
 class RegisterResult:
+    """What a heartbeat changed in a group: new client, changed subscriptions."""
+
     changed: bool  # a new channel or a change in the topic set: notify the group
     new_channel: bool
     topics_changed: bool
@@ -43,6 +47,8 @@ class RegisterResult:
 
 @dataclass(slots=True)
 class ConsumerGroupInfo:
+    """A consumer group's channels and subscriptions (RocketMQ's ConsumerGroupInfo)."""
+
     group_name: str
     consume_type: ConsumeType = ConsumeType.CONSUME_PASSIVELY
     message_model: MessageModel = MessageModel.CLUSTERING
@@ -116,6 +122,8 @@ class ConsumerGroupInfo:
 
 
 class ConsumerManager:
+    """Every consumer group's registrations, from heartbeats, unregistrations, closes and expiry."""
+
     def __init__(self) -> None:
         self.groups: dict[str, ConsumerGroupInfo] = {}
 

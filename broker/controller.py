@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.config import BrokerConfig
@@ -19,6 +18,8 @@ from broker.lock_manager import RebalanceLockManager
 from broker.long_polling import HeldPull, PullRequestHoldService
 from broker.namesrv import NamesrvProcessor
 from broker.offset_manager import ConsumerOffsetManager
+from broker.processor import register_processors
+from broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, Handler
 from broker.route_info import QueueData, RouteInfoManager
 from broker.schedule import ScheduleMessageService
 from broker.sqlite_store import SqliteMessageStore
@@ -30,15 +31,12 @@ from protocol.model import WireError, is_retry_topic
 from protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer
 from protocol.runtime import Clock, EventLog, SystemClock, local_ip
 
-Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
-
-# Connection.attrs keys owned by the broker.
-ATTR_CLIENT_ID = "client_id"  # clientID of the connection's last heartbeat
-ATTR_GROUPS = "consumer_groups"  # group -> client id registered over this connection
 ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused
 
 
 class BrokerController:
+    """A broker: its managers, store and request processors on a RemotingServer, and its scheduled tasks."""
+
     def __init__(
         self, config: BrokerConfig | None = None, *, log: EventLog | None = None, clock: Clock | None = None
     ) -> None:
@@ -126,8 +124,6 @@ class BrokerController:
             else:
                 self.offset_manager.commit_offset(group, topic, qid, offset)
         self.store.add_arrival_listener(self._on_message_arrived)
-
-        from broker.processor import register_processors
 
         register_processors(self)
         if self.namesrv_processor is not None:

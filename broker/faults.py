@@ -17,6 +17,8 @@ from protocol.command import InvalidParameter, field_bool, field_int, field_list
 
 @dataclass(frozen=True, slots=True)
 class FaultError:
+    """An error response a fault answers with."""
+
     code: int
     remark: str
 
@@ -26,6 +28,8 @@ class FaultError:
 
 @dataclass(slots=True)
 class Fault:
+    """An injected fault: which requests it matches and what it does to them."""
+
     fault_id: int
     request_code: int
     group: str | None = None
@@ -79,6 +83,8 @@ class Fault:
 
 @dataclass(frozen=True, slots=True)
 class FaultAction:
+    """What a matching fault does to one request: an error, a delay or a dropped answer."""
+
     fault_id: int
     error: FaultError | None
     latency_ms: int
@@ -125,6 +131,8 @@ def parse_fault_spec(body: Any) -> dict[str, Any]:
 
 
 class FaultTable:
+    """The broker's active faults; for each request the oldest matching one applies."""
+
     def __init__(self) -> None:
         self.faults: dict[int, Fault] = {}
         self._next_id = 1

@@ -14,6 +14,8 @@ from protocol.model import MessageQueue
 
 @dataclass(slots=True)
 class LockEntry:
+    """Who holds a queue's lock and when it was last renewed."""
+
     client_id: str
     last_update_ms: int
 
@@ -23,6 +25,8 @@ class LockEntry:
 
 @dataclass(slots=True)
 class LockBatchResult:
+    """LOCK_BATCH_MQ's outcome: the queues locked and those newly taken."""
+
     locked: list[MessageQueue]  # every queue now held by the client, in request order
     acquired: list[tuple[MessageQueue, str | None]] = field(
         default_factory=list
@@ -30,6 +34,8 @@ class LockBatchResult:
 
 
 class RebalanceLockManager:
+    """Queue locks of orderly consumers per group, expiring after lockMaxLiveTime."""
+
     def __init__(self, lock_max_live_time_ms: int = 60_000) -> None:
         self.lock_max_live_time_ms = lock_max_live_time_ms
         self.mq_lock_table: dict[str, dict[MessageQueue, LockEntry]] = {}

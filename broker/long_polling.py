@@ -14,6 +14,8 @@ from protocol.model import tag_matches
 
 @dataclass(eq=False, slots=True)
 class HeldPull:
+    """A pull waiting for messages: its queue, offset, deadline and how to answer it."""
+
     topic: str
     queue_id: int
     offset: int  # the queueOffset the pull asked for
@@ -25,6 +27,8 @@ class HeldPull:
 
 
 class PullRequestHoldService:
+    """The held pulls by queue, woken by a new message or their deadline."""
+
     def __init__(self) -> None:
         self.pull_request_table: dict[tuple[str, int], list[HeldPull]] = {}
         self._count = 0

@@ -19,6 +19,8 @@ from protocol.runtime import Clock, EventLog, SystemClock
 
 
 class NamesrvProcessor:
+    """The name server's requests: broker registration, routes, and broker expiry."""
+
     def __init__(self, route_info: RouteInfoManager, log: EventLog, clock: Clock) -> None:
         self.route_info = route_info
         self.log = log

@@ -12,6 +12,7 @@ from protocol.command import DEFAULT_MAX_FRAME_BYTES
 from protocol.runtime import (
     EventLog,
     add_common_args,
+    add_native_port_arg,
     announce_ready,
     port_number,
     positive_int,
@@ -29,14 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_FRAME_BYTES,
         help="largest frame accepted; a bigger one closes its connection (default %(default)s)",
     )
-    p.add_argument(
-        "--remoting-port",
-        "--native-port",
-        dest="remoting_port",
-        type=port_number,
-        default=None,
-        help="also serve RocketMQ's own remoting protocol on this port, for real RocketMQ clients",
-    )
+    add_native_port_arg(p)
     add_common_args(p)
     return p
 

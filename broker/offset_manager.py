@@ -8,6 +8,8 @@ from __future__ import annotations
 
 
 class ConsumerOffsetManager:
+    """Committed consume offsets by group, topic and queue."""
+
     def __init__(self) -> None:
         # (topic, group) -> queue id -> offset, like RocketMQ's "topic@group" keyed table.
         self.offset_table: dict[tuple[str, str], dict[int, int]] = {}

@@ -14,6 +14,8 @@ from protocol.command import InvalidParameter, field_int
 
 @dataclass(slots=True)
 class QueueData:
+    """A broker's queue counts and permissions for one topic, as the name server keeps them."""
+
     broker_name: str
     read_queue_nums: int
     write_queue_nums: int
@@ -30,6 +32,8 @@ class QueueData:
 
 @dataclass(slots=True)
 class BrokerData:
+    """A broker name's cluster and addresses by broker id."""
+
     cluster: str
     broker_name: str
     broker_addrs: dict[int, str] = field(default_factory=dict)
@@ -49,6 +53,8 @@ class BrokerData:
 
 @dataclass(slots=True)
 class BrokerLiveInfo:
+    """A registered broker's last registration time and connection, for expiry."""
+
     broker_addr: str
     broker_name: str
     cluster: str
@@ -83,6 +89,8 @@ def parse_topic_config_table(body: Any) -> dict[str, QueueData]:
 
 
 class RouteInfoManager:
+    """The name server's tables: topics, brokers, clusters and live brokers."""
+
     def __init__(self) -> None:
         self.cluster_addr_table: dict[str, set[str]] = {}
         self.broker_addr_table: dict[str, BrokerData] = {}

@@ -21,6 +21,8 @@ from broker.store import (
 
 
 class ScheduleMessageService:
+    """Delivers delayed messages (retries) when their delay level's time has come."""
+
     def __init__(self, delay_levels_ms: Sequence[int]) -> None:
         if not delay_levels_ms:
             raise ValueError("at least one delay level is needed")

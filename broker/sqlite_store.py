@@ -69,6 +69,8 @@ _STOP = "stop"
 
 
 class SqliteMessageStore(MemoryMessageStore):
+    """The message store kept durably in SQLite (WAL), with topics and offsets."""
+
     durable = True
 
     def __init__(

@@ -140,6 +140,8 @@ class ConsumeQueue:
 
 
 class GetMessageStatus(enum.Enum):
+    """How a pull's read of the store ended (RocketMQ's GetMessageStatus)."""
+
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"  # messages scanned, none matched the filter
     OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # offset == max: nothing new yet
@@ -148,6 +150,8 @@ class GetMessageStatus(enum.Enum):
 
 @dataclass(slots=True)
 class GetMessageResult:
+    """A pull's read of the store: the messages, its status and the offsets around them."""
+
     status: GetMessageStatus
     messages: list[StoredMessage]
     next_begin_offset: int

@@ -37,6 +37,8 @@ def topic_name_problem(topic: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
+    """A topic's queue counts and permission."""
+
     topic_name: str
     read_queue_nums: int = 4
     write_queue_nums: int = 4
@@ -66,6 +68,8 @@ AUTO_CREATE_TOPIC_KEY = "TBW102"
 
 
 class TopicConfigManager:
+    """The broker's topics, created by admin requests or on first use."""
+
     def __init__(self, default_queue_nums: int = 4, auto_create: bool = True) -> None:
         self.default_queue_nums = default_queue_nums
         self.auto_create = auto_create

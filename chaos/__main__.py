@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from chaos.experiment import CLIENT_NAMES, Experiment, ExperimentError, load, parse
+from chaos.handdriven import add_commands
 from chaos.realclients import check_environment
 
 
@@ -125,17 +126,40 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         exp = resolve(args.file)
-        check_environment(exp)
     except ExperimentError as e:
         print(e, file=sys.stderr)
         return 2
+    image = None
+    if args.backend == "docker":  # before the local checks: a real client is the backend's problem here
+        from chaos.container import BackendError, check_backend
+
+        try:
+            image = check_backend(exp, args.image)
+        except BackendError as e:
+            print(f"rmq-chaos: the docker backend cannot run {exp.name}: {e}", file=sys.stderr)
+            return 2
+    else:
+        try:
+            check_environment(exp)
+        except ExperimentError as e:
+            print(e, file=sys.stderr)
+            return 2
+        if exp.one_way_partitions():
+            print(
+                f"rmq-chaos: one-way partitions need --backend docker (the local fault proxy cuts both "
+                f"ways): {', '.join(exp.one_way_partitions())}",
+                file=sys.stderr,
+            )
+            return 2
     run_dir = _run_dir(exp, args.out)
     if run_dir.exists() and any(run_dir.rglob("*.jsonl")):
         print(f"rmq-chaos: {run_dir} already holds a run's logs; choose another --out", file=sys.stderr)
         return 2
     for w in _warnings(exp):
         print(f"warning: {w}", file=sys.stderr)
-    runner = Runner(exp, run_dir, analyze=not args.no_analyze, ready_timeout_s=args.ready_timeout)
+    runner = Runner(
+        exp, run_dir, analyze=not args.no_analyze, ready_timeout_s=args.ready_timeout, image=image
+    )
 
     async def main() -> int:
         task = asyncio.current_task()
@@ -161,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rmq-chaos",
         description="Break a local RocketMQ-emulator cluster on a schedule and get a verdict.",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="run|list|validate")
+    sub = p.add_subparsers(dest="command", required=True, metavar="run|list|validate|nemesis|wait")
     run = sub.add_parser("run", help="run an experiment file (or a shipped experiment by name)")
     run.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
     run.add_argument("--out", default=None, metavar="DIR", help="run directory (default runs/NAME-TIMESTAMP)")
@@ -173,12 +197,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds a process may take to be READY",
     )
+    run.add_argument(
+        "--backend",
+        choices=("local", "docker"),
+        default="local",
+        help="run every node as a local process (default) or in its own container of the lab's image",
+    )
+    run.add_argument(
+        "--image",
+        default="rocketmq-rebalance-lab:latest",
+        metavar="NAME",
+        help="the image of the docker backend (scripts/docker/build_image.sh builds it)",
+    )
     run.set_defaults(func=cmd_run)
     lst = sub.add_parser("list", help="the shipped experiments and the question each answers")
     lst.set_defaults(func=cmd_list)
     val = sub.add_parser("validate", help="check an experiment file and print its expanded schedule")
     val.add_argument("file", metavar="EXPERIMENT")
     val.set_defaults(func=cmd_validate)
+    add_commands(sub)
     return p
 
 

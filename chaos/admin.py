@@ -16,7 +16,7 @@ from typing import Any
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.remoting import RemotingClient, RemotingError
-from protocol.runtime import host_port
+from protocol.runtime import host_port, non_negative_int, positive_int
 
 PERM_READ_WRITE = 6
 
@@ -71,23 +71,6 @@ def _on_off(text: str) -> bool:
     if v in ("off", "false", "no", "0"):
         return False
     raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
-
-
-def _non_negative(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
-def _positive(text: str) -> int:
-    v = _non_negative(text)
-    if v == 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return v
 
 
 class AdminClient:
@@ -225,14 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CODE[:REMARK]",
         help='an error response, answered in turn (repeatable), e.g. 1:"boom"',
     )
-    add.add_argument("--count", type=_positive, default=None, help="how many matching requests it applies to")
+    add.add_argument(
+        "--count", type=positive_int, default=None, help="how many matching requests it applies to"
+    )
     add.add_argument("--group", default=None, help="only requests of this consumer group")
     add.add_argument("--client-id", default=None, help="only requests of this client id")
-    add.add_argument("--latency-ms", type=_non_negative, default=0, help="delay before answering (ms)")
+    add.add_argument("--latency-ms", type=non_negative_int, default=0, help="delay before answering (ms)")
     add.add_argument("--drop", action="store_true", help="send no response at all")
-    add.add_argument("--duration-ms", type=_positive, default=None, help="how long the fault lasts (ms)")
+    add.add_argument("--duration-ms", type=positive_int, default=None, help="how long the fault lasts (ms)")
     clear = fsub.add_parser("clear", help="remove one fault (--id) or all")
-    clear.add_argument("--id", type=_positive, default=None, dest="fault_id")
+    clear.add_argument("--id", type=positive_int, default=None, dest="fault_id")
     fsub.add_parser("list", help="the broker's active faults as JSON")
 
     pol = sub.add_parser("policy", help="switch the what-if policies (off = RocketMQ's behaviour)")
@@ -245,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = topic.add_subparsers(dest="topic_command", required=True, metavar="create")
     create = tsub.add_parser("create", help="create or update a topic on this broker")
     create.add_argument("--topic", required=True)
-    create.add_argument("--queues", required=True, type=_positive, help="read and write queue count")
+    create.add_argument("--queues", required=True, type=positive_int, help="read and write queue count")
     create.add_argument("--perm", type=int, default=PERM_READ_WRITE, choices=(2, 4, 6), help="6 = read+write")
     return p
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.admin import AdminClient
+from chaos.experiment import NETWORK_ACTIONS
 from chaos.proxy import ClientLinks
 from chaos.realclients import RealClients
 from chaos.supervisor import EventSink, Member, Supervisor
@@ -25,6 +26,11 @@ PRODUCER_MODULE = "client.producer_main"
 
 
 class LocalCluster:
+    """A name server, brokers and their admin client, as local processes."""
+
+    # Network actions done through a client's fault proxy: here, all of them.
+    proxied_actions: tuple[str, ...] = NETWORK_ACTIONS
+
     def __init__(
         self,
         run_dir: str | Path,
@@ -214,6 +220,22 @@ class LocalCluster:
                     f"(it knows {sorted(route_brokers(route))})"
                 )
             await asyncio.sleep(0.1)
+
+    async def prepare(self) -> None:
+        """Anything the backend needs before nodes are declared (local processes need nothing)."""
+
+    async def apply_network(self, node: str, action: str, broker: str = "all", **params: Any) -> list[str]:
+        """A network nemesis on the node's links (KeyError when the node has no fault proxy)."""
+        if params.pop("direction", "both") != "both":
+            raise ValueError("a one-way partition needs the docker backend (the fault proxy cuts both ways)")
+        return self.links[node].apply(action, broker, **params)
+
+    def network_faulty(self, node: str) -> bool:
+        """Whether a network fault is in force on one of the node's links."""
+        links = self.links.get(node)
+        return links is not None and any(
+            p.latency_ms or p.blackholed or p.refusing for p in links.select("all")
+        )
 
     # -- stopping --------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ NETWORK_ACTIONS = ("latency", "blackhole", "reset", "heal")
 BROKER_ACTIONS = ("fault", "fault-clear", "policy")
 ACTIONS = PROCESS_ACTIONS + NETWORK_ACTIONS + BROKER_ACTIONS
 SELECTORS = ("random", "next", "all")
+PARTITION_DIRECTIONS = ("both", "out", "in")
 ROLES = ("namesrv", "broker", "producer", "consumer")
 # Allocation strategies that need no per-consumer configuration (CONFIG and MACHINE_ROOM need a queue or
 # room list per consumer, which an experiment cannot give yet).
@@ -199,12 +200,16 @@ class KeyLines:
 
 @dataclass(frozen=True)
 class TopicSpec:
+    """A [[topics]] table."""
+
     name: str
     queues: int  # in total, spread evenly over the brokers
 
 
 @dataclass(frozen=True)
 class ConsumerSpec:
+    """A [[consumers]] table: ``count`` consumer processes of one group."""
+
     group: str
     topic: str
     count: int
@@ -224,6 +229,8 @@ class ConsumerSpec:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
+    """The [workload] table: the producer processes and what they send."""
+
     rate: float  # messages per wall-clock second, per producer
     count: int  # messages per producer
     size: int  # payload bytes
@@ -235,6 +242,8 @@ class WorkloadSpec:
 
 @dataclass(frozen=True)
 class Policies:
+    """The [policies] table: the brokers' what-if switches."""
+
     notify_on_channel_expired: bool = False
     release_locks_on_close: bool = False
 
@@ -249,6 +258,8 @@ class Policies:
 
 @dataclass(frozen=True)
 class NemesisSpec:
+    """A [[nemesis]] table: an action on targets at one or more times."""
+
     index: int  # 1-based position in the file
     line: int | None
     action: str
@@ -266,6 +277,8 @@ class NemesisSpec:
 
 @dataclass(frozen=True)
 class NodeInfo:
+    """One process of the experiment: its node name, role and (consumers) group, topic and client."""
+
     node: str
     role: str
     group: str | None = None
@@ -292,6 +305,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Experiment:
+    """A parsed, checked experiment file."""
+
     name: str
     question: str
     source: str
@@ -327,12 +342,21 @@ class Experiment:
         """The real RocketMQ clients this experiment runs (empty when every consumer is ours)."""
         return {c.client for c in self.consumers if c.real}
 
-    def network_targets(self) -> set[str]:
-        """Client nodes that need a fault proxy because a network nemesis may target them."""
+    def one_way_partitions(self) -> list[str]:
+        """Blackholes of one direction only (the fault proxy cuts both ways; iptables can cut one)."""
+        return [
+            f"{n.action} {n.target} (direction={n.params['direction']})"
+            for n in self.nemeses
+            if n.params.get("direction", "both") != "both"
+        ]
+
+    def network_targets(self, actions: Iterable[str] = NETWORK_ACTIONS) -> set[str]:
+        """Client nodes that need a fault proxy because a network nemesis (of ``actions``) may target them."""
         nodes = self.nodes()
+        wanted = set(actions)
         out: set[str] = set()
         for n in self.nemeses:
-            if n.action in NETWORK_ACTIONS:
+            if n.action in wanted:
                 out.update(_candidates(n.target, n.group, nodes))
         return out
 
@@ -609,46 +633,95 @@ def _build(
     duration = root.get("duration", "number", _REQUIRED, _positive)
     seed = root.get("seed", "int", 0)
     drain_timeout = root.get("drain_timeout", "number", 300, _positive)
+    n_brokers, durable = _cluster(root.table("cluster"))
+    policies = _policies(root.table("policies"))
+    topics = _topics(root.tables("topics"), n_brokers)
+    if not topics and "topics" not in data:
+        root.err(None, "at least one [[topics]] table is required")
+    declared = {t.name for t in topics}
+    consumers = _consumers(root.tables("consumers"), declared)
+    workload = _workload(root.table("workload"), topics, declared)
+    nemeses = [
+        spec for i, n in enumerate(root.tables("nemesis")) if (spec := _nemesis(n, i + 1, pr)) is not None
+    ]
+    root.finish()
+    _check_time_scale(root, time_scale, consumers)
+    _check_consumer_starts(pr, consumers, duration)
+    # The schedule's checks still run after problems elsewhere (so that every mistake is reported at
+    # once), unless a table that defines nodes or groups is broken: its missing nodes would be reported
+    # again as unknown targets.
+    nodes_sound = not any(p and p[0] in ("cluster", "topics", "consumers", "workload") for p in pr.paths)
+    if duration is None or not nodes_sound:
+        return None
+    exp = Experiment(
+        name=name,
+        question=question,
+        source=source,
+        text=text,
+        time_scale=float(time_scale or 1.0),
+        duration=float(duration),
+        seed=seed,
+        drain_timeout=float(drain_timeout),
+        brokers=broker_names(n_brokers),
+        durable=durable,
+        topics=tuple(topics),
+        consumers=tuple(consumers),
+        workload=workload,
+        policies=policies,
+        nemeses=tuple(nemeses),
+    )
+    _check_nemeses(exp, pr)
+    return None if pr.items else exp
 
-    cluster = root.table("cluster")
-    n_brokers, durable = 1, False
-    if cluster:
-        n_brokers = cluster.get(
-            "brokers", "int", 1, lambda v: None if 1 <= v <= MAX_BROKERS else f"must be 1..{MAX_BROKERS}"
-        )
-        durable = cluster.get("durable", "bool", False)
-        cluster.finish()
-    brokers = broker_names(n_brokers)
 
-    pol = root.table("policies")
-    policies = Policies()
-    if pol:
-        policies = Policies(
-            notify_on_channel_expired=pol.get("notify_on_channel_expired", "bool", False),
-            release_locks_on_close=pol.get("release_locks_on_close", "bool", False),
-        )
-        pol.finish()
+def _cluster(cluster: _Table | None) -> tuple[int, bool]:
+    """[cluster]: (number of brokers, durable stores)."""
+    if not cluster:
+        return 1, False
+    n_brokers = cluster.get(
+        "brokers", "int", 1, lambda v: None if 1 <= v <= MAX_BROKERS else f"must be 1..{MAX_BROKERS}"
+    )
+    durable = cluster.get("durable", "bool", False)
+    cluster.finish()
+    return n_brokers, durable
 
+
+def _policies(pol: _Table | None) -> Policies:
+    """[policies]: the brokers' what-if switches."""
+    if not pol:
+        return Policies()
+    policies = Policies(
+        notify_on_channel_expired=pol.get("notify_on_channel_expired", "bool", False),
+        release_locks_on_close=pol.get("release_locks_on_close", "bool", False),
+    )
+    pol.finish()
+    return policies
+
+
+def _topics(tables: Iterable[_Table], n_brokers: int) -> list[TopicSpec]:
+    """[[topics]]: unique names, queues spread evenly over the brokers."""
     topics: list[TopicSpec] = []
-    seen_topics: set[str] = set()
-    for t in root.tables("topics"):
+    seen: set[str] = set()
+    for t in tables:
         tname = t.get("name", "str", _REQUIRED, _name)
         queues = t.get("queues", "int", _REQUIRED, _positive)
         t.finish()
         if tname is None or queues is None:
             continue
-        if tname in seen_topics:
+        if tname in seen:
             t.err("name", f"topic {tname!r} is declared twice")
         if queues % n_brokers:
             t.err("queues", f"{queues} queues cannot be spread evenly over {n_brokers} brokers")
-        seen_topics.add(tname)
+        seen.add(tname)
         topics.append(TopicSpec(tname, queues))
-    if not topics and "topics" not in data:
-        root.err(None, "at least one [[topics]] table is required")
+    return topics
 
+
+def _consumers(tables: Iterable[_Table], declared: set[str]) -> list[ConsumerSpec]:
+    """[[consumers]]: each table is ``count`` processes, numbered consumer-1, consumer-2 ... in order."""
     consumers: list[ConsumerSpec] = []
     number = 0
-    for c in root.tables("consumers"):
+    for c in tables:
         group = c.get("group", "str", _REQUIRED, _name)
         topic = c.get("topic", "str", _REQUIRED)
         count = c.get("count", "int", 1, _positive)
@@ -660,7 +733,7 @@ def _build(
         client = c.get("client", "str", "python", _one_of(CLIENTS))
         join = c.get("start", "number", 0.0, _non_negative)
         c.finish()
-        if topic is not None and topic not in seen_topics:
+        if topic is not None and topic not in declared:
             c.err("topic", f"topic {topic!r} is not declared in [[topics]]")
         if client in REAL_CLIENTS:
             _check_real_client(c, client)
@@ -683,36 +756,36 @@ def _build(
                 start=float(join or 0.0),
             )
         )
+    return consumers
 
-    workload = None
-    w = root.table("workload")
-    if w:
-        rate = w.get("rate", "number", _REQUIRED, _positive)
-        count = w.get("count", "int", _REQUIRED, _positive)
-        size = w.get("size", "int", 128, lambda v: None if 1 <= v <= _MAX_BODY else f"must be 1..{_MAX_BODY}")
-        wtopics = w.get("topics", "str-list", [t.name for t in topics])
-        producers = w.get("producers", "int", 1, _positive)
-        start = w.get("start", "number", 0.0, _non_negative)
-        w.finish()
-        for t in wtopics or []:
-            if t not in seen_topics:
-                w.err("topics", f"topic {t!r} is not declared in [[topics]]")
-        if rate is not None and count is not None:
-            pnodes: list[tuple[str, str]] = []
-            for t in wtopics or []:
-                for _ in range(producers or 1):
-                    pnodes.append((f"producer-{len(pnodes) + 1}", t))
-            workload = WorkloadSpec(
-                float(rate), count, size, tuple(wtopics or ()), producers or 1, float(start), tuple(pnodes)
-            )
 
-    nemeses: list[NemesisSpec] = []
-    for i, n in enumerate(root.tables("nemesis")):
-        spec = _nemesis(n, i + 1, pr)
-        if spec is not None:
-            nemeses.append(spec)
+def _workload(w: _Table | None, topics: list[TopicSpec], declared: set[str]) -> WorkloadSpec | None:
+    """[workload]: the producers, one set per topic (all declared topics by default)."""
+    if not w:
+        return None
+    rate = w.get("rate", "number", _REQUIRED, _positive)
+    count = w.get("count", "int", _REQUIRED, _positive)
+    size = w.get("size", "int", 128, lambda v: None if 1 <= v <= _MAX_BODY else f"must be 1..{_MAX_BODY}")
+    wtopics = w.get("topics", "str-list", [t.name for t in topics])
+    producers = w.get("producers", "int", 1, _positive)
+    start = w.get("start", "number", 0.0, _non_negative)
+    w.finish()
+    for t in wtopics or []:
+        if t not in declared:
+            w.err("topics", f"topic {t!r} is not declared in [[topics]]")
+    if rate is None or count is None:
+        return None
+    pnodes: list[tuple[str, str]] = []
+    for t in wtopics or []:
+        for _ in range(producers or 1):
+            pnodes.append((f"producer-{len(pnodes) + 1}", t))
+    return WorkloadSpec(
+        float(rate), count, size, tuple(wtopics or ()), producers or 1, float(start), tuple(pnodes)
+    )
 
-    root.finish()
+
+def _check_time_scale(root: _Table, time_scale: float | None, consumers: list[ConsumerSpec]) -> None:
+    """Real clients keep RocketMQ's own timers: the lab may not run much faster than they do."""
     real = sorted({c.client for c in consumers if c.real})
     if real and time_scale is not None and time_scale < REAL_CLIENT_MIN_TIME_SCALE:
         names = " and ".join(CLIENT_NAMES[k] for k in real)
@@ -722,6 +795,9 @@ def _build(
             "they heartbeat every 30 s and renew locks every 20 s whatever the time scale, and a faster "
             "broker would expire their channels and locks",
         )
+
+
+def _check_consumer_starts(pr: _Problems, consumers: list[ConsumerSpec], duration: float | None) -> None:
     for i, c in enumerate(consumers):
         if duration is not None and c.start >= duration:
             pr.add(
@@ -729,31 +805,6 @@ def _build(
                 f"consumers[{i + 1}].start: start = {c.start:g} is not before the end of the experiment "
                 f"(duration = {duration:g})",
             )
-    # The schedule's checks still run after problems elsewhere (so that every mistake is reported at
-    # once), unless a table that defines nodes or groups is broken: its missing nodes would be reported
-    # again as unknown targets.
-    nodes_sound = not any(p and p[0] in ("cluster", "topics", "consumers", "workload") for p in pr.paths)
-    if duration is None or not nodes_sound:
-        return None
-    exp = Experiment(
-        name=name,
-        question=question,
-        source=source,
-        text=text,
-        time_scale=float(time_scale or 1.0),
-        duration=float(duration),
-        seed=seed,
-        drain_timeout=float(drain_timeout),
-        brokers=brokers,
-        durable=durable,
-        topics=tuple(topics),
-        consumers=tuple(consumers),
-        workload=workload,
-        policies=policies,
-        nemeses=tuple(nemeses),
-    )
-    _check_nemeses(exp, pr)
-    return None if pr.items else exp
 
 
 def _check_real_client(c: _Table, client: str) -> None:
@@ -793,6 +844,9 @@ def _nemesis(n: _Table, index: int, pr: _Problems) -> NemesisSpec | None:
         params["down"] = n.get("down", "number", 0.0, _non_negative)
     if action in NETWORK_ACTIONS:
         params["broker"] = n.get("broker", "str", "all")
+    if action == "blackhole" and "direction" in n.data:
+        # one-way partitions: "out" drops what the node sends to the broker, "in" what it receives
+        params["direction"] = n.get("direction", "str", "both", _one_of(PARTITION_DIRECTIONS))
     if action == "latency":
         params["ms"] = n.get("ms", "number", _REQUIRED, _positive)
         params["jitter_ms"] = n.get("jitter_ms", "number", 0, _non_negative)

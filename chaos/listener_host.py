@@ -24,7 +24,7 @@ from protocol.runtime import EventLog
 
 
 class ListenerError(ValueError):
-    pass
+    """The listener given to rmq-consumer cannot be loaded."""
 
 
 def load_listener(spec: str) -> Callable[..., Any]:

@@ -337,15 +337,21 @@ def _port_of(addr: str) -> str:
 class ClientLinks:
     """A client's proxied view of the cluster: a rewriting name-server proxy plus one proxy per broker."""
 
-    def __init__(self, node: str, namesrv: str, brokers: dict[str, str], seed: int = 0) -> None:
+    def __init__(
+        self, node: str, namesrv: str, brokers: dict[str, str], seed: int = 0, host: str = "127.0.0.1"
+    ) -> None:
         self.node = node
         self.namesrv_upstream = namesrv
         self.broker_upstreams = dict(brokers)  # broker name -> real address
         self.brokers: dict[str, FaultProxy] = {
-            name: FaultProxy(addr, name=f"{node}->{name}", seed=seed) for name, addr in brokers.items()
+            name: FaultProxy(addr, name=f"{node}->{name}", seed=seed, host=host)
+            for name, addr in brokers.items()
         }
         self.namesrv = FaultProxy(
-            namesrv, name=f"{node}->namesrv", rewriter_factory=lambda: RouteRewriter(self.map_addr)
+            namesrv,
+            name=f"{node}->namesrv",
+            rewriter_factory=lambda: RouteRewriter(self.map_addr),
+            host=host,
         )
 
     def map_addr(self, addr: str) -> str | None:

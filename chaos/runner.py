@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from chaos.admin import AdminError
 from chaos.cluster import LocalCluster
+from chaos.container import BackendError, ContainerCluster, ImageInfo
 from chaos.experiment import NETWORK_ACTIONS, Experiment, ExperimentError, Step
 from chaos.realclients import RealClients, check_environment
 from chaos.supervisor import ProcessFailed, SupervisorError
@@ -36,6 +37,8 @@ PACKAGE = "rocketmq-rebalance-lab"
 
 @dataclass
 class RunResult:
+    """What a run produced: its directory, whether it drained, its verdicts and report."""
+
     run_dir: Path
     drained: bool = False
     quick_verdict: str = "fail"  # from the live counts: every sent message consumed by every group
@@ -76,6 +79,8 @@ def pipeline_available() -> bool:
 
 
 class Runner:
+    """Runs one experiment: starts the cluster and workload, applies the nemeses, drains, analyses."""
+
     def __init__(
         self,
         exp: Experiment,
@@ -87,8 +92,12 @@ class Runner:
         progress_interval_s: float = 0.5,
         analysis_command: list[str] | None = None,
         clients: RealClients | None = None,
+        image: ImageInfo | None = None,
     ) -> None:
         self.exp = exp
+        # The backend seam: local processes, or (given a checked image) containers (chaos.container).
+        self.image = image
+        self.backend = "docker" if image is not None else "local"
         self.clients = clients or RealClients()
         self.run_dir = Path(run_dir)
         self.analyze = analyze
@@ -187,18 +196,15 @@ class Runner:
             source=exp.source,
         )
         started_ms = int(time.time() * 1000)
-        self.cluster = LocalCluster(
-            self.run_dir,
-            time_scale=exp.time_scale,
-            log=self.log,
-            seed=exp.seed,
-            ready_timeout_s=self.ready_timeout_s,
-        )
+        self.cluster = self._make_cluster()
         progress: asyncio.Task[None] | None = None
         try:
             self.say(f"run {exp.name}: {exp.question or '(no question given)'}")
             self.say(f"run directory: {self.run_dir}")
             await self._start_analysis(after=self._manifest_path)
+            if self.image is not None:
+                self.say(f"backend: docker, image {self.image.name} ({self.image.image_id[:19]})")
+            await self.cluster.prepare()
             await self._setup()
             progress = asyncio.create_task(self._progress_loop())
             await self._execute()
@@ -216,6 +222,7 @@ class Runner:
             RemotingError,
             OSError,
             ExperimentError,
+            BackendError,
         ) as e:
             self.result.errors.append(str(e))
             self.say(f"run failed: {e}")
@@ -227,6 +234,8 @@ class Runner:
             with contextlib.suppress(BaseException):
                 await self.cluster.close()
             self.cluster.sup.close()  # no-op after a clean close; the last word otherwise
+            if isinstance(self.cluster, ContainerCluster):
+                self.cluster.remove_sync()  # containers and network, even when the close was cut short
             with contextlib.suppress(BaseException):
                 await self._refresh_tally()
             if self.result.errors or self.result.interrupted or not self.analyze:
@@ -241,6 +250,18 @@ class Runner:
         self._print_verdict()
         return self.result
 
+    def _make_cluster(self) -> LocalCluster:
+        exp = self.exp
+        common: dict[str, Any] = {
+            "time_scale": exp.time_scale,
+            "log": self.log,
+            "seed": exp.seed,
+            "ready_timeout_s": self.ready_timeout_s,
+        }
+        if self.image is None:
+            return LocalCluster(self.run_dir, **common)
+        return ContainerCluster(self.run_dir, image=self.image, **common)
+
     async def _setup(self) -> None:
         exp, cluster = self.exp, self.cluster
         assert cluster is not None
@@ -251,7 +272,7 @@ class Runner:
         cluster.add_namesrv(native=native)
         for b in exp.brokers:
             cluster.add_broker(b, durable=exp.durable, flags=exp.policies.broker_flags(), native=native)
-        proxied = exp.network_targets()
+        proxied = exp.network_targets(cluster.proxied_actions)
         for c in exp.consumers:
             for node in c.nodes:
                 if c.real:
@@ -388,14 +409,22 @@ class Runner:
             elif a == "resume":
                 sup.resume(target)
             elif a in NETWORK_ACTIONS:
-                links = cluster.links[target]
                 extra: dict[str, Any] = {"broker": p.get("broker", "all")}
                 if a == "latency":
                     extra["latency_ms"] = round(p["ms"] * exp.time_scale, 3)
                     extra["jitter_ms"] = round(p.get("jitter_ms", 0) * exp.time_scale, 3)
+                if p.get("direction"):
+                    extra["direction"] = p["direction"]
+                if a != "heal":  # the container backend partitions in the kernel, not in the proxy
+                    extra["via"] = "proxy" if a in cluster.proxied_actions else "iptables"
                 sup.nemesis_event(a, target, **extra)
-                links.apply(
-                    a, extra["broker"], ms=extra.get("latency_ms", 0), jitter_ms=extra.get("jitter_ms", 0)
+                await cluster.apply_network(
+                    target,
+                    a,
+                    extra["broker"],
+                    ms=extra.get("latency_ms", 0),
+                    jitter_ms=extra.get("jitter_ms", 0),
+                    direction=extra.get("direction", "both"),
                 )
             elif a == "fault":
                 await self._fault(step)
@@ -460,8 +489,8 @@ class Runner:
             cluster.sup.refresh(m)
             if m.state == "paused":
                 await self.execute(Step(self.exp.duration, "resume", m.node, m.role, m.group, {}, 0))
-        for node, links in cluster.links.items():
-            if any(p.latency_ms or p.blackholed or p.refusing for p in links.select("all")):
+        for node in sorted(m.node for m in cluster.sup if m.role in ("consumer", "producer")):
+            if cluster.network_faulty(node):
                 await self.execute(
                     Step(self.exp.duration, "heal", node, "consumer", None, {"broker": "all"}, 0)
                 )
@@ -548,6 +577,7 @@ class Runner:
             "nemesis_skipped": self.result.skipped,
             "drained": self.result.drained,
             "live_counts": self.tally.summary(),
+            "backend": self.backend,
             "errors": self.result.errors,
             "interrupted": self.result.interrupted,
         }

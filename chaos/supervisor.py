@@ -46,6 +46,8 @@ _LAUNCHER = (
 
 
 class EventSink(Protocol):
+    """Where the supervisor writes its events."""
+
     def emit(self, event: str, **fields: Any) -> None: ...
 
 

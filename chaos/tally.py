@@ -66,6 +66,8 @@ class LogTailer:
 
 @dataclass
 class GroupTally:
+    """Live counts of one consumer group, read from its processes' events during a run."""
+
     topics: set[str] = field(default_factory=set)
     consumed: set[str] = field(default_factory=set)
     consumed_lines: int = 0

@@ -30,6 +30,7 @@ from client.allocate import (
     sort_mq_all,
 )
 from protocol.model import MessageQueue
+from protocol.runtime import bounded_int
 
 SIMULATED = ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH", "MACHINE_ROOM_NEARBY")
 SKIPPED = {
@@ -52,19 +53,6 @@ def broker_name(index: int) -> str:
         n, rem = divmod(n - 1, 26)
         letters = chr(ord("a") + rem) + letters
     return f"broker-{letters}"
-
-
-def _bounded_int(low: int, high: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
-        return value
-
-    return parse
 
 
 def _strategy_name(text: str) -> str:
@@ -97,14 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--queues",
-        type=_bounded_int(1, MAX_QUEUES),
+        type=bounded_int(1, MAX_QUEUES),
         required=True,
         help="queues per broker (an experiment file's topic `queues` counts the whole topic: "
         "16 there is --queues 8 --brokers 2)",
     )
-    p.add_argument("--brokers", type=_bounded_int(1, MAX_BROKERS), default=1, help="brokers (default 1)")
+    p.add_argument("--brokers", type=bounded_int(1, MAX_BROKERS), default=1, help="brokers (default 1)")
     p.add_argument(
-        "--consumers", type=_bounded_int(1, MAX_CONSUMERS), required=True, help="consumers in the group"
+        "--consumers", type=bounded_int(1, MAX_CONSUMERS), required=True, help="consumers in the group"
     )
     p.add_argument("--topic", default="TopicTest", help="topic name (default TopicTest)")
     p.add_argument("--group", default="GID_DEMO", help="consumer group name (default GID_DEMO)")
@@ -115,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--compare", action="store_true", help="every strategy side by side")
     p.add_argument(
         "--vnodes",
-        type=_bounded_int(0, 1000),
+        type=bounded_int(0, 1000),
         default=DEFAULT_VIRTUAL_NODE_CNT,
         help="CONSISTENT_HASH virtual nodes per consumer (default 10)",
     )
@@ -124,19 +112,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--rooms",
-        type=_bounded_int(1, 1000),
+        type=bounded_int(1, 1000),
         default=2,
         help="MACHINE_ROOM_NEARBY rooms, round robin (default 2)",
     )
-    p.add_argument("--leave", type=_bounded_int(0, MAX_CONSUMERS), default=0, help="N consumers leave")
+    p.add_argument("--leave", type=bounded_int(0, MAX_CONSUMERS), default=0, help="N consumers leave")
     p.add_argument("--leave-from", choices=("last", "first"), default="last", help="which consumers leave")
-    p.add_argument("--join", type=_bounded_int(0, MAX_CONSUMERS), default=0, help="N new consumers join")
+    p.add_argument("--join", type=bounded_int(0, MAX_CONSUMERS), default=0, help="N new consumers join")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
 
 @dataclass(frozen=True)
 class Scenario:
+    """One allocation question: the queues, the clients before and after a change, who left and joined."""
+
     topic: str
     group: str
     brokers: list[str]

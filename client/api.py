@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.errors import MQBrokerError, OffsetNotFoundError
-from client.rebalance_core import PullStatus, pull_status
+from client.pull_core import PullStatus, pull_status
 from client.route import TopicRouteData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, field_int, field_list, field_str
@@ -27,6 +27,8 @@ FLAG_SUBSCRIPTION = 0x4
 
 @dataclass(slots=True)
 class PullResult:
+    """A PULL_MESSAGE answer: RocketMQ's PullStatus, the next offset, the queue's bounds and the messages."""
+
     status: PullStatus
     next_begin_offset: int
     min_offset: int
@@ -59,6 +61,8 @@ def _check(resp: RemotingCommand, addr: str) -> RemotingCommand:
 
 
 class MQClientAPI:
+    """The client's requests to brokers and name servers (RocketMQ's MQClientAPIImpl), one per code."""
+
     def __init__(self, remoting: RemotingClient) -> None:
         self.remoting = remoting
 

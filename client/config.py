@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Self
 
 from protocol.model import ConsumeFromWhere, MessageModel
+from protocol.runtime import TimeScale
 
 
 class ConfigError(ValueError):
@@ -42,19 +43,25 @@ class ClientConfig:
     persist_consumer_offset_interval: int = 5_000
     mq_client_api_timeout: int = 3_000
     connect_timeout_millis: int = 3_000  # NettyClientConfig.connectTimeoutMillis
-    pull_time_delay_mills_when_exception: int = 1_000  # the effective value (see ROCKETMQ-FACTS §2)
+    # effective value: DefaultMQPushConsumerImpl's own default is 3000, but its constructor copies the
+    # consumer's ClientConfig value (1000) over it, in 4.9.8 as in 5.x
+    pull_time_delay_mills_when_exception: int = 1_000
     # first runs of MQClientInstance.startScheduledTask
     poll_name_server_first_delay: int = 10
     heartbeat_first_delay: int = 1_000
     persist_consumer_offset_first_delay: int = 10_000
 
+    @property
+    def scale(self) -> TimeScale:
+        return TimeScale(self.time_scale)
+
     def ms(self, value_ms: float) -> float:
         """A RocketMQ interval in this process's (scaled) milliseconds."""
-        return value_ms * self.time_scale
+        return self.scale.ms(value_ms)
 
     def seconds(self, value_ms: float) -> float:
         """A RocketMQ interval in this process's (scaled) seconds, for asyncio timers."""
-        return value_ms * self.time_scale / 1000.0
+        return self.scale.seconds(value_ms)
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)

@@ -16,13 +16,15 @@ import enum
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from client.group_state import GroupState
+from client.offset_store import OffsetStore
+from client.ports import EventSink, GroupApi
 from client.process_queue import ProcessQueue
+from client.rebalance import RebalanceImpl
 from protocol.model import Message, MessageModel, MessageQueue, is_retry_topic
-
-if TYPE_CHECKING:
-    from client.push_consumer import PushConsumer
+from protocol.runtime import Clock, TimerSet
 
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
@@ -30,11 +32,15 @@ PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
 
 
 class ConsumeConcurrentlyStatus(enum.StrEnum):
+    """What a concurrent listener returns."""
+
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
 
 
 class ConsumeOrderlyStatus(enum.StrEnum):
+    """What an orderly listener returns."""
+
     SUCCESS = "SUCCESS"
     SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
     COMMIT = "COMMIT"  # deprecated in RocketMQ; treated as SUCCESS with autoCommit
@@ -43,6 +49,8 @@ class ConsumeOrderlyStatus(enum.StrEnum):
 
 @dataclass(slots=True)
 class ConsumeConcurrentlyContext:
+    """Passed to a concurrent listener: ackIndex and the retry delay level of the failed rest."""
+
     message_queue: MessageQueue
     delay_level_when_next_consume: int = 0  # 0: the broker picks 3 + reconsumeTimes
     ack_index: int = 2**31 - 1
@@ -50,6 +58,8 @@ class ConsumeConcurrentlyContext:
 
 @dataclass(slots=True)
 class ConsumeOrderlyContext:
+    """Passed to an orderly listener: auto-commit and how long to suspend the queue after a failure."""
+
     message_queue: MessageQueue
     auto_commit: bool = True
     suspend_current_queue_time_millis: int = -1
@@ -107,6 +117,8 @@ def _accepts_two(fn: Callable[..., Any]) -> bool:
 
 @dataclass(slots=True, eq=False)
 class ConsumeRequest:
+    """A batch of one queue's messages for a consume worker."""
+
     msgs: list[Message]
     pq: ProcessQueue
     mq: MessageQueue
@@ -116,24 +128,39 @@ class ConsumeRequest:
 class _ServiceBase:
     mode = "CONCURRENTLY"
 
-    def __init__(self, consumer: PushConsumer, listener: Listener) -> None:
-        self.consumer = consumer
+    def __init__(
+        self,
+        state: GroupState,
+        listener: Listener,
+        *,
+        rebalance: RebalanceImpl,
+        api: GroupApi,
+        offsets: OffsetStore,
+        events: EventSink,
+        clock: Clock,
+    ) -> None:
+        self.state = state
+        self.config = state.config
+        self.group = state.group
+        self.client_id = state.client_id
         self.listener = listener
+        self.rebalance = rebalance
+        self.api = api
+        self.offsets = offsets
+        self.log = events
+        self.clock = clock
+        self._mq_locks: dict[MessageQueue, asyncio.Lock] = {}  # orderly: one consumer of a queue at a time
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._workers: list[asyncio.Task[None]] = []
-        self._timers: set[asyncio.TimerHandle] = set()
+        self._timers = TimerSet()
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._stopped = False
 
-    @property
-    def log(self) -> Any:
-        return self.consumer.log
-
     def _spawn_workers(self, n: int) -> None:
         for _ in range(n):
-            task = self.consumer.instance.spawn(self._worker(), "consume worker")
+            task = self.api.spawn(self._worker(), "consume worker")
             if task is not None:
                 self._workers.append(task)
 
@@ -156,27 +183,15 @@ class _ServiceBase:
     async def _run(self, item: Any) -> None:
         raise NotImplementedError
 
-    def _later(self, delay_ms: float, fn: Callable[[], None]) -> None:
-        if self._stopped:
-            return
-        loop = asyncio.get_running_loop()
-        handle: asyncio.TimerHandle
-
-        def fire() -> None:
-            self._timers.discard(handle)
-            if not self._stopped:
-                fn()
-
-        handle = loop.call_later(max(0.0, delay_ms) / 1000.0, fire)
-        self._timers.add(handle)
+    def _later(self, delay_ms: float, fn: Callable[[], object]) -> None:
+        self._timers.call_later(delay_ms, fn)
 
     def _emit_consumed(self, msgs: list[Message], mq: MessageQueue, started_ms: int) -> None:
-        c = self.consumer
         for msg in msgs:
-            c.log.emit(
+            self.log.emit(
                 "message_consumed",
-                group=c.group,
-                client_id=c.client_id,
+                group=self.group,
+                client_id=self.client_id,
                 msg_id=origin_msg_id(msg),
                 topic=mq.topic,
                 broker=mq.broker_name,
@@ -189,9 +204,7 @@ class _ServiceBase:
     async def shutdown(self, await_ms: float) -> None:
         """Stop taking work; wait up to ``await_ms`` (scaled) for running listeners, then cancel."""
         self._stopped = True
-        for h in list(self._timers):
-            h.cancel()
-        self._timers.clear()
+        self._timers.cancel_all()
         if await_ms > 0 and self._inflight:
             try:
                 async with asyncio.timeout(await_ms / 1000.0):
@@ -209,24 +222,28 @@ class _ServiceBase:
 
     async def send_message_back(self, msg: Message, delay_level: int, max_reconsume_times: int) -> bool:
         """CONSUMER_SEND_MSG_BACK to the master of the message's broker; False when it failed."""
-        c = self.consumer
-        cfg = c.config
-        addr = await c.instance.find_broker_address_in_publish_or_update(msg.topic, msg.broker_name)
+        cfg = self.config
+        addr = await self.api.find_broker_address_in_publish_or_update(msg.topic, msg.broker_name)
         if addr is None:
             return False
         try:
-            await c.instance.api.consumer_send_msg_back(
-                addr, msg, c.group, delay_level, max_reconsume_times, cfg.seconds(cfg.send_msg_back_timeout)
+            await self.api.consumer_send_msg_back(
+                addr,
+                msg,
+                self.group,
+                delay_level,
+                max_reconsume_times,
+                cfg.seconds(cfg.send_msg_back_timeout),
             )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self.log.warning("send message back failed", group=c.group, msg_id=msg.msg_id, error=repr(exc))
+            self.log.warning("send message back failed", group=self.group, msg_id=msg.msg_id, error=repr(exc))
             return False
-        c.log.emit(
+        self.log.emit(
             "message_sent_back",
-            group=c.group,
-            client_id=c.client_id,
+            group=self.group,
+            client_id=self.client_id,
             msg_id=origin_msg_id(msg),
             topic=msg.topic,
             broker=msg.broker_name,
@@ -238,11 +255,13 @@ class _ServiceBase:
 
 
 class ConsumeMessageConcurrentlyService(_ServiceBase):
+    """Consumes batches in parallel; failed messages are sent back to the broker for a later retry."""
+
     mode = "CONCURRENTLY"
 
     def start(self) -> None:
-        self._spawn_workers(self.consumer.config.consume_thread_min)
-        task = self.consumer.instance.spawn(self._clean_expired_loop(), "clean expired messages")
+        self._spawn_workers(self.config.consume_thread_min)
+        task = self.api.spawn(self._clean_expired_loop(), "clean expired messages")
         if task is not None:
             self._workers.append(task)
 
@@ -251,16 +270,15 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
     ) -> None:
         if self._stopped:
             return
-        batch = self.consumer.config.consume_message_batch_max_size
+        batch = self.config.consume_message_batch_max_size
         for i in range(0, len(msgs), batch):
             self._queue.put_nowait(ConsumeRequest(msgs[i : i + batch], pq, mq))
 
     async def _run(self, req: ConsumeRequest) -> None:
-        c = self.consumer
         if req.pq.dropped:
             return
         ctx = ConsumeConcurrentlyContext(req.mq)
-        started = c.clock.now_ms()
+        started = self.clock.now_ms()
         for msg in req.msgs:
             msg.properties[PROPERTY_CONSUME_START_TIME] = str(started)
         views = [listener_view(m) for m in req.msgs]
@@ -269,7 +287,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self.log.warning("listener raised; reconsume later", group=c.group, error=repr(exc))
+            self.log.warning("listener raised; reconsume later", group=self.group, error=repr(exc))
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
         if status is None or status is True:
             status = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
@@ -292,14 +310,13 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
     async def _process_consume_result(
         self, req: ConsumeRequest, ctx: ConsumeConcurrentlyContext, ack_index: int
     ) -> None:
-        c = self.consumer
         msgs = req.msgs
         failed: list[Message] = []
-        if c.message_model is MessageModel.BROADCASTING:
+        if self.state.message_model is MessageModel.BROADCASTING:
             for msg in msgs[ack_index + 1 :]:
                 self.log.warning("BROADCASTING, the message consume failed, drop it", msg_id=msg.msg_id)
         else:
-            max_times = c.config.max_reconsume_times_concurrently()
+            max_times = self.config.max_reconsume_times_concurrently()
             for msg in msgs[ack_index + 1 :]:
                 if not req.pq.contains(msg.queue_offset):
                     continue
@@ -310,13 +327,15 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
             failed_offsets = {m.queue_offset for m in failed}
             msgs = [m for m in msgs if m.queue_offset not in failed_offsets]
             retry = ConsumeRequest(failed, req.pq, req.mq)
-            self._later(c.config.ms(c.config.consume_resubmit_delay), lambda: self._queue.put_nowait(retry))
-        offset = req.pq.remove_messages(msgs, c.clock.monotonic_ms())
+            self._later(
+                self.config.ms(self.config.consume_resubmit_delay), lambda: self._queue.put_nowait(retry)
+            )
+        offset = req.pq.remove_messages(msgs, self.clock.monotonic_ms())
         if offset >= 0 and not req.pq.dropped:
-            c.offset_store.update_offset(req.mq, offset, increase_only=True)
+            self.offsets.update_offset(req.mq, offset, increase_only=True)
 
     async def _clean_expired_loop(self) -> None:
-        cfg = self.consumer.config
+        cfg = self.config
         period = cfg.seconds(cfg.consume_timeout * 60_000)
         while True:
             await asyncio.sleep(period)
@@ -324,10 +343,9 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
 
     async def clean_expired_messages(self) -> None:
         """ProcessQueue.cleanExpiredMsg: send back head messages stuck in a listener past consumeTimeout."""
-        c = self.consumer
-        limit = c.config.ms(c.config.consume_timeout * 60_000)
-        now = c.clock.now_ms()
-        for mq, pq in list(c.rebalance_impl.process_queue_table.items()):
+        limit = self.config.ms(self.config.consume_timeout * 60_000)
+        now = self.clock.now_ms()
+        for mq, pq in list(self.state.process_queue_table.items()):
             for _ in range(min(pq.msg_count, 16)):
                 first = pq.first_offset()
                 if first is None:
@@ -336,32 +354,30 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
                 start = msg.properties.get(PROPERTY_CONSUME_START_TIME)
                 if not start or not start.isdigit() or now - int(start) <= limit:
                     break
-                await self.send_message_back(msg, 3, c.config.max_reconsume_times_concurrently())
+                await self.send_message_back(msg, 3, self.config.max_reconsume_times_concurrently())
                 if pq.first_offset() == first:
-                    pq.remove_messages([msg], c.clock.monotonic_ms())
+                    pq.remove_messages([msg], self.clock.monotonic_ms())
                     self.log.warning("consume timeout: message sent back", mq=mq.short, offset=first)
 
 
 class ConsumeMessageOrderlyService(_ServiceBase):
+    """Consumes one queue at a time, in offset order, while the client holds the queue's broker lock."""
+
     mode = "ORDERLY"
 
-    def __init__(self, consumer: PushConsumer, listener: Listener) -> None:
-        super().__init__(consumer, listener)
-        self._mq_locks: dict[MessageQueue, asyncio.Lock] = {}
-
     def start(self) -> None:
-        self._spawn_workers(self.consumer.config.consume_thread_min)
-        if self.consumer.message_model is MessageModel.CLUSTERING:
-            task = self.consumer.instance.spawn(self._lock_periodically(), "lock mq periodically")
+        self._spawn_workers(self.config.consume_thread_min)
+        if self.state.message_model is MessageModel.CLUSTERING:
+            task = self.api.spawn(self._lock_periodically(), "lock mq periodically")
             if task is not None:
                 self._workers.append(task)
 
     async def _lock_periodically(self) -> None:
-        cfg = self.consumer.config
+        cfg = self.config
         await asyncio.sleep(cfg.seconds(cfg.lock_first_delay))
         while True:
             try:
-                await self.consumer.rebalance_impl.lock_all()
+                await self.rebalance.lock_all()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -378,33 +394,32 @@ class ConsumeMessageOrderlyService(_ServiceBase):
         self._later(delay_ms, lambda: self.submit_consume_request(None, pq, mq, True))
 
     def _try_lock_later_and_reconsume(self, pq: ProcessQueue, mq: MessageQueue, delay_ms: float) -> None:
-        cfg = self.consumer.config
+        cfg = self.config
 
         async def attempt() -> None:
-            ok = await self.consumer.rebalance_impl.lock(mq)
+            ok = await self.rebalance.lock(mq)
             self._submit_later(pq, mq, cfg.ms(10 if ok else 3000))
 
-        self._later(cfg.ms(delay_ms), lambda: self.consumer.instance.spawn(attempt(), "lock and reconsume"))
+        self._later(cfg.ms(delay_ms), lambda: self.api.spawn(attempt(), "lock and reconsume"))
 
     async def _run(self, req: ConsumeRequest) -> None:
-        c = self.consumer
-        cfg = c.config
+        cfg = self.config
         pq, mq = req.pq, req.mq
         if pq.dropped:
             return
         lock = self._mq_locks.setdefault(mq, asyncio.Lock())
         async with lock:
-            clustering = c.message_model is MessageModel.CLUSTERING
+            clustering = self.state.message_model is MessageModel.CLUSTERING
             lock_ms = cfg.ms(cfg.lock_max_live_time)
-            if clustering and not (pq.locked and not pq.is_lock_expired(c.clock.monotonic_ms(), lock_ms)):
+            if clustering and not (pq.locked and not pq.is_lock_expired(self.clock.monotonic_ms(), lock_ms)):
                 if not pq.dropped:
                     self._try_lock_later_and_reconsume(pq, mq, 100)
                 return
-            begin = c.clock.monotonic_ms()
+            begin = self.clock.monotonic_ms()
             while True:
                 if pq.dropped:
                     break
-                now = c.clock.monotonic_ms()
+                now = self.clock.monotonic_ms()
                 if clustering and (not pq.locked or pq.is_lock_expired(now, lock_ms)):
                     self._try_lock_later_and_reconsume(pq, mq, 10)
                     break
@@ -420,13 +435,15 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                     if pq.dropped:
                         pq.make_message_to_consume_again(msgs)
                         break
-                    started = c.clock.now_ms()
+                    started = self.clock.now_ms()
                     try:
                         status = await self.listener([listener_view(m) for m in msgs], ctx)
                     except asyncio.CancelledError:
                         raise
                     except Exception as exc:
-                        self.log.warning("orderly listener raised; suspend", group=c.group, error=repr(exc))
+                        self.log.warning(
+                            "orderly listener raised; suspend", group=self.group, error=repr(exc)
+                        )
                         status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
                 status = _orderly_status(status, self.log)
                 if status in (ConsumeOrderlyStatus.SUCCESS, ConsumeOrderlyStatus.COMMIT):
@@ -442,7 +459,6 @@ class ConsumeMessageOrderlyService(_ServiceBase):
         pq: ProcessQueue,
         mq: MessageQueue,
     ) -> bool:
-        c = self.consumer
         commit_offset = -1
         keep_going = True
         if ctx.auto_commit:
@@ -472,11 +488,11 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                 self._submit_later(pq, mq, self._suspend_ms(ctx))
                 keep_going = False
         if commit_offset >= 0 and not pq.dropped:
-            c.offset_store.update_offset(mq, commit_offset, increase_only=False)
+            self.offsets.update_offset(mq, commit_offset, increase_only=False)
         return keep_going
 
     def _suspend_ms(self, ctx: ConsumeOrderlyContext) -> float:
-        cfg = self.consumer.config
+        cfg = self.config
         ms = ctx.suspend_current_queue_time_millis
         if ms == -1:
             ms = cfg.suspend_current_queue_time_millis
@@ -484,9 +500,8 @@ class ConsumeMessageOrderlyService(_ServiceBase):
 
     async def _check_reconsume_times(self, msgs: list[Message]) -> bool:
         """True: suspend the queue and retry these messages; past maxReconsumeTimes they go to the DLQ."""
-        c = self.consumer
         suspend = False
-        max_times = c.config.max_reconsume_times_orderly()
+        max_times = self.config.max_reconsume_times_orderly()
         for msg in msgs:
             if msg.reconsume_times >= max_times:
                 # the broker stores a message sent back past its limit in %DLQ%<group>
@@ -499,7 +514,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
         return suspend
 
 
-def _orderly_status(status: Any, log: Any) -> ConsumeOrderlyStatus:
+def _orderly_status(status: Any, log: EventSink) -> ConsumeOrderlyStatus:
     if status is None or status is True:
         return ConsumeOrderlyStatus.SUCCESS
     if status is False:

@@ -9,49 +9,22 @@ from typing import Any
 from client.allocate import AllocateMessageQueueStrategy, get_strategy
 from client.config import ConfigError, ConsumerConfig
 from client.errors import MQClientError
-from client.instance import MQClientInstance, MQClientManager
+from client.group_state import GroupState, shorts
+from client.instance import InstanceGroupApi, InstanceOffsetApi, MQClientInstance, MQClientManager
 from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
+from client.ports import GroupApi, PullDispatcher
 from client.process_queue import PullRequest
 from client.producer import check_topic
-from client.rebalance import RebalanceImpl, shorts
-from client.route import MASTER_ID, TopicRouteData
+from client.rebalance import RebalanceImpl, emit_queue_event
+from client.route import TopicRouteData
 from protocol.model import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
     MessageModel,
     MessageQueue,
-    SubscriptionData,
-    retry_topic,
 )
 from protocol.runtime import Clock, EventLog, SystemClock, build_client_id, new_instance_name
-
-
-class _BrokerOffsetApi:
-    """Routes RemoteBrokerOffsetStore's calls to the master of the queue's broker."""
-
-    def __init__(self, consumer: ConsumerBase) -> None:
-        self.consumer = consumer
-
-    async def _addr(self, mq: MessageQueue, only_master: bool) -> str:
-        inst = self.consumer.instance
-        addr = await inst.find_broker_address_in_subscribe_or_update(
-            mq.topic, mq.broker_name, MASTER_ID, only_master
-        )
-        if addr is None:
-            raise MQClientError(f"the broker[{mq.broker_name}] not exist")
-        return addr
-
-    async def query_consumer_offset(self, mq: MessageQueue, group: str) -> int:
-        cfg = self.consumer.config
-        addr = await self._addr(mq, True)
-        return await self.consumer.instance.api.query_consumer_offset(
-            addr, group, mq, cfg.seconds(cfg.query_offset_timeout)
-        )
-
-    async def update_consumer_offset_oneway(self, mq: MessageQueue, group: str, offset: int) -> None:
-        addr = await self._addr(mq, False)
-        await self.consumer.instance.api.update_consumer_offset_oneway(addr, group, mq, offset)
 
 
 def normalize_enums(options: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +73,6 @@ class ConsumerBase:
     """State and MQConsumerInner hooks common to PushConsumer and LitePullConsumer."""
 
     consume_type = ConsumeType.CONSUME_PASSIVELY
-    rebalance_class: type[RebalanceImpl] = RebalanceImpl
 
     def __init__(
         self,
@@ -133,6 +105,8 @@ class ConsumerBase:
         self.instance: MQClientInstance = MQClientManager.get_or_create(
             self.config, self.client_id, self.log, self.clock
         )
+        self.api: GroupApi = InstanceGroupApi(self.instance)
+        self.pulls: PullDispatcher = self.instance.pull_service
         self.offset_store: OffsetStore
         if self.config.message_model is MessageModel.BROADCASTING:
             self.offset_store = LocalFileOffsetStore(
@@ -141,17 +115,21 @@ class ConsumerBase:
         else:
             self.offset_store = RemoteBrokerOffsetStore(
                 group,
-                _BrokerOffsetApi(self),
+                InstanceOffsetApi(self.api, self.config),
                 log=self.log,
                 broker_error_as_not_found=self.config.query_offset_error_as_not_found,
             )
-        self.rebalance_impl = self.rebalance_class(self)
-        self.pull_threshold_for_queue = self.config.pull_threshold_for_queue
-        self.pull_threshold_size_for_queue = self.config.pull_threshold_size_for_queue
-        self.consume_orderly = False
+        self.state = GroupState(group, self.client_id, self.config, self.strategy, self.consume_type)
+        self.rebalance_impl = self._build_rebalance_impl()
         self.running = False
         self.paused = False
-        self._subscriptions: dict[str, str] = {}
+
+    def _build_rebalance_impl(self) -> RebalanceImpl:
+        return RebalanceImpl(self.state, self.api, self.pulls, self.offset_store, self.log, clock=self.clock)
+
+    @property
+    def consume_orderly(self) -> bool:
+        return self.state.consume_orderly
 
     @property
     def message_model(self) -> MessageModel:
@@ -159,36 +137,18 @@ class ConsumerBase:
 
     def emit_queue_event(self, event: str, mq: MessageQueue, **fields: Any) -> None:
         """Write an event about one of this consumer's message queues (group, client id and the queue)."""
-        self.log.emit(
-            event,
-            group=self.group,
-            client_id=self.client_id,
-            topic=mq.topic,
-            broker=mq.broker_name,
-            queue_id=mq.queue_id,
-            **fields,
-        )
+        emit_queue_event(self.log, self.group, self.client_id, event, mq, **fields)
 
     # -- subscriptions --------------------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str | None = "*") -> None:
         check_topic(topic)
-        expr = (expression or "*").strip() or "*"
-        self._subscriptions[topic] = expr
-        sub = SubscriptionData.build(topic, expr, self.clock.now_ms())
-        self.rebalance_impl.subscription_inner[topic] = sub
+        self.state.subscribe(topic, (expression or "*").strip() or "*", self.clock.now_ms())
 
     def unsubscribe(self, topic: str) -> None:
-        self._subscriptions.pop(topic, None)
-        self.rebalance_impl.subscription_inner.pop(topic, None)
+        self.state.unsubscribe(topic)
 
     def _copy_subscription(self) -> None:
-        """CLUSTERING always subscribes the group's retry topic (copySubscription)."""
-        if self.message_model is MessageModel.CLUSTERING:
-            rt = retry_topic(self.group)
-            if rt not in self.rebalance_impl.subscription_inner:
-                self.rebalance_impl.subscription_inner[rt] = SubscriptionData.build(
-                    rt, "*", self.clock.now_ms()
-                )
+        self.state.copy_subscription(self.clock.now_ms())
 
     # -- MQConsumerInner ------------------------------------------------------------------------------
     def consumer_data(self) -> ConsumerData:
@@ -197,45 +157,30 @@ class ConsumerBase:
             self.consume_type,
             self.message_model,
             ConsumeFromWhere(self.config.consume_from_where),
-            [
-                SubscriptionData(
-                    s.topic,
-                    s.sub_string,
-                    list(s.tags_set),
-                    list(s.code_set),
-                    s.sub_version,
-                    s.expression_type,
-                )
-                for _, s in sorted(self.rebalance_impl.subscription_inner.items())
-            ],
+            self.state.subscriptions(),
             False,
         )
 
     def subscribed_topics(self) -> set[str]:
-        return set(self.rebalance_impl.subscription_inner)
+        return set(self.state.subscription_inner)
 
     def update_topic_subscribe_info(self, topic: str, route: TopicRouteData) -> None:
         mqs = route.subscribe_queues(topic)
-        table = self.rebalance_impl.topic_subscribe_info_table
-        if table.get(topic) != mqs:
-            table[topic] = mqs
+        if self.state.update_topic_subscribe_info(topic, mqs):
             self.log.emit(
                 "topic_route", client_id=self.client_id, group=self.group, topic=topic, queues=shorts(mqs)
             )
 
     def is_subscribe_topic_need_update(self, topic: str) -> bool:
-        return (
-            topic in self.rebalance_impl.subscription_inner
-            and topic not in self.rebalance_impl.topic_subscribe_info_table
-        )
+        return self.state.is_subscribe_topic_need_update(topic)
 
     async def do_rebalance(self) -> bool:
         if self.paused or not self.running:
             return False
-        return await self.rebalance_impl.do_rebalance(self.consume_orderly)
+        return await self.rebalance_impl.do_rebalance(self.state.consume_orderly)
 
     async def persist_consumer_offset(self) -> None:
-        mqs = set(self.rebalance_impl.process_queue_table)
+        mqs = set(self.state.process_queue_table)
         await self.offset_store.persist_all(mqs)
 
     def pull_message(self, request: PullRequest) -> None:
@@ -243,7 +188,7 @@ class ConsumerBase:
 
     # -- lifecycle helpers ----------------------------------------------------------------------------
     async def _start_client(self) -> None:
-        if not self.rebalance_impl.subscription_inner:
+        if not self.state.subscription_inner:
             raise MQClientError("subscribe at least one topic before start()")
         self._copy_subscription()
         await self.offset_store.load()
@@ -251,7 +196,7 @@ class ConsumerBase:
         await self.instance.start()
         self.running = True
         # updateTopicSubscribeInfoWhenSubscriptionChanged: a synchronous route fetch for every topic
-        for topic in sorted(self.rebalance_impl.subscription_inner):
+        for topic in sorted(self.state.subscription_inner):
             await self.instance.update_topic_route_info_from_name_server(topic)
         if await self.instance.send_heartbeat_to_all_broker_with_lock():
             self.instance.rebalance_immediately()

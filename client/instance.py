@@ -15,15 +15,16 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 from client.api import MQClientAPI
-from client.config import ClientConfig
+from client.config import ClientConfig, ConsumerConfig
 from client.errors import MQClientError
+from client.ports import GroupApi
 from client.process_queue import PullRequest
 from client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
-from protocol.model import ConsumerData, HeartbeatData, ProducerData
+from protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
 from protocol.remoting import Connection, RemotingClient
-from protocol.runtime import Clock, EventLog, SystemClock, build_client_id
+from protocol.runtime import Clock, EventLog, SystemClock, TimerSet, build_client_id
 
 
 class ConsumerInner(Protocol):
@@ -47,6 +48,8 @@ class ConsumerInner(Protocol):
 
 
 class ProducerInner(Protocol):
+    """What MQClientInstance needs from a registered producer (RocketMQ's MQProducerInner)."""
+
     group: str
 
     def publish_topics(self) -> set[str]: ...
@@ -100,7 +103,7 @@ class PullMessageService:
     def __init__(self, instance: MQClientInstance) -> None:
         self.instance = instance
         self._queue: asyncio.Queue[PullRequest] = asyncio.Queue()
-        self._timers: set[asyncio.TimerHandle] = set()
+        self._timers = TimerSet()
         self._stopped = False
 
     def execute_pull_request_immediately(self, request: PullRequest) -> None:
@@ -109,40 +112,17 @@ class PullMessageService:
 
     def execute_pull_request_later(self, request: PullRequest, delay_ms: float) -> None:
         """``delay_ms`` is already scaled."""
-        if self._stopped:
-            return
         if delay_ms <= 0:
             self.execute_pull_request_immediately(request)
             return
-        loop = asyncio.get_running_loop()
-        handle: asyncio.TimerHandle
-
-        def fire() -> None:
-            self._timers.discard(handle)
-            self.execute_pull_request_immediately(request)
-
-        handle = loop.call_later(delay_ms / 1000.0, fire)
-        self._timers.add(handle)
+        self._timers.call_later(delay_ms, lambda: self.execute_pull_request_immediately(request))
 
     def execute_task_later(self, fn: Callable[[], Coroutine[Any, Any, None]], delay_ms: float) -> None:
-        if self._stopped:
-            return
-        loop = asyncio.get_running_loop()
-        handle: asyncio.TimerHandle
-
-        def fire() -> None:
-            self._timers.discard(handle)
-            if not self._stopped:
-                self.instance.spawn(fn())
-
-        handle = loop.call_later(max(0.0, delay_ms) / 1000.0, fire)
-        self._timers.add(handle)
+        self._timers.call_later(delay_ms, lambda: self.instance.spawn(fn()))
 
     def stop(self) -> None:
         self._stopped = True
-        for h in list(self._timers):
-            h.cancel()
-        self._timers.clear()
+        self._timers.cancel_all()
 
     async def run(self) -> None:
         while True:
@@ -540,3 +520,54 @@ class MQClientManager:
     @classmethod
     def remove(cls, client_id: str) -> None:
         cls._instances.pop(client_id, None)
+
+
+class InstanceGroupApi:
+    """``client.ports.GroupApi`` over an MQClientInstance: address lookups in its tables, broker calls
+    through its MQClientAPI, heartbeats, rebalance wakeups and tasks under its TaskGroup."""
+
+    def __init__(self, instance: MQClientInstance) -> None:
+        self._instance = instance
+        self._api = instance.api
+        self.find_broker_address_in_subscribe = instance.find_broker_address_in_subscribe
+        self.find_broker_address_in_subscribe_or_update = instance.find_broker_address_in_subscribe_or_update
+        self.find_broker_address_in_publish_or_update = instance.find_broker_address_in_publish_or_update
+        self.find_consumer_id_list = instance.find_consumer_id_list
+        self.send_heartbeat_to_all_broker_with_lock = instance.send_heartbeat_to_all_broker_with_lock
+        self.rebalance_immediately = instance.rebalance_immediately
+        self.rebalance_later = instance.rebalance_later
+        self.spawn = instance.spawn
+        self.lock_batch_mq = self._api.lock_batch_mq
+        self.unlock_batch_mq = self._api.unlock_batch_mq
+        self.get_max_offset = self._api.get_max_offset
+        self.search_offset = self._api.search_offset
+        self.query_consumer_offset = self._api.query_consumer_offset
+        self.update_consumer_offset_oneway = self._api.update_consumer_offset_oneway
+        self.pull_message = self._api.pull_message
+        self.consumer_send_msg_back = self._api.consumer_send_msg_back
+
+
+class InstanceOffsetApi:
+    """RemoteBrokerOffsetStore's broker calls, sent to the master of the queue's broker."""
+
+    def __init__(self, api: GroupApi, config: ConsumerConfig) -> None:
+        self.api = api
+        self.config = config
+
+    async def _addr(self, mq: MessageQueue, only_master: bool) -> str:
+        addr = await self.api.find_broker_address_in_subscribe_or_update(
+            mq.topic, mq.broker_name, MASTER_ID, only_master
+        )
+        if addr is None:
+            raise MQClientError(f"the broker[{mq.broker_name}] not exist")
+        return addr
+
+    async def query_consumer_offset(self, mq: MessageQueue, group: str) -> int:
+        addr = await self._addr(mq, True)
+        return await self.api.query_consumer_offset(
+            addr, group, mq, self.config.seconds(self.config.query_offset_timeout)
+        )
+
+    async def update_consumer_offset_oneway(self, mq: MessageQueue, group: str, offset: int) -> None:
+        addr = await self._addr(mq, False)
+        await self.api.update_consumer_offset_oneway(addr, group, mq, offset)

@@ -16,6 +16,8 @@ from protocol.model import MessageQueue
 
 @dataclass(slots=True)
 class FaultItem:
+    """A broker the producer avoids until ``start_timestamp``."""
+
     name: str
     current_latency: int
     start_timestamp: int
@@ -25,6 +27,8 @@ class FaultItem:
 
 
 class LatencyFaultTolerance:
+    """The producer's table of slow or failed brokers (RocketMQ's LatencyFaultToleranceImpl)."""
+
     def __init__(self) -> None:
         self.items: dict[str, FaultItem] = {}
         self._which_item_worst = 0
@@ -59,6 +63,8 @@ class LatencyFaultTolerance:
 
 
 class MQFaultStrategy:
+    """Picks a send queue avoiding brokers that were slow or failed (sendLatencyFaultEnable)."""
+
     def __init__(
         self,
         *,

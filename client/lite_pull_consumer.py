@@ -11,9 +11,10 @@ from client.api import FLAG_COMMIT_OFFSET, FLAG_SUSPEND
 from client.consume import listener_view
 from client.consumer_base import ConsumerBase
 from client.errors import MQBrokerError, MQClientError
+from client.group_state import DropReason
 from client.process_queue import ProcessQueue
+from client.pull_core import PullStatus
 from client.rebalance import RebalanceLitePullImpl
-from client.rebalance_core import DropReason, PullStatus
 from client.route import MASTER_ID
 from protocol.model import ConsumeType, Message, MessageModel, MessageQueue
 
@@ -28,8 +29,9 @@ class _Cached:
 
 
 class LitePullConsumer(ConsumerBase):
+    """A lite-pull consumer: ``subscribe`` (rebalanced) or ``assign`` queues, then ``poll`` messages."""
+
     consume_type = ConsumeType.CONSUME_ACTIVELY
-    rebalance_class = RebalanceLitePullImpl
 
     def __init__(self, group: str, **kwargs: Any) -> None:
         super().__init__(group, **kwargs)
@@ -43,6 +45,17 @@ class LitePullConsumer(ConsumerBase):
         self._cached_count = 0
         self._last_commit = 0
 
+    def _build_rebalance_impl(self) -> RebalanceLitePullImpl:
+        return RebalanceLitePullImpl(
+            self.state,
+            self.api,
+            self.pulls,
+            self.offset_store,
+            self.log,
+            clock=self.clock,
+            listener=self.message_queue_changed,
+        )
+
     def _copy_subscription(self) -> None:
         return None  # lite pull never sends messages back, so it does not pull the retry topic
 
@@ -54,13 +67,13 @@ class LitePullConsumer(ConsumerBase):
 
     def assign(self, mqs: list[MessageQueue]) -> None:
         """Consume exactly these queues, without rebalancing."""
-        if self.rebalance_impl.subscription_inner and not self._manual:
+        if self.state.subscription_inner and not self._manual:
             raise MQClientError("subscribe and assign are exclusive")
         if not mqs:
             raise MQClientError("assign needs at least one queue")
         self._manual = True
         for mq in mqs:
-            if mq.topic not in self.rebalance_impl.subscription_inner:
+            if mq.topic not in self.state.subscription_inner:
                 super().subscribe(mq.topic, "*")
         wanted = set(mqs)
         for mq in list(self._assigned):
@@ -88,7 +101,7 @@ class LitePullConsumer(ConsumerBase):
             self.instance.register_consumer(self.group, self)  # type: ignore[arg-type]
             await self.instance.start()
             self.running = True
-            for topic in sorted(self.rebalance_impl.subscription_inner):
+            for topic in sorted(self.state.subscription_inner):
                 await self.instance.update_topic_route_info_from_name_server(topic)
             await self.instance.send_heartbeat_to_all_broker_with_lock()
             self.log.emit("consumer_started", group=self.group, client_id=self.client_id)
@@ -172,7 +185,7 @@ class LitePullConsumer(ConsumerBase):
         wanted = mq_all if self.message_model is MessageModel.BROADCASTING else mq_divided
         for mq in [m for m in self._assigned if m.topic == topic and m not in wanted]:
             self._drop(mq)
-        table = self.rebalance_impl.process_queue_table
+        table = self.state.process_queue_table
         for mq in sorted(wanted):
             if mq not in self._assigned:
                 self._assigned[mq] = table.get(mq) or ProcessQueue(self.clock.monotonic_ms())
@@ -194,7 +207,7 @@ class LitePullConsumer(ConsumerBase):
     def _start_pull_tasks(self) -> None:
         for mq, pq in self._assigned.items():
             if mq not in self._tasks or self._tasks[mq].done():
-                task = self.instance.spawn(self._pull_loop(mq, pq), "lite pull")
+                task = self.api.spawn(self._pull_loop(mq, pq), "lite pull")
                 if task is not None:
                     self._tasks[mq] = task
 
@@ -237,10 +250,10 @@ class LitePullConsumer(ConsumerBase):
             if offset < 0:
                 await asyncio.sleep(err_delay)
                 continue
-            addr = await self.instance.find_broker_address_in_subscribe_or_update(
+            addr = await self.api.find_broker_address_in_subscribe_or_update(
                 mq.topic, mq.broker_name, MASTER_ID, False
             )
-            sub = self.rebalance_impl.subscription_inner.get(mq.topic)
+            sub = self.state.subscription_inner.get(mq.topic)
             if addr is None or sub is None:
                 await asyncio.sleep(err_delay)
                 continue
@@ -249,7 +262,7 @@ class LitePullConsumer(ConsumerBase):
                 FLAG_COMMIT_OFFSET if commit > 0 and self.message_model is MessageModel.CLUSTERING else 0
             )
             try:
-                result = await self.instance.api.pull_message(
+                result = await self.api.pull_message(
                     addr,
                     group=self.group,
                     mq=mq,

@@ -12,10 +12,11 @@ import enum
 import json
 import os
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from client.errors import MQBrokerError, OffsetNotFoundError
 from protocol.model import MessageQueue
+from protocol.runtime import EventLog
 
 NOT_FOUND = -1  # QUERY_NOT_FOUND / no entry
 READ_ERROR = -2  # any other failure reading the store
@@ -23,12 +24,16 @@ NO_QUEUE = -3
 
 
 class ReadOffsetType(enum.Enum):
+    """Where readOffset looks: memory, the store, or memory first."""
+
     READ_FROM_MEMORY = "READ_FROM_MEMORY"
     READ_FROM_STORE = "READ_FROM_STORE"
     MEMORY_FIRST_THEN_STORE = "MEMORY_FIRST_THEN_STORE"
 
 
 class OffsetBrokerApi(Protocol):
+    """The broker calls RemoteBrokerOffsetStore makes for one queue."""
+
     async def query_consumer_offset(self, mq: MessageQueue, group: str) -> int: ...
 
     async def update_consumer_offset_oneway(self, mq: MessageQueue, group: str, offset: int) -> None: ...
@@ -117,7 +122,12 @@ class RemoteBrokerOffsetStore(OffsetStore):
     """Offsets committed to the broker (CLUSTERING)."""
 
     def __init__(
-        self, group: str, api: OffsetBrokerApi, log: Any = None, *, broker_error_as_not_found: bool = True
+        self,
+        group: str,
+        api: OffsetBrokerApi,
+        log: EventLog | None = None,
+        *,
+        broker_error_as_not_found: bool = True,
     ) -> None:
         super().__init__(group)
         self.api = api
@@ -219,7 +229,9 @@ def default_offset_dir() -> str:
 class LocalFileOffsetStore(OffsetStore):
     """Offsets kept in ``<dir>/<instance>/<group>/offsets.json`` (BROADCASTING)."""
 
-    def __init__(self, group: str, instance_key: str, base_dir: str | None = None, log: Any = None) -> None:
+    def __init__(
+        self, group: str, instance_key: str, base_dir: str | None = None, log: EventLog | None = None
+    ) -> None:
         super().__init__(group)
         safe_instance = instance_key.replace(os.sep, "_")
         safe_group = group.replace(os.sep, "_")

@@ -23,15 +23,11 @@ from client.consume import (
 )
 from client.consumer_base import ConsumerBase
 from client.errors import MQBrokerError, MQClientError
+from client.group_state import DropReason
 from client.offset_store import ReadOffsetType
 from client.process_queue import PullRequest
+from client.pull_core import PullStatus, pull_exception_delay_ms
 from client.rebalance import RebalancePushImpl
-from client.rebalance_core import (
-    DropReason,
-    PullStatus,
-    flow_control_check,
-    pull_exception_delay_ms,
-)
 from client.route import MASTER_ID
 from protocol.codes import ResponseCode
 from protocol.model import ConsumeType, Message, MessageModel, MessageQueue
@@ -46,10 +42,10 @@ class PushConsumer(ConsumerBase):
     """
 
     consume_type = ConsumeType.CONSUME_PASSIVELY
-    rebalance_class = RebalancePushImpl
 
     def __init__(self, group: str, **kwargs: Any) -> None:
         super().__init__(group, **kwargs)
+        self.rebalance_impl: RebalancePushImpl
         self._listener_fn: Callable[..., Any] | None = None
         self.consume_service: ConsumeMessageConcurrentlyService | ConsumeMessageOrderlyService | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -70,7 +66,12 @@ class PushConsumer(ConsumerBase):
         if not callable(fn):
             raise MQClientError(f"message listener must be callable, got {fn!r}")
         self._listener_fn = fn
-        self.consume_orderly = orderly
+        self.state.consume_orderly = orderly
+
+    def _build_rebalance_impl(self) -> RebalancePushImpl:
+        return RebalancePushImpl(
+            self.state, self.api, self.pulls, self.offset_store, self.log, clock=self.clock
+        )
 
     async def start(self) -> None:
         if self.running:
@@ -84,7 +85,15 @@ class PushConsumer(ConsumerBase):
         service_cls = (
             ConsumeMessageOrderlyService if self.consume_orderly else ConsumeMessageConcurrentlyService
         )
-        self.consume_service = service_cls(self, listener)
+        self.consume_service = service_cls(
+            self.state,
+            listener,
+            rebalance=self.rebalance_impl,
+            api=self.api,
+            offsets=self.offset_store,
+            events=self.log,
+            clock=self.clock,
+        )
         try:
             await self._start_client()
         except BaseException:
@@ -117,7 +126,7 @@ class PushConsumer(ConsumerBase):
 
     def resume(self) -> None:
         self.paused = False
-        self.instance.rebalance_immediately()
+        self.api.rebalance_immediately()
 
     async def __aenter__(self) -> PushConsumer:
         await self.start()
@@ -128,7 +137,7 @@ class PushConsumer(ConsumerBase):
 
     # -- pullMessage ----------------------------------------------------------------------------------
     def _later(self, req: PullRequest, delay_ms: float) -> None:
-        self.instance.pull_service.execute_pull_request_later(req, self.config.ms(delay_ms))
+        self.pulls.execute_pull_request_later(req, self.config.ms(delay_ms))
 
     def _now(self) -> int:
         return self.clock.monotonic_ms()
@@ -146,22 +155,16 @@ class PushConsumer(ConsumerBase):
         if self.paused:
             self._later(req, cfg.pull_time_delay_mills_when_suspend)
             return
-        if flow_control_check(
-            pq,
-            orderly=self.consume_orderly,
-            pull_threshold_for_queue=self.pull_threshold_for_queue,
-            pull_threshold_size_for_queue_mib=self.pull_threshold_size_for_queue,
-            consume_concurrently_max_span=cfg.consume_concurrently_max_span,
-        ):
+        if self.state.flow_control(pq):
             self._later(req, cfg.pull_time_delay_mills_when_cache_flow_control)
             return
         if self.consume_orderly and not pq.locked:
             self._later(req, cfg.pull_time_delay_mills_when_exception)
             return
-        if req.message_queue.topic not in self.rebalance_impl.subscription_inner:
+        if req.message_queue.topic not in self.state.subscription_inner:
             self._later(req, cfg.pull_time_delay_mills_when_exception)
             return
-        self.instance.spawn(self._pull(req), "pull")
+        self.api.spawn(self._pull(req), "pull")
 
     async def _pull(self, req: PullRequest) -> None:
         cfg = self.config
@@ -181,7 +184,7 @@ class PushConsumer(ConsumerBase):
                 self.log.info("orderly queue starts before its last pull", mq=mq.short, offset=offset)
             req.previously_locked = True
             req.next_offset = offset
-        sub = self.rebalance_impl.subscription_inner.get(mq.topic)
+        sub = self.state.subscription_inner.get(mq.topic)
         if sub is None:
             self._later(req, cfg.pull_time_delay_mills_when_exception)
             return
@@ -196,14 +199,14 @@ class PushConsumer(ConsumerBase):
         if cfg.post_subscription_when_pull:
             expression = sub.sub_string
             sys_flag |= FLAG_SUBSCRIPTION
-        addr = await self.instance.find_broker_address_in_subscribe_or_update(
+        addr = await self.api.find_broker_address_in_subscribe_or_update(
             mq.topic, mq.broker_name, MASTER_ID, False
         )
         if addr is None:
             self._pull_failed(req, None, f"the broker[{mq.broker_name}] not exist", "NO_BROKER")
             return
         try:
-            result = await self.instance.api.pull_message(
+            result = await self.api.pull_message(
                 addr,
                 group=self.group,
                 mq=mq,
@@ -271,7 +274,7 @@ class PushConsumer(ConsumerBase):
                     next=result.next_begin_offset,
                 )
             if not msgs:
-                self.instance.pull_service.execute_pull_request_immediately(req)
+                self.pulls.execute_pull_request_immediately(req)
                 return
             if pq.dropped:
                 return
@@ -281,13 +284,13 @@ class PushConsumer(ConsumerBase):
             if cfg.pull_interval > 0:
                 self._later(req, cfg.pull_interval)
             else:
-                self.instance.pull_service.execute_pull_request_immediately(req)
+                self.pulls.execute_pull_request_immediately(req)
         elif result.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
             req.next_offset = result.next_begin_offset
             if pq.msg_count == 0:
                 # correctTagsOffset: nothing cached, so the pulled-past offset may be committed
                 self.offset_store.update_offset(mq, req.next_offset, increase_only=True)
-            self.instance.pull_service.execute_pull_request_immediately(req)
+            self.pulls.execute_pull_request_immediately(req)
         elif result.status is PullStatus.OFFSET_ILLEGAL:
             self.log.warning(
                 "the pull request offset illegal", mq=mq.short, topic=mq.topic, next=result.next_begin_offset
@@ -298,7 +301,7 @@ class PushConsumer(ConsumerBase):
                 self.offset_store.update_and_freeze_offset(mq, req.next_offset)
                 await self.offset_store.persist(mq)
                 await self.rebalance_impl.remove_process_queue(mq, DropReason.OFFSET_MOVED)
-                self.instance.rebalance_immediately()
+                self.api.rebalance_immediately()
             else:
 
                 async def fix() -> None:
@@ -306,14 +309,11 @@ class PushConsumer(ConsumerBase):
                     await self.offset_store.persist(mq)
                     await self.rebalance_impl.remove_process_queue(mq, DropReason.OFFSET_MOVED)
 
-                self.instance.pull_service.execute_task_later(fix, cfg.ms(cfg.offset_illegal_fix_delay))
+                self.pulls.execute_task_later(fix, cfg.ms(cfg.offset_illegal_fix_delay))
 
     # -- introspection (tests, tools) -----------------------------------------------------------------
     def owned_queues(self) -> list[MessageQueue]:
-        return sorted(mq for mq, pq in self.rebalance_impl.process_queue_table.items() if not pq.dropped)
+        return self.state.owned_queues()
 
     def messages_cached(self) -> dict[MessageQueue, list[Message]]:
-        return {
-            mq: [pq._msgs[o] for o in pq.offsets()]
-            for mq, pq in self.rebalance_impl.process_queue_table.items()
-        }
+        return {mq: [pq._msgs[o] for o in pq.offsets()] for mq, pq in self.state.process_queue_table.items()}

@@ -20,6 +20,8 @@ MASTER_ID = 0
 
 @dataclass(frozen=True, slots=True)
 class BrokerData:
+    """A broker name's addresses by broker id, from a topic route."""
+
     cluster: str
     broker_name: str
     broker_addrs: tuple[tuple[int, str], ...]  # (brokerId, addr), sorted by id
@@ -40,6 +42,8 @@ class BrokerData:
 
 @dataclass(frozen=True, slots=True)
 class QueueData:
+    """A broker's read and write queue counts and permissions for one topic."""
+
     broker_name: str
     read_queue_nums: int
     write_queue_nums: int
@@ -48,6 +52,8 @@ class QueueData:
 
 @dataclass(frozen=True, slots=True)
 class TopicRouteData:
+    """GET_ROUTEINFO_BY_TOPIC's answer: the topic's queue data and broker data."""
+
     broker_datas: tuple[BrokerData, ...]
     queue_datas: tuple[QueueData, ...]
 

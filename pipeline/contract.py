@@ -10,6 +10,8 @@ from typing import Any, Final
 
 
 class FieldType(StrEnum):
+    """The type of an event field in the contract."""
+
     INT = "int"
     STR = "str"
     BOOL = "bool"

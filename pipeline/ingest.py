@@ -85,6 +85,8 @@ def event_schema() -> StructType:
 
 @dataclass
 class RunStats:
+    """Counts of a run's event lines and its time span."""
+
     events: int
     malformed_lines: int
     start_ms: int | None

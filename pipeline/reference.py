@@ -117,6 +117,8 @@ def load_run(run_dir: str | os.PathLike[str]) -> tuple[list[Event], int]:
 
 @dataclass
 class Interval:
+    """A span during which one client held one queue."""
+
     group: str
     client: str
     topic: str

@@ -6,6 +6,8 @@ import enum
 
 
 class RequestCode(enum.IntEnum):
+    """RocketMQ's request codes."""
+
     SEND_MESSAGE = 10
     PULL_MESSAGE = 11
     QUERY_CONSUMER_OFFSET = 14
@@ -35,6 +37,8 @@ class RequestCode(enum.IntEnum):
 
 
 class ResponseCode(enum.IntEnum):
+    """RocketMQ's response codes."""
+
     SUCCESS = 0
     SYSTEM_ERROR = 1
     SYSTEM_BUSY = 2
@@ -59,6 +63,8 @@ ADMIN_CODE_RANGE = range(9000, 9100)
 
 
 class Flag(enum.IntFlag):
+    """Bits of a frame's flag field."""
+
     RESPONSE = 1
     ONEWAY = 2
 

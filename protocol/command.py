@@ -87,6 +87,8 @@ def field_map(mapping: Any, name: str, where: str = "", default: Any = REQUIRED)
 
 @dataclass(slots=True)
 class RemotingCommand:
+    """One request or response frame: code, opaque, flag, remark, header fields and body."""
+
     code: int
     opaque: int = 0
     flag: int = 0

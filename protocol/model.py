@@ -49,16 +49,22 @@ def _opt(d: dict, key: str, typ: type | tuple[type, ...], where: str, default: A
 
 
 class MessageModel(enum.StrEnum):
+    """CLUSTERING (each message to one consumer of the group) or BROADCASTING (to every one)."""
+
     BROADCASTING = "BROADCASTING"
     CLUSTERING = "CLUSTERING"
 
 
 class ConsumeType(enum.StrEnum):
+    """Push (CONSUME_PASSIVELY) or pull (CONSUME_ACTIVELY) consumption."""
+
     CONSUME_ACTIVELY = "CONSUME_ACTIVELY"  # pull / lite-pull consumers
     CONSUME_PASSIVELY = "CONSUME_PASSIVELY"  # push consumers
 
 
 class ConsumeFromWhere(enum.StrEnum):
+    """Where a consumer without a committed offset starts."""
+
     CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
     CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
     CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
@@ -133,6 +139,8 @@ def parse_tags(sub_string: str | None) -> list[str]:
 
 @dataclass(slots=True)
 class SubscriptionData:
+    """A topic subscription: its expression, tags and version."""
+
     topic: str
     sub_string: str = SUB_ALL
     tags_set: list[str] = field(default_factory=list)
@@ -189,6 +197,8 @@ def tag_matches(tags_set: list[str] | set[str], tags: str | None) -> bool:
 
 @dataclass(slots=True)
 class ConsumerData:
+    """A consumer group's part of a heartbeat."""
+
     group_name: str
     consume_type: ConsumeType = ConsumeType.CONSUME_PASSIVELY
     message_model: MessageModel = MessageModel.CLUSTERING
@@ -221,6 +231,8 @@ class ConsumerData:
 
 @dataclass(slots=True)
 class ProducerData:
+    """A producer group's part of a heartbeat."""
+
     group_name: str
 
     def to_wire(self) -> dict[str, Any]:
@@ -233,6 +245,8 @@ class ProducerData:
 
 @dataclass(slots=True)
 class HeartbeatData:
+    """HEARTBEAT's body: the client id and its producer and consumer groups."""
+
     client_id: str
     producer_data_set: list[ProducerData] = field(default_factory=list)
     consumer_data_set: list[ConsumerData] = field(default_factory=list)

@@ -22,12 +22,16 @@ import structlog
 
 
 class Clock(Protocol):
+    """Wall time for event timestamps and monotonic time for durations, both in milliseconds."""
+
     def now_ms(self) -> int: ...
 
     def monotonic_ms(self) -> int: ...
 
 
 class SystemClock:
+    """The real clocks."""
+
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
@@ -54,21 +58,62 @@ class ManualClock:
 
 
 class TimeScale:
-    """Multiplies every interval and timeout of a process (0.05 runs the 20 s rebalance every second)."""
+    """Multiplies every interval and timeout of a process (0.05 runs the 20 s rebalance every second).
+
+    The broker, name-server and client configurations all scale through it: ``ms`` and ``seconds`` keep
+    fractions (client timers), ``whole_ms`` rounds to a whole, positive millisecond (broker timers and
+    expiry ages, compared with integer timestamps)."""
+
+    __slots__ = ("factor",)
 
     def __init__(self, factor: float = 1.0) -> None:
         if not factor > 0:
             raise ValueError(f"time scale must be > 0, got {factor}")
         self.factor = float(factor)
 
+    def ms(self, ms: float) -> float:
+        return ms * self.factor
+
     def seconds(self, ms: float) -> float:
         return ms * self.factor / 1000.0
 
-    def ms(self, ms: float) -> int:
-        return max(0, round(ms * self.factor))
+    def whole_ms(self, ms: float) -> int:
+        return max(1, round(ms * self.factor))
 
     def __repr__(self) -> str:
         return f"TimeScale({self.factor})"
+
+
+class TimerSet:
+    """Callbacks a service schedules on the running loop, all cancelled by one ``cancel_all`` (its stop):
+    a callback never runs after that, and nothing can be scheduled any more."""
+
+    def __init__(self) -> None:
+        self._handles: set[asyncio.TimerHandle] = set()
+        self._closed = False
+
+    def call_later(self, delay_ms: float, fn: Callable[[], object]) -> None:
+        """Run ``fn`` after ``delay_ms`` real (already scaled) milliseconds."""
+        if self._closed:
+            return
+        handle: asyncio.TimerHandle
+
+        def fire() -> None:
+            self._handles.discard(handle)
+            if not self._closed:
+                fn()
+
+        handle = asyncio.get_running_loop().call_later(max(0.0, delay_ms) / 1000.0, fire)
+        self._handles.add(handle)
+
+    def cancel_all(self) -> None:
+        self._closed = True
+        for handle in list(self._handles):
+            handle.cancel()
+        self._handles.clear()
+
+    def __len__(self) -> int:
+        return len(self._handles)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -240,24 +285,40 @@ def positive_float(text: str) -> float:
     return value
 
 
-def positive_int(text: str) -> int:
+def _integer(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive_int(text: str) -> int:
+    value = _integer(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type for an integer in ``low..high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
+        return value
+
+    return parse
 
 
 def port_number(text: str) -> int:
@@ -272,6 +333,18 @@ def host_port(text: str) -> str:
     if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
     return text
+
+
+def add_native_port_arg(parser: argparse.ArgumentParser, detail: str = "") -> None:
+    """``--remoting-port`` (alias ``--native-port``): also serve RocketMQ's own remoting protocol."""
+    parser.add_argument(
+        "--remoting-port",
+        "--native-port",
+        dest="remoting_port",
+        type=port_number,
+        default=None,
+        help="also serve RocketMQ's own remoting protocol on this port, for real RocketMQ clients" + detail,
+    )
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:

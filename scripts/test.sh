@@ -1,12 +1,34 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (once) and run the linter and the whole test suite.
 # Extra arguments go to pytest, e.g. `scripts/test.sh tests/protocol -x`.
+#
+# The container tests (tests/docker, part of the whole suite) need a Docker engine and the lab's image:
+# when they are to run, this script makes sure an engine answers (installing and starting Debian's as
+# root where there is none) and that the image is built from this checkout, and fails when it cannot.
+# RMQ_DOCKER=off skips all of that (and those tests) on a machine without an engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 ensure_venv '.[dev,pipeline]'
 echo "==> real RocketMQ clients for the interop tests (their own environments)"
 bash scripts/setup_real_clients.sh
+wants_docker() {
+    [ $# -eq 0 ] && return 0
+    local a
+    for a in "$@"; do
+        case "$a" in
+        tests | tests/ | tests/docker*) return 0 ;;
+        esac
+    done
+    return 1
+}
+if [ "${RMQ_DOCKER:-}" != off ] && wants_docker "$@"; then
+    source scripts/docker/engine.sh
+    ensure_engine
+    if ! "$VENV/bin/python" -m chaos.container check >/dev/null 2>&1; then
+        bash scripts/docker/build_image.sh
+    fi
+fi
 echo "==> ruff"
 "$VENV/bin/ruff" check .
 echo "==> pytest"

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from broker.processor.admin import AdminBrokerProcessor
+from broker.processor.client_manage import ClientManageProcessor
+from broker.processor.consumer_manage import ConsumerManageProcessor
+from broker.processor.pull import PullMessageProcessor
+from broker.processor.send import SendMessageProcessor
+from broker.processor.services import BrokerServices
 from protocol.codes import RequestCode
 
-if TYPE_CHECKING:
-    from broker.controller import BrokerController
 
-
-def register_processors(broker: BrokerController) -> None:
-    from broker.processor.admin import AdminBrokerProcessor
-    from broker.processor.client_manage import ClientManageProcessor
-    from broker.processor.consumer_manage import ConsumerManageProcessor
-    from broker.processor.pull import PullMessageProcessor
-    from broker.processor.send import SendMessageProcessor
-
+def register_processors(broker: BrokerServices) -> None:
     server = broker.server
     for proc_cls in (
         ClientManageProcessor,

@@ -3,22 +3,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from broker.controller import Handler
 from broker.faults import parse_fault_spec
 from broker.processor.common import ext_name, ext_queue_id
+from broker.processor.services import BrokerServices, Handler
 from broker.topic_config import MAX_QUEUE_NUMS, VALID_PERMS, TopicConfig, topic_name_problem
 from protocol.codes import RequestCode
 from protocol.command import InvalidParameter, RemotingCommand
 from protocol.remoting import Connection
 
-if TYPE_CHECKING:
-    from broker.controller import BrokerController
-
 
 class AdminBrokerProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    """Admin requests: topics, queue offsets (min, max, by time), status, faults and what-if policies."""
+
+    def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, Handler]:

@@ -3,19 +3,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from broker.consumer_manager import ClientChannelInfo
-from broker.controller import ATTR_CLIENT_ID, ATTR_GROUPS, Handler
 from broker.processor.common import ext_name
+from broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, BrokerServices, Handler
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, InvalidParameter, RemotingCommand
 from protocol.model import HeartbeatData
 from protocol.remoting import Connection
-
-if TYPE_CHECKING:
-    from broker.controller import BrokerController
-
 
 _ATTR_LAST_HEARTBEAT = "last_heartbeat"
 
@@ -34,7 +28,9 @@ def parse_heartbeat(body: dict) -> HeartbeatData:
 
 
 class ClientManageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    """HEART_BEAT, UNREGISTER_CLIENT, and a group's consumer list and connections."""
+
+    def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, Handler]:

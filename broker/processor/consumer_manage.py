@@ -3,11 +3,9 @@ lock part of AdminBrokerProcessor)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from broker.controller import Handler
 from broker.offset_manager import resolve_query_offset
 from broker.processor.common import ext_name, ext_queue_id
+from broker.processor.services import BrokerServices, Handler
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import (
     CommandError,
@@ -19,9 +17,6 @@ from protocol.command import (
 )
 from protocol.model import MessageQueue
 from protocol.remoting import Connection
-
-if TYPE_CHECKING:
-    from broker.controller import BrokerController
 
 
 def parse_lock_body(cmd: RemotingCommand) -> tuple[str, str, list[MessageQueue]]:
@@ -40,7 +35,9 @@ def parse_lock_body(cmd: RemotingCommand) -> tuple[str, str, list[MessageQueue]]
 
 
 class ConsumerManageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    """Consumer offsets and the orderly consumers' queue locks."""
+
+    def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, Handler]:

@@ -8,19 +8,15 @@ arrives on its queue or when the hold check finds it timed out.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
-from broker.controller import ATTR_CLIENT_ID, ATTR_GROUPS, Handler
 from broker.long_polling import HeldPull
 from broker.processor.common import ext_name
+from broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, BrokerServices, Handler
 from broker.store import GetMessageResult, GetMessageStatus
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, InvalidParameter, RemotingCommand
 from protocol.model import parse_tags
 from protocol.remoting import Connection
-
-if TYPE_CHECKING:
-    from broker.controller import BrokerController
 
 _STATUS_CODE = {
     GetMessageStatus.FOUND: ResponseCode.SUCCESS,
@@ -31,7 +27,9 @@ _STATUS_CODE = {
 
 
 class PullMessageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    """PULL_MESSAGE, with long polling and the committed offset it may carry."""
+
+    def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, Handler]:

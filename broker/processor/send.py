@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from broker.controller import Handler
 from broker.processor.common import ext_name, ext_queue_id
+from broker.processor.services import BrokerServices, Handler
 from broker.store import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, MessageDraft, StoredMessage
 from broker.topic_config import TopicConfig, topic_name_problem
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, InvalidParameter, RemotingCommand, field_map
 from protocol.model import is_retry_topic, retry_topic
 from protocol.remoting import Connection
-
-if TYPE_CHECKING:
-    from broker.controller import BrokerController
 
 
 def parse_properties(body: dict[str, Any]) -> dict[str, str]:
@@ -27,7 +24,9 @@ def parse_properties(body: dict[str, Any]) -> dict[str, str]:
 
 
 class SendMessageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    """SEND_MESSAGE and CONSUMER_SEND_MSG_BACK (retry topic, delay levels, DLQ)."""
+
+    def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, Handler]:

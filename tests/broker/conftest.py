@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from broker_testkit import Peer, RecordingLog
+from kit.broker import Peer, RecordingLog
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController

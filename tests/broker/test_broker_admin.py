@@ -7,7 +7,7 @@ import struct
 import time
 
 import msgpack
-from broker_testkit import wait_for
+from kit import wait_until
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import FrameDecoder
@@ -85,7 +85,7 @@ async def test_error_fault_on_oneway_commit_loses_it(broker, make_peer):
     await p.oneway(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 3})
     await p.oneway(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 4, "consumerGroup": "h"})
     await p.oneway(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 9})
-    await wait_for(lambda: broker.offset_manager.query_offset("g", "T", 0) == 9)
+    await wait_until(lambda: broker.offset_manager.query_offset("g", "T", 0) == 9)
     assert [e["offset"] for e in broker.log.of("offset_committed", group="g")] == [9]
 
 

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from broker_testkit import RecordingLog, wait_for
+from kit import wait_until
+from kit.broker import RecordingLog
 
 from broker.config import BrokerConfig, NamesrvConfig
 from broker.controller import BrokerController
@@ -203,7 +204,7 @@ async def test_durability_across_sigkill(procs, make_peer, tmp_path):
             acked.append((resp.ext["queueOffset"], i, resp.ext["msgId"]))
 
     tasks = [asyncio.create_task(send_one(i)) for i in range(400)]
-    await wait_for(lambda: len(acked) >= 50, timeout_s=10)
+    await wait_until(lambda: len(acked) >= 50, within=10)
     b1.proc.send_signal(signal.SIGKILL)
     await asyncio.gather(*tasks, return_exceptions=True)
     await b1.stop(signal.SIGKILL)

@@ -13,9 +13,9 @@ from typing import Any
 
 import msgpack
 import pytest
-from broker_testkit import RecordingLog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kit.broker import RecordingLog
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker_testkit import wait_for
+from kit import wait_until
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.model import MessageQueue
@@ -108,7 +108,7 @@ async def test_release_locks_on_close_policy(make_broker, make_peer):
     await b.heartbeat("B")
     assert await b.lock("g", "B", [mq(0)]) == [("T", 0)]
     await b.close()
-    await wait_for(lambda: broker.log.of("lock_released", client_id="B"))
+    await wait_until(lambda: broker.log.of("lock_released", client_id="B"))
     assert broker.log.of("lock_released", client_id="B")[0]["reason"] == "channel_closed"
     assert await a.lock("g", "A", [mq(0)]) == [("T", 0)]
 
@@ -129,7 +129,7 @@ async def test_expiry_removes_without_notification_and_keeps_locks(make_broker, 
     task = asyncio.create_task(keep_alive())
     try:
         await a.drain_notifies()
-        await wait_for(lambda: broker.log.of("consumer_unregistered", client_id="B"), timeout_s=5)
+        await wait_until(lambda: broker.log.of("consumer_unregistered", client_id="B"), within=5)
         ev = broker.log.of("consumer_unregistered", client_id="B")[0]
         assert ev["reason"] == "channel_expired"
         assert broker.consumer_manager.find("g").all_client_ids() == ["A"]

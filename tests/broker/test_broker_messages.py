@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from broker_testkit import wait_for
+from kit import wait_until
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.model import Message
@@ -103,7 +103,7 @@ async def test_long_poll_answered_early_by_a_matching_send(broker, make_peer):
     await producer.send("T")  # offset 0 on queue 0
     t0 = time.monotonic()
     pull = asyncio.create_task(p.pull("T", 1, suspend_ms=10_000, timeout_s=15))
-    await wait_for(lambda: len(broker.hold_service) == 1)
+    await wait_until(lambda: len(broker.hold_service) == 1)
     await producer.send("T", queue_id=1, tags="want")  # other queue: no wake-up
     await producer.send("T", tags="other")  # not matching: no wake-up
     await asyncio.sleep(0.1)
@@ -136,9 +136,9 @@ async def test_held_pull_of_closed_connection_is_dropped(broker, make_peer):
     assert (await task).code == ResponseCode.TOPIC_NOT_EXIST
     await p.send("T")
     task = asyncio.create_task(p.pull("T", 1, suspend_ms=10_000, timeout_s=15))
-    await wait_for(lambda: len(broker.hold_service) == 1)
+    await wait_until(lambda: len(broker.hold_service) == 1)
     await p.close()
-    await wait_for(lambda: len(broker.hold_service) == 0)
+    await wait_until(lambda: len(broker.hold_service) == 0)
     task.cancel()
 
 
@@ -215,7 +215,7 @@ async def test_retry_then_dlq(make_broker, make_peer):
         "maxReconsumeTimes": 2,
     }
     await p.ok(RequestCode.CONSUMER_SEND_MSG_BACK, back)
-    await wait_for(lambda: broker.store.get_max_offset("%RETRY%g", 0) == 1)
+    await wait_until(lambda: broker.store.get_max_offset("%RETRY%g", 0) == 1)
     r1 = Message.from_wire((await p.pull("%RETRY%g", 0)).body["messages"][0])
     assert r1.reconsume_times == 1 and r1.body == b"payload" and r1.tags == "t"
     assert r1.properties["ORIGIN_MESSAGE_ID"] == orig.ext["msgId"]
@@ -225,7 +225,7 @@ async def test_retry_then_dlq(make_broker, make_peer):
     assert ev["delay_level"] == 3 and not ev["dlq"]
     # the consumer names the real topic for a message it pulled from the retry topic
     await p.ok(RequestCode.CONSUMER_SEND_MSG_BACK, {**back, "originMsgId": r1.msg_id})
-    await wait_for(lambda: broker.store.get_max_offset("%RETRY%g", 0) == 2)
+    await wait_until(lambda: broker.store.get_max_offset("%RETRY%g", 0) == 2)
     r2 = Message.from_wire((await p.pull("%RETRY%g", 1)).body["messages"][0])
     assert r2.reconsume_times == 2 and r2.properties["ORIGIN_MESSAGE_ID"] == orig.ext["msgId"]
     # reconsumeTimes 2 >= maxReconsumeTimes 2: dead letter

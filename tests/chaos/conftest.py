@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from chaos_support import STANDIN
+from kit.chaos import STANDIN
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_compose_reader import SubsetError, interpolate, load
+from kit.compose_reader import SubsetError, interpolate, load
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -192,11 +192,40 @@ def test_every_role_writes_into_the_runs_volume() -> None:
 
 def test_dockerfile_installs_the_package_with_every_role() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11", text, re.M)
+    # the base is a build argument, the usual Python image by default
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim$", text, re.M)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M)
     for pkg in ("protocol", "broker", "client", "chaos", "pipeline"):
         assert re.search(rf"^COPY {pkg} \./{pkg}$", text, re.M), pkg
-    assert re.search(r"^RUN pip install \.", text, re.M)
+    # into a virtual environment, from host-built wheels when there are some (offline), else the index
+    assert 'python3 -m venv "$VIRTUAL_ENV"' in text and "PATH=/opt/rmqlab/bin:" in text
+    assert "pip install --no-index --find-links wheels rocketmq-rebalance-lab" in text
+    assert re.search(r"^LABEL org\.rocketmq-rebalance-lab\.source-digest=\$\{SOURCE_DIGEST\}$", text, re.M)
     assert 'VOLUME ["/runs"]' in text
+
+
+def test_dockerignore_keeps_only_the_sources_and_wheels() -> None:
+    lines = [ln for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln and not ln.startswith("#")]
+    assert lines[0] == "*"
+    allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
+    assert allowed == {
+        "pyproject.toml",
+        "README.md",
+        "protocol",
+        "broker",
+        "client",
+        "chaos",
+        "pipeline",
+        "wheels",
+    }
+
+
+def test_files_written_as_the_caller_when_asked() -> None:
+    doc = load(COMPOSE.read_text())
+    for name, svc in doc["services"].items():
+        assert svc["user"] == "${RMQ_USER:-0:0}", name
+    assert interpolate(doc, {"RMQ_USER": "1000:1000"})["services"]["consumer"]["user"] == "1000:1000"
+    assert interpolate(doc, {})["services"]["consumer"]["user"] == "0:0"
 
 
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose 1.29 not installed")

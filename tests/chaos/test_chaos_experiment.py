@@ -236,3 +236,25 @@ def test_key_lines_handles_arrays_inline_tables_and_multiline_values() -> None:
 def test_load_reports_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(ex.ExperimentError, match="cannot read the file"):
         ex.load(tmp_path / "missing.toml")
+
+
+def test_partition_direction_and_which_nodes_need_a_fault_proxy() -> None:
+    text = BASE + (
+        '[[nemesis]]\naction = "blackhole"\ntarget = "consumer-1"\nbroker = "broker-a"\n'
+        'direction = "out"\nat = 10\n'
+        '[[nemesis]]\naction = "blackhole"\ntarget = "consumer-2"\nat = 10\n'
+        '[[nemesis]]\naction = "latency"\ntarget = "consumer-3"\nms = 5\nat = 10\n'
+    )
+    exp = ex.parse(text)
+    assert [n.params.get("direction") for n in exp.nemeses] == ["out", None, None]
+    assert exp.one_way_partitions() == ["blackhole consumer-1 (direction=out)"]
+    assert exp.network_targets() == {"consumer-1", "consumer-2", "consumer-3"}
+    assert exp.network_targets(("latency", "reset")) == {"consumer-3"}
+    both = ex.parse(text.replace('direction = "out"', 'direction = "both"'))
+    assert both.one_way_partitions() == []
+    [(line, msg)] = problems(text.replace('direction = "out"', 'direction = "sideways"'))
+    assert line == len(BASE.splitlines()) + 5 and "direction" in msg and "sideways" in msg
+    [(line, msg)] = problems(
+        BASE + '[[nemesis]]\naction = "latency"\ntarget = "consumer-1"\nms = 5\ndirection = "in"\nat = 10\n'
+    )
+    assert "direction" in msg

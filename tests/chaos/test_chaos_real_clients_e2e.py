@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_chaos_e2e import events, processes_mentioning, run_experiment
+from kit.chaos import events, processes_mentioning, run_experiment
 
 from chaos.realclients import RealClients
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from chaos_support import Events, gone, proc_state
+from kit.chaos import Events, gone, proc_state
 
 from chaos.supervisor import ProcessFailed, Supervisor, SupervisorError
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client_cluster import Cluster, wait_until
+from kit import wait_until
+from kit.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,8 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from client_cluster import Cluster, crash, queues, wait_until
+from kit import wait_until
+from kit.cluster import Cluster, crash, queues
 
 from client.consume import ConsumeConcurrentlyStatus, ConsumeOrderlyStatus
 from client.lite_pull_consumer import LitePullConsumer

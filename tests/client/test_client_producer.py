@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from client_cluster import Cluster
+from kit.cluster import Cluster
 
 from client.errors import MQClientError
 from client.latency import LatencyFaultTolerance, MQFaultStrategy

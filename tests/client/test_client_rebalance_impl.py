@@ -1,32 +1,48 @@
-"""RebalanceImpl and RebalanceService without sockets: a fake client instance records the RPCs.
-
-Ports RocketMQ's RebalancePushImplTest (thresholds, computePullFromWhereWithException) and covers the
-orderly lock / unlock rules of 4.9 and 5.x.
+"""RebalanceImpl over its ports, without sockets: fakes of GroupApi, PullDispatcher and the offset store
+record the calls. Ports RocketMQ's RebalancePushImplTest (thresholds, computePullFromWhereWithException)
+and covers the orderly lock / unlock rules of 4.9 and 5.x; RebalanceService's timing with a fake round.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 
+from client.allocate import get_strategy
 from client.config import ConsumerConfig
-from client.errors import OffsetNotFoundError
+from client.consumer_base import normalize_enums
+from client.group_state import GroupState
 from client.instance import RebalanceService
-from client.process_queue import ProcessQueue
-from client.push_consumer import PushConsumer
-from protocol.model import Message, MessageQueue
-from protocol.runtime import ManualClock
+from client.offset_store import ReadOffsetType
+from client.process_queue import ProcessQueue, PullRequest
+from client.rebalance import RebalanceLitePullImpl, RebalancePushImpl
+from protocol.model import ConsumeType, Message, MessageQueue
+from protocol.runtime import EventLog, ManualClock
 
 
-class FakeApi:
-    def __init__(self) -> None:
+class FakeGroupApi:
+    """The GroupApi calls rebalancing makes, answered from fields the test sets."""
+
+    def __init__(self, cids: list[str]) -> None:
+        self.cids = cids
         self.max_offset = 12345
         self.search = 12345
-        self.committed: dict[MessageQueue, int] = {}
         self.lockable: set[MessageQueue] | None = None  # None: everything locks
         self.calls: list[tuple[str, Any]] = []
+        self.heartbeats = 0
+        self.rebalance_later_calls: list[float] = []
+
+    def find_broker_address_in_subscribe(self, *a: Any) -> str:
+        return "127.0.0.1:1"
+
+    async def find_broker_address_in_publish_or_update(self, *a: Any) -> str:
+        return "127.0.0.1:1"
+
+    async def find_consumer_id_list(self, topic: str, group: str) -> list[str]:
+        return list(self.cids)
 
     async def get_max_offset(self, addr: str, mq: MessageQueue, timeout_s: float) -> int:
         self.calls.append(("max", mq))
@@ -36,70 +52,16 @@ class FakeApi:
         self.calls.append(("search", mq))
         return self.search
 
-    async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue, timeout_s: float) -> int:
-        if mq not in self.committed:
-            raise OffsetNotFoundError()
-        return self.committed[mq]
-
-    async def update_consumer_offset_oneway(
-        self, addr: str, group: str, mq: MessageQueue, offset: int
-    ) -> None:
-        self.calls.append(("commit", (mq, offset)))
-        self.committed[mq] = offset
-
     async def lock_batch_mq(
-        self, addr: str, group: str, cid: str, mqs: Any, timeout_s: float
+        self, addr: str, group: str, cid: str, mqs: Iterable[MessageQueue], timeout_s: float
     ) -> set[MessageQueue]:
         self.calls.append(("lock", sorted(mqs)))
         return set(mqs) if self.lockable is None else set(mqs) & self.lockable
 
     async def unlock_batch_mq(
-        self, addr: str, group: str, cid: str, mqs: Any, timeout_s: float, *, oneway: bool
+        self, addr: str, group: str, cid: str, mqs: Iterable[MessageQueue], timeout_s: float, *, oneway: bool
     ) -> None:
         self.calls.append(("unlock", sorted(mqs)))
-
-
-class FakePullService:
-    def __init__(self) -> None:
-        self.now: list[Any] = []
-        self.later: list[tuple[Any, float]] = []
-        self.tasks: list[tuple[Any, float]] = []
-
-    def execute_pull_request_immediately(self, req: Any) -> None:
-        self.now.append(req)
-
-    def execute_pull_request_later(self, req: Any, delay_ms: float) -> None:
-        self.later.append((req, delay_ms))
-
-    def execute_task_later(self, fn: Any, delay_ms: float) -> None:
-        self.tasks.append((fn, delay_ms))
-
-
-class FakeInstance:
-    def __init__(self, cids: list[str]) -> None:
-        self.api = FakeApi()
-        self.pull_service = FakePullService()
-        self.cids = cids
-        self.heartbeats = 0
-        self.rebalance_later_calls: list[float] = []
-
-    def find_broker_address_in_subscribe(self, *a: Any) -> str:
-        return "127.0.0.1:1"
-
-    def find_broker_address_in_publish(self, *a: Any) -> str:
-        return "127.0.0.1:1"
-
-    async def find_broker_address_in_subscribe_or_update(self, *a: Any) -> str:
-        return "127.0.0.1:1"
-
-    async def find_broker_address_in_publish_or_update(self, *a: Any) -> str:
-        return "127.0.0.1:1"
-
-    async def update_topic_route_info_from_name_server(self, topic: str) -> bool:
-        return True
-
-    async def find_consumer_id_list(self, topic: str, group: str) -> list[str]:
-        return list(self.cids)
 
     async def send_heartbeat_to_all_broker_with_lock(self) -> bool:
         self.heartbeats += 1
@@ -109,15 +71,74 @@ class FakeInstance:
         self.rebalance_later_calls.append(delay_ms)
 
 
-def make(orderly: bool = False, **options: Any) -> tuple[PushConsumer, FakeInstance, ManualClock]:
-    clock = ManualClock()
-    c = PushConsumer("g", namesrv="127.0.0.1:9876", clock=clock, **options)
-    inst = FakeInstance([c.client_id])
-    c.instance = inst  # type: ignore[assignment]
-    c.consume_orderly = orderly
-    c.running = True
-    c.subscribe("T")
-    return c, inst, clock
+class FakePulls:
+    def __init__(self) -> None:
+        self.now: list[PullRequest] = []
+        self.later: list[tuple[PullRequest, float]] = []
+        self.tasks: list[tuple[Any, float]] = []
+
+    def execute_pull_request_immediately(self, req: PullRequest) -> None:
+        self.now.append(req)
+
+    def execute_pull_request_later(self, req: PullRequest, delay_ms: float) -> None:
+        self.later.append((req, delay_ms))
+
+    def execute_task_later(self, fn: Any, delay_ms: float) -> None:
+        self.tasks.append((fn, delay_ms))
+
+
+class FakeOffsets:
+    """The committed offsets a broker would answer (-1: none) and what was persisted or forgotten."""
+
+    def __init__(self) -> None:
+        self.committed: dict[MessageQueue, int] = {}
+        self.memory: dict[MessageQueue, int] = {}
+        self.reads: list[ReadOffsetType] = []
+        self.persisted: list[MessageQueue] = []
+        self.removed: list[MessageQueue] = []
+
+    async def read_offset(self, mq: MessageQueue, read_type: ReadOffsetType) -> int:
+        self.reads.append(read_type)
+        if read_type is ReadOffsetType.MEMORY_FIRST_THEN_STORE and mq in self.memory:
+            return self.memory[mq]
+        return self.committed.get(mq, -1)
+
+    async def persist(self, mq: MessageQueue) -> None:
+        self.persisted.append(mq)
+
+    def remove_offset(self, mq: MessageQueue) -> None:
+        self.removed.append(mq)
+
+
+class Rig:
+    """A RebalancePushImpl over fakes, for group "g" and client "c1" subscribed to "T"."""
+
+    def __init__(self, orderly: bool = False, **options: Any) -> None:
+        self.clock = ManualClock()
+        self.state = GroupState(
+            "g",
+            "c1",
+            ConsumerConfig(**normalize_enums(options)),
+            get_strategy("AVG"),
+            ConsumeType.CONSUME_PASSIVELY,
+        )
+        self.state.consume_orderly = orderly
+        self.state.subscribe("T", "*", self.clock.now_ms())
+        self.api = FakeGroupApi(["c1"])
+        self.pulls = FakePulls()
+        self.offsets = FakeOffsets()
+        self.impl = RebalancePushImpl(
+            self.state, self.api, self.pulls, self.offsets, EventLog.null(), clock=self.clock
+        )
+
+    def route(self, *mqs: MessageQueue) -> None:
+        self.state.update_topic_subscribe_info("T", set(mqs))
+
+    def hold(self, m: MessageQueue, pq: ProcessQueue) -> None:
+        assert self.state.add_process_queue(m, pq, 0)
+
+    async def rebalance(self) -> bool:
+        return await self.impl.do_rebalance(self.state.consume_orderly)
 
 
 def mq(q: int, topic: str = "T") -> MessageQueue:
@@ -125,34 +146,33 @@ def mq(q: int, topic: str = "T") -> MessageQueue:
 
 
 async def test_message_queue_changed_recomputes_count_and_size_thresholds() -> None:
-    c, inst, _ = make(pull_threshold_for_queue=1024, pull_threshold_size_for_queue=1024)
-    impl = c.rebalance_impl
-    impl.topic_subscribe_info_table["T"] = {mq(0), mq(1)}
-    await c.do_rebalance()
-    assert c.pull_threshold_for_queue == 1024 and c.pull_threshold_size_for_queue == 1024
-    assert inst.heartbeats == 1  # the change was announced at once
+    r = Rig(pull_threshold_for_queue=1024, pull_threshold_size_for_queue=1024)
+    r.route(mq(0), mq(1))
+    await r.rebalance()
+    assert (r.state.pull_threshold_for_queue, r.state.pull_threshold_size_for_queue) == (1024, 1024)
+    assert r.api.heartbeats == 1  # the change was announced at once
 
-    c2, _, _ = make(pull_threshold_for_topic=1024, pull_threshold_size_for_topic=1024)
-    c2.rebalance_impl.topic_subscribe_info_table["T"] = {mq(0), mq(1)}
-    await c2.do_rebalance()
-    assert (c2.pull_threshold_for_queue, c2.pull_threshold_size_for_queue) == (512, 512)
-    c2.rebalance_impl.topic_subscribe_info_table["T"] = {mq(0), mq(1), mq(2)}
-    await c2.do_rebalance()
-    assert (c2.pull_threshold_for_queue, c2.pull_threshold_size_for_queue) == (341, 341)
+    r2 = Rig(pull_threshold_for_topic=1024, pull_threshold_size_for_topic=1024)
+    r2.route(mq(0), mq(1))
+    await r2.rebalance()
+    assert (r2.state.pull_threshold_for_queue, r2.state.pull_threshold_size_for_queue) == (512, 512)
+    r2.route(mq(0), mq(1), mq(2))
+    await r2.rebalance()
+    assert (r2.state.pull_threshold_for_queue, r2.state.pull_threshold_size_for_queue) == (341, 341)
+    await r2.rebalance()  # nothing changed: no heartbeat
+    assert r2.api.heartbeats == 2
 
 
 async def test_message_queue_changed_bumps_the_subscription_version() -> None:
-    c, _, clock = make()
-    before = c.rebalance_impl.subscription_inner["T"].sub_version
-    clock.advance(5)
-    c.rebalance_impl.topic_subscribe_info_table["T"] = {mq(0)}
-    await c.do_rebalance()
-    assert c.rebalance_impl.subscription_inner["T"].sub_version == before + 5
+    r = Rig()
+    before = r.state.subscription_inner["T"].sub_version
+    r.clock.advance(5)
+    r.route(mq(0))
+    await r.rebalance()
+    assert r.state.subscription_inner["T"].sub_version == before + 5
 
 
 async def test_compute_pull_from_where_with_exception_like_rocketmq() -> None:
-    c, inst, _ = make()
-    impl = c.rebalance_impl
     retry = MessageQueue("%RETRY%g", "BrokerA", 0)
     for where, topic_mq, want in (
         ("last", mq(0), 12345),
@@ -160,78 +180,101 @@ async def test_compute_pull_from_where_with_exception_like_rocketmq() -> None:
         ("first", mq(0), 0),
         ("timestamp", mq(0), 12345),
     ):
-        c.config = c.config.replace(consume_from_where=where_enum(where))
-        assert await impl.compute_pull_from_where_with_exception(topic_mq) == want
-    inst.api.max_offset = 23456
-    c.config = c.config.replace(consume_from_where=where_enum("timestamp"))
-    assert await impl.compute_pull_from_where_with_exception(retry) == 23456
-    inst.api.committed[mq(1)] = 0
+        r = Rig(consume_from_where=where)
+        assert await r.impl.compute_pull_from_where_with_exception(topic_mq) == want
+        assert r.offsets.reads == [ReadOffsetType.READ_FROM_STORE]
+    r = Rig(consume_from_where="timestamp")
+    r.api.max_offset = 23456
+    assert await r.impl.compute_pull_from_where_with_exception(retry) == 23456
     for where in ("last", "first", "timestamp"):
-        c.config = c.config.replace(consume_from_where=where_enum(where))
-        assert await impl.compute_pull_from_where_with_exception(mq(1)) == 0
+        r = Rig(consume_from_where=where)
+        r.offsets.committed[mq(1)] = 0
+        assert await r.impl.compute_pull_from_where_with_exception(mq(1)) == 0
+    r = Rig()
+    r.offsets.committed[mq(1)] = -2  # the store could not be read
+    with pytest.raises(Exception, match="start offset"):
+        await r.impl.compute_pull_from_where_with_exception(mq(1))
+    r.api.max_offset = -1  # a broker answering a negative max offset
+    with pytest.raises(Exception, match="unexpected result"):
+        await r.impl.compute_pull_from_where_with_exception(mq(0))
 
 
-def where_enum(short: str) -> Any:
-    from client.consumer_base import normalize_enums
+async def test_lite_pull_reads_memory_first_and_tells_its_listener() -> None:
+    clock = ManualClock()
+    st = GroupState("g", "c1", ConsumerConfig(), get_strategy("AVG"), ConsumeType.CONSUME_ACTIVELY)
+    st.subscribe("T", "*", 0)
+    st.update_topic_subscribe_info("T", {mq(0), mq(1)})
+    offsets = FakeOffsets()
+    offsets.memory[mq(0)] = 4
+    offsets.committed[mq(1)] = -2  # lite pull: -1 instead of an exception, so the queue is skipped
+    heard: list[tuple[str, set[MessageQueue], set[MessageQueue]]] = []
 
-    return normalize_enums({"consume_from_where": short})["consume_from_where"]
+    async def listener(topic: str, mq_all: set[MessageQueue], mq_divided: set[MessageQueue]) -> None:
+        heard.append((topic, mq_all, mq_divided))
+
+    api, pulls = FakeGroupApi(["c1"]), FakePulls()
+    impl = RebalanceLitePullImpl(st, api, pulls, offsets, EventLog.null(), clock=clock, listener=listener)
+    assert await impl.do_rebalance(False) is False  # mq(1) allocated but not held
+    assert set(st.process_queue_table) == {mq(0)}
+    assert heard == [("T", {mq(0), mq(1)}, {mq(0), mq(1)})]
+    assert pulls.now == [] and api.heartbeats == 0  # lite pull runs its own pull tasks
 
 
 async def test_new_queue_gets_process_queue_offset_and_pull_request() -> None:
-    c, inst, _ = make(consume_from_where="first")
-    impl = c.rebalance_impl
-    inst.api.committed[mq(1)] = 7
-    impl.topic_subscribe_info_table["T"] = {mq(0), mq(1)}
-    assert await c.do_rebalance() is True
-    reqs = {r.message_queue: r.next_offset for r in inst.pull_service.now}
+    r = Rig(consume_from_where="first")
+    r.offsets.committed[mq(1)] = 7
+    r.route(mq(0), mq(1))
+    assert await r.rebalance() is True
+    reqs = {q.message_queue: q.next_offset for q in r.pulls.now}
     assert reqs == {mq(0): 0, mq(1): 7}
-    assert all(impl.process_queue_table[m].locked for m in reqs)  # marked locked at creation (4.9.5+)
+    assert all(r.state.process_queue_table[m].locked for m in reqs)  # marked locked at creation (4.9.5+)
+    assert sorted(r.offsets.removed) == [mq(0), mq(1)]  # removeDirtyOffset before reading
 
 
 async def test_pull_request_dispatch_delay_5x() -> None:
-    c, inst, _ = make(pull_request_dispatch_delay=500, time_scale=0.1)
-    c.rebalance_impl.topic_subscribe_info_table["T"] = {mq(0)}
-    await c.do_rebalance()
-    assert inst.pull_service.now == [] and [d for _, d in inst.pull_service.later] == [50.0]
+    r = Rig(pull_request_dispatch_delay=500, time_scale=0.1)
+    r.route(mq(0))
+    await r.rebalance()
+    assert r.pulls.now == [] and [d for _, d in r.pulls.later] == [50.0]
 
 
 async def test_pull_expired_queue_is_dropped_and_readded() -> None:
-    c, _inst, clock = make()
-    impl = c.rebalance_impl
-    impl.topic_subscribe_info_table["T"] = {mq(0)}
-    await c.do_rebalance()
-    old = impl.process_queue_table[mq(0)]
-    clock.advance(120_001)
-    await c.do_rebalance()
-    assert old.dropped and impl.process_queue_table[mq(0)] is not old
+    r = Rig()
+    r.route(mq(0))
+    await r.rebalance()
+    old = r.state.process_queue_table[mq(0)]
+    r.clock.advance(120_001)
+    await r.rebalance()
+    assert old.dropped and r.state.process_queue_table[mq(0)] is not old
+    assert r.offsets.persisted == [mq(0)]
 
 
 async def test_not_my_topic_is_truncated_without_persisting() -> None:
-    c, inst, _ = make()
-    impl = c.rebalance_impl
+    r = Rig()
     gone = MessageQueue("Gone", "BrokerA", 0)
+    r.state.subscribe("Gone", "*", 0)
     pq = ProcessQueue()
-    impl.process_queue_table[gone] = pq
-    impl.topic_subscribe_info_table["T"] = {mq(0)}
-    await c.do_rebalance()
-    assert gone not in impl.process_queue_table and pq.dropped
-    assert not [x for x in inst.api.calls if x[0] == "commit" and x[1][0] == gone]
+    r.hold(gone, pq)
+    r.state.unsubscribe("Gone")
+    r.route(mq(0))
+    await r.rebalance()
+    assert gone not in r.state.process_queue_table and pq.dropped
+    assert gone not in r.offsets.persisted
 
 
 async def test_orderly_new_queue_needs_the_broker_lock() -> None:
-    c, inst, _ = make(orderly=True)
-    impl = c.rebalance_impl
-    inst.api.lockable = {mq(1)}
-    impl.topic_subscribe_info_table["T"] = {mq(0), mq(1)}
-    assert await c.do_rebalance() is False  # not balanced: mq(0) is allocated but not held
-    assert set(impl.process_queue_table) == {mq(1)}
-    assert inst.rebalance_later_calls == []  # 4.9: no early retry
+    r = Rig(orderly=True)
+    r.api.lockable = {mq(1)}
+    r.route(mq(0), mq(1))
+    assert await r.rebalance() is False  # not balanced: mq(0) is allocated but not held
+    assert set(r.state.process_queue_table) == {mq(1)}
+    assert r.api.rebalance_later_calls == []  # 4.9: no early retry
 
-    c5, inst5, _ = make(orderly=True, rebalance_later_on_lock_failure=True)
-    inst5.api.lockable = set()
-    c5.rebalance_impl.topic_subscribe_info_table["T"] = {mq(0)}
-    await c5.do_rebalance()
-    assert inst5.rebalance_later_calls == [500]
+    r5 = Rig(orderly=True, rebalance_later_on_lock_failure=True)
+    r5.api.lockable = set()
+    r5.route(mq(0))
+    await r5.rebalance()
+    assert r5.api.rebalance_later_calls == [500]
 
 
 def _cached_pq(clock: ManualClock) -> ProcessQueue:
@@ -241,42 +284,53 @@ def _cached_pq(clock: ManualClock) -> ProcessQueue:
 
 
 async def test_orderly_drop_49_waits_for_the_consume_lock_then_unlocks_late() -> None:
-    c, inst, clock = make(orderly=True, time_scale=0.01)
-    impl = c.rebalance_impl
-    pq = _cached_pq(clock)
-    impl.process_queue_table[mq(0)] = pq
-    inst.cids = [c.client_id, "zzz"]
-    impl.topic_subscribe_info_table["T"] = {mq(1), mq(2)}  # AVG: mq(1) for us, mq(2) for "zzz"; mq(0) goes
+    r = Rig(orderly=True, time_scale=0.01)
+    pq = _cached_pq(r.clock)
+    r.hold(mq(0), pq)
+    r.api.cids = ["c1", "zzz"]
+    r.route(mq(1), mq(2))  # AVG: mq(1) for us, mq(2) for "zzz"; mq(0) goes
     await pq.consume_lock.acquire()  # a listener is running
-    await c.do_rebalance()
-    assert pq.dropped and mq(0) in impl.process_queue_table  # kept until it can be released
+    await r.rebalance()
+    assert pq.dropped and mq(0) in r.state.process_queue_table  # kept until it can be released
     assert pq.try_unlock_times == 1
     pq.consume_lock.release()
-    await c.do_rebalance()
-    assert mq(0) not in impl.process_queue_table
+    await r.rebalance()
+    assert mq(0) not in r.state.process_queue_table
     # messages were still cached: the broker lock is released 20 s later, not now
-    assert not [x for x in inst.api.calls if x[0] == "unlock"]
-    fn, delay = inst.pull_service.tasks[-1]
+    assert not [x for x in r.api.calls if x[0] == "unlock"]
+    fn, delay = r.pulls.tasks[-1]
     assert delay == pytest.approx(200.0)  # 20 s scaled by 0.01
     await fn()
-    assert ("unlock", [mq(0)]) in inst.api.calls
+    assert ("unlock", [mq(0)]) in r.api.calls
 
 
 async def test_orderly_drop_5x_force_unlocks_after_the_unlock_delay() -> None:
-    c, inst, clock = make(orderly=True, orderly_unlock_5x=True, time_scale=0.01)
-    impl = c.rebalance_impl
-    pq = _cached_pq(clock)
+    r = Rig(orderly=True, orderly_unlock_5x=True, time_scale=0.01)
+    pq = _cached_pq(r.clock)
     pq.locked = True
-    impl.process_queue_table[mq(0)] = pq
-    impl.topic_subscribe_info_table["T"] = {mq(1)}
+    r.hold(mq(0), pq)
+    r.route(mq(1))
     await pq.consume_lock.acquire()
-    await c.do_rebalance()
-    assert mq(0) in impl.process_queue_table  # lock busy, last lock recent
-    clock.advance(201)  # unlockDelay (20 s) since the last lock, scaled
-    await c.do_rebalance()
-    assert mq(0) not in impl.process_queue_table and not pq.locked
-    assert ("unlock", [mq(0)]) in inst.api.calls
+    await r.rebalance()
+    assert mq(0) in r.state.process_queue_table  # lock busy, last lock recent
+    r.clock.advance(201)  # unlockDelay (20 s) since the last lock, scaled
+    await r.rebalance()
+    assert mq(0) not in r.state.process_queue_table and not pq.locked
+    assert ("unlock", [mq(0)]) in r.api.calls
     pq.consume_lock.release()
+
+
+async def test_lock_all_and_unlock_all_follow_the_broker_answer() -> None:
+    r = Rig(orderly=True)
+    r.route(mq(0), mq(1))
+    await r.rebalance()
+    r.api.lockable = {mq(1)}
+    r.clock.advance(10)
+    await r.impl.lock_all()
+    table = r.state.process_queue_table
+    assert not table[mq(0)].locked and table[mq(1)].locked and table[mq(1)].last_lock_timestamp == 10
+    await r.impl.unlock_all(False)
+    assert ("unlock", [mq(0), mq(1)]) in r.api.calls and not table[mq(1)].locked
 
 
 class _Inst:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from client_cluster import Cluster, wait_until
+from kit import wait_until
+from kit.cluster import Cluster
 
 
 @pytest.fixture

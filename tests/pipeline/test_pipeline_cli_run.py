@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.handmade import EXPECTED_GROUP, RUN
 
 from pipeline.__main__ import main
 from pipeline.availability_reference import summarize_run
@@ -51,6 +52,22 @@ def test_a_failed_verdict_exits_1_and_out_dir_is_honoured(
     assert summary["groups"]["g-concurrent"]["lost"] > 0
     captured = capsys.readouterr()
     assert "verdict: FAIL (g-concurrent)" in captured.out and captured.err == ""
+
+
+@pytest.mark.spark
+def test_a_hand_made_run_with_a_lost_message_fails_in_summary_report_and_output(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = write_run(tmp_path / "run", RUN)
+    out = tmp_path / "out"
+    rc = main([str(run_dir), "--out", str(out), "--quiet"])
+    assert rc == 1  # a lost message fails the verdict
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["groups"]["g"]["lost"] == EXPECTED_GROUP["lost"]
+    report = (out / "report.html").read_text()
+    assert report.count("data:image/png;base64,") >= 3 and "FAIL" in report
+    stdout = capsys.readouterr().out
+    assert "verdict: FAIL (g)" in stdout and "lost 1" in stdout
 
 
 @pytest.mark.spark

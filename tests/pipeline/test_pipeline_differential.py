@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipeline_support import analyse
+from kit.pipeline import analyse
 
 from pipeline.reference import summarize_run
 from pipeline.synth import chaotic_run, merge_runs, realistic_run, write_run

@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from pipeline_cases import CASES, Case, write_case_files
+from kit.pipeline import check_case
+from kit.pipeline_cases import CASES, Case, write_case_files
 
 from pipeline.reference import summarize_run
-
-
-def check_case(c: Case, summary: dict[str, Any], prefix: str = "", shift: int = 0) -> None:
-    if c.run is not None and not prefix:
-        assert summary["run"] == c.run
-    for group, expected in c.groups.items():
-        got = dict(summary["groups"][prefix + group])
-        got["topics"] = [t.removeprefix(prefix) for t in got["topics"]]
-        assert {k: got[k] for k in expected} == expected, group
-    for group, expected in c.convergence.items():
-        entries = summary["groups"][prefix + group]["convergence"]
-        got = [(e["change_ms"] - shift, e["converged"], e["convergence_ms"]) for e in entries]
-        assert got == expected, group
-        assert all(e["cause"] for e in entries)
 
 
 @pytest.mark.parametrize("c", CASES, ids=[c.name for c in CASES])

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipeline_cases import CASES, Case, combined, write_case_files
-from pipeline_support import analyse
-from test_pipeline_reference import check_case
+from kit.pipeline import analyse, check_case
+from kit.pipeline_cases import CASES, Case, combined, write_case_files
 
 pytestmark = pytest.mark.spark
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipeline_cases import Builder, write_case_files
+from kit.pipeline_cases import Builder, write_case_files
 
 from pipeline.availability_reference import summarize_run
 from pipeline.unavailability import (

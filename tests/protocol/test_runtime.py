@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
-from protocol.runtime import EventLog, ManualClock, TimeScale, add_common_args, build_client_id
+from protocol.runtime import EventLog, ManualClock, TimerSet, TimeScale, add_common_args, build_client_id
 
 
 def test_event_lines_have_required_fields(tmp_path: Path) -> None:
@@ -31,7 +32,8 @@ def test_event_lines_have_required_fields(tmp_path: Path) -> None:
 def test_time_scale() -> None:
     ts = TimeScale(0.05)
     assert ts.seconds(20_000) == pytest.approx(1.0)
-    assert ts.ms(120_000) == 6000
+    assert ts.ms(120_000) == 6000 and ts.ms(10) == pytest.approx(0.5)
+    assert ts.whole_ms(10) == 1 and ts.whole_ms(30) == 2 and ts.whole_ms(0) == 1
     with pytest.raises(ValueError):
         TimeScale(0)
 
@@ -48,3 +50,18 @@ def test_common_args_reject_bad_time_scale(bad: str, capsys: pytest.CaptureFixtu
 def test_client_ids_differ_per_call() -> None:
     a, b = build_client_id(), build_client_id()
     assert a != b and "@" in a and "#" in a.split("@", 1)[1]
+
+
+async def test_timer_set_runs_callbacks_until_cancel_all() -> None:
+    timers = TimerSet()
+    fired: list[str] = []
+    timers.call_later(1, lambda: fired.append("a"))
+    timers.call_later(-5, lambda: fired.append("now"))  # a negative delay runs at the next loop turn
+    timers.call_later(10_000, lambda: fired.append("late"))
+    assert len(timers) == 3
+    await asyncio.sleep(0.05)
+    assert sorted(fired) == ["a", "now"] and len(timers) == 1
+    timers.cancel_all()
+    timers.call_later(0, lambda: fired.append("after"))
+    await asyncio.sleep(0.01)
+    assert sorted(fired) == ["a", "now"] and len(timers) == 0

@@ -1,7 +1,12 @@
-"""Shared pieces of the chaos tests: a stand-in role process, an event collector, process-state probes."""
+"""Shared pieces of the chaos tests: a stand-in role process, an event collector, process-state probes,
+and `rmq-chaos run` on an experiment text."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -80,3 +85,37 @@ def gone(pid: int, timeout_s: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def run_experiment(tmp_path: Path, text: str) -> tuple[int, Path, str]:
+    """`rmq-chaos run` (no analysis) on an experiment written to tmp_path: exit code, run dir, output."""
+    exp_file = tmp_path / "experiment.toml"
+    exp_file.write_text(text)
+    run_dir = tmp_path / "run"
+    # A relative --out, as scripts/demo.sh passes: every file must still land one level deep.
+    proc = subprocess.run(
+        [sys.executable, "-m", "chaos", "run", str(exp_file), "--out", "run", "--no-analyze"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    return proc.returncode, run_dir, proc.stdout + proc.stderr

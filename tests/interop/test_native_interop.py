@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _interop import (
+from kit.interop import (
     Lab,
     consumed_positions,
     cpp_client_missing,

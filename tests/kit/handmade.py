@@ -1,4 +1,5 @@
-"""A small run written by hand, with every answer worked out by hand (see test_handmade_answers)."""
+"""A small run written by hand, with every answer worked out by hand (checked by
+tests/pipeline/test_pipeline_analysis.py)."""
 
 from __future__ import annotations
 

@@ -8,8 +8,7 @@ import json
 import sys
 
 import pytest
-from _native_wire import json_frame
-from test_native_port import NativePeer
+from kit.native_wire import NativePeer, json_frame
 
 from protocol.codes import RequestCode, ResponseCode
 

@@ -125,18 +125,6 @@ class Cluster:
         return out
 
 
-async def wait_until(
-    pred: Callable[[], bool], within: float, what: str = "condition", step: float = 0.05
-) -> None:
-    """Poll a predicate over state spread across several components (no single event to wait on)."""
-    try:
-        async with asyncio.timeout(within):
-            while not pred():  # noqa: ASYNC110
-                await asyncio.sleep(step)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {within}s waiting for {what}") from None
-
-
 async def crash(consumer: PushConsumer) -> None:
     """Lose a consumer abruptly: its connections are reset, nothing is unregistered or unlocked."""
     inst = consumer.instance
@@ -151,7 +139,7 @@ async def crash(consumer: PushConsumer) -> None:
             await inst._runner
         except BaseException:
             pass
-    consumer.rebalance_impl.process_queue_table.clear()
+    consumer.state.destroy()
     MQClientManager.remove(inst.client_id)
 
 

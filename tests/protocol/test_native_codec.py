@@ -7,9 +7,9 @@ import struct
 import zlib
 
 import pytest
-from _native_wire import binary_frame, decode_messages, json_frame, split_frames
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kit.native_wire import binary_frame, decode_messages, json_frame, split_frames
 
 from protocol.codes import Flag, RequestCode, ResponseCode
 from protocol.command import FrameError, InvalidParameter, RemotingCommand

@@ -140,12 +140,3 @@ class Peer:
 
     async def close(self) -> None:
         await self.rc.close()
-
-
-async def wait_for(cond: Any, timeout_s: float = 5.0, interval: float = 0.02) -> None:
-    """Poll ``cond()`` until true; fails the test after ``timeout_s`` seconds."""
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(interval)

@@ -3,6 +3,7 @@ they build frames as real clients do and decode what the emulator answers, so a 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import struct
@@ -186,3 +187,42 @@ def decode_messages(data: bytes) -> list[DecodedMessage]:
             )
         )
     return out
+
+
+class NativePeer:
+    """A raw native-protocol connection to the emulator's native port, over asyncio streams."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer, self.buf = reader, writer, b""
+
+    @classmethod
+    async def connect(cls, port: int) -> NativePeer:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def send(self, frame: bytes) -> None:
+        self.writer.write(frame)
+        await self.writer.drain()
+
+    async def recv(self, wait_s: float = 3.0):
+        async with asyncio.timeout(wait_s):
+            while True:
+                frames, _ = split_frames(self.buf)
+                if frames:
+                    # re-split later frames on the next call
+                    first_len = 4 + struct.unpack_from(">I", self.buf, 0)[0]
+                    self.buf = self.buf[first_len:]
+                    return frames[0]
+                chunk = await self.reader.read(65536)
+                if not chunk:
+                    raise ConnectionError("closed by the server")
+                self.buf += chunk
+
+    async def closed(self, wait_s: float = 3.0) -> bool:
+        async with asyncio.timeout(wait_s):
+            while True:
+                if not await self.reader.read(65536):
+                    return True
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()

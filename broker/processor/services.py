@@ -1,0 +1,68 @@
+"""What the request processors need from the broker, as one interface, so that they do not import the
+``BrokerServices`` that registers them: the managers, the store, the clock and event log, and the
+broker-wide actions a request can cause (notify a group, commit an offset, hold a pull ...)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from broker.config import BrokerConfig
+from broker.consumer_manager import ConsumerManager, ProducerManager
+from broker.faults import FaultTable
+from broker.lock_manager import RebalanceLockManager
+from broker.long_polling import HeldPull, PullRequestHoldService
+from broker.offset_manager import ConsumerOffsetManager
+from broker.schedule import ScheduleMessageService
+from broker.store import MemoryMessageStore
+from broker.topic_config import TopicConfig, TopicConfigManager
+from protocol.command import RemotingCommand
+from protocol.remoting import Connection, RemotingServer
+from protocol.runtime import Clock, EventLog
+
+Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+# Connection.attrs keys owned by the broker.
+ATTR_CLIENT_ID = "client_id"  # clientID of the connection's last heartbeat
+ATTR_GROUPS = "consumer_groups"  # group -> client id registered over this connection
+
+
+class BrokerServices(Protocol):
+    """The part of ``broker.controller.BrokerServices`` the processors use."""
+
+    config: BrokerConfig
+    log: EventLog
+    clock: Clock
+    server: RemotingServer
+    store: MemoryMessageStore
+    consumer_manager: ConsumerManager
+    producer_manager: ProducerManager
+    offset_manager: ConsumerOffsetManager
+    lock_manager: RebalanceLockManager
+    topic_manager: TopicConfigManager
+    hold_service: PullRequestHoldService
+    schedule_service: ScheduleMessageService
+    faults: FaultTable
+    notify_on_channel_expired: bool
+    release_locks_on_close: bool
+    pull_events: bool
+
+    def wrap(self, code: int, handler: Handler) -> Handler: ...
+
+    async def unsupported(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand: ...
+
+    def notify_group(self, group: str, cause: str) -> None: ...
+
+    def emit_lock(self, event: str, group: str, client_id: str, mq: Any, **extra: Any) -> None: ...
+
+    def emit_consumer_unregistered(
+        self, group: str, client_id: str, reason: str, client_addr: str, **extra: Any
+    ) -> None: ...
+
+    def commit_offset(self, conn: Connection, group: str, topic: str, queue_id: int, offset: int) -> None: ...
+
+    def topic_created(self, tc: TopicConfig, conn: Connection | None = None) -> None: ...
+
+    def hold_pull(self, req: HeldPull) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...

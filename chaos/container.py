@@ -1,0 +1,584 @@
+"""Containers as a chaos backend: every node of an experiment in its own container of the lab's image.
+
+``ContainerCluster`` is the local cluster with the process operations done through the Docker engine:
+kill is SIGKILL to the container, pause and resume are the cgroup freezer (``docker pause``), a
+restart is a new container (a new client id), and a partition is a pair of iptables DROP rules in the
+client container's network namespace (``nsenter -n``), as Jepsen does it. Latency and connection
+resets go through the lab's fault proxy, listening on the run's bridge gateway: this kernel offers no
+netem. Every container runs on the run's own bridge network, with the run directory bind-mounted at
+``/runs``, so the event logs, the durable broker stores and the outputs land where the local backend
+puts them; the containers, the network and with them every rule are removed at the end.
+
+The engine is driven through the ``docker`` command line: asynchronously from the runner's loop, and
+in the supervisor's synchronous steps without waiting (the attached ``docker run`` process is what the
+supervisor watches, as it watches a local process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chaos.cluster import LocalCluster
+from chaos.experiment import Experiment
+from chaos.proxy import ClientLinks
+from chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
+
+IMAGE = "rocketmq-rebalance-lab:latest"
+DIGEST_LABEL = "org.rocketmq-rebalance-lab.source-digest"
+RUN_LABEL = "org.rocketmq-rebalance-lab.run"
+# The package sources that go into the image (the Dockerfile's COPY lines, less the pipeline).
+SOURCE_PACKAGES = ("protocol", "broker", "client", "chaos")
+NAMESRV_PORT = 9876
+BROKER_PORT = 10911
+CONTAINER_RUN_DIR = "/runs"
+# Network actions the kernel does here; the rest need a fault proxy in front of the client.
+KERNEL_ACTIONS = ("blackhole",)
+PROXY_ACTIONS = ("latency", "reset")
+
+
+class BackendError(RuntimeError):
+    """The container backend cannot run here (no engine, no permission, no or a stale image, ...)."""
+
+
+def source_digest(root: Path | None = None) -> str:
+    """SHA-256 over the image's package sources (relative path and content of every .py and .toml)."""
+    root = root or Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for pkg in SOURCE_PACKAGES:
+        files = sorted(
+            p
+            for p in (root / pkg).rglob("*")
+            if p.suffix in (".py", ".toml") and p.is_file() and "__pycache__" not in p.parts
+        )
+        for p in files:
+            rel = p.relative_to(root).as_posix()
+            h.update(rel.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _docker_sync(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
+async def docker(*args: str, timeout_s: float = 30.0, check: bool = True) -> str:
+    """Run ``docker ARGS`` without blocking the loop; its stdout, or BackendError with its stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        "docker", *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    try:
+        async with asyncio.timeout(timeout_s):
+            out, err = await proc.communicate()
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise BackendError(f"docker {' '.join(args[:2])} did not answer within {timeout_s:g}s") from None
+    if check and proc.returncode != 0:
+        text = err.decode(errors="replace").strip() or out.decode(errors="replace").strip()
+        raise BackendError(f"docker {' '.join(args[:2])} failed: {text}")
+    return out.decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    name: str
+    image_id: str
+    digest: str
+
+
+def engine_problem() -> str | None:
+    """Why the Docker engine cannot be used (None when it answers)."""
+    if shutil.which("docker") is None:
+        return "the docker command is not installed: install a Docker engine (see the README)"
+    try:
+        proc = _docker_sync("info", "--format", "{{.ServerVersion}}", timeout_s=20)
+    except subprocess.TimeoutExpired:
+        return "the Docker engine did not answer `docker info` within 20 s"
+    if proc.returncode == 0:
+        return None
+    err = proc.stderr.strip().splitlines()[0] if proc.stderr.strip() else "no answer"
+    if "permission denied" in proc.stderr.lower():
+        return (
+            "no permission to use the Docker engine's socket (join the docker group, or run as root): " + err
+        )
+    return f"the Docker engine does not answer (start dockerd): {err}"
+
+
+def check_image(image: str, digest: str | None = None) -> ImageInfo:
+    """The image must exist and be built from this checkout's sources (its digest label)."""
+    proc = _docker_sync("image", "inspect", image, timeout_s=20)
+    if proc.returncode != 0:
+        raise BackendError(
+            f"the image {image} does not exist: build it with `bash scripts/docker/build_image.sh`"
+        )
+    info = json.loads(proc.stdout)[0]
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    built_from = labels.get(DIGEST_LABEL, "")
+    want = digest or source_digest()
+    if built_from != want:
+        raise BackendError(
+            f"the image {image} was built from other sources than this checkout (source digest "
+            f"{built_from[:12] or 'missing'}, checkout {want[:12]}): rebuild it with "
+            "`bash scripts/docker/build_image.sh`"
+        )
+    return ImageInfo(image, str(info["Id"]), built_from)
+
+
+def backend_problems(exp: Experiment) -> list[str]:
+    """What in an experiment the container backend cannot do (checked before anything starts)."""
+    out = []
+    real = sorted({n for c in exp.consumers if c.real for n in c.nodes})
+    if real:
+        out.append(
+            "the docker backend runs the lab's own clients only; real RocketMQ clients are not in the "
+            f"image: {', '.join(real)}"
+        )
+    if any(n.action in KERNEL_ACTIONS for n in exp.nemeses):
+        missing = [t for t in ("nsenter", "iptables") if shutil.which(t) is None]
+        if missing:
+            out.append(
+                f"a partition needs {' and '.join(missing)} on this machine (apt-get install iptables)"
+            )
+        elif os.geteuid() != 0:
+            out.append("a partition sets iptables rules in a container's network namespace: run as root")
+    return out
+
+
+def check_backend(exp: Experiment, image: str) -> ImageInfo:
+    """Everything the container backend needs, or BackendError naming each problem."""
+    problems = backend_problems(exp)
+    engine = engine_problem()
+    if engine:
+        problems.append(engine)
+    if problems:
+        raise BackendError("; ".join(problems))
+    return check_image(image)
+
+
+# ------------------------------------------------------------------------------------------------
+# The supervisor: containers instead of processes
+
+
+@dataclass
+class ContainerMember(Member):
+    ip: str = ""
+    container: str = ""
+
+    @property
+    def address(self) -> str | None:
+        return f"{self.ip}:{self.port}" if self.port else None
+
+
+class ContainerSupervisor(Supervisor):
+    """The supervisor's state machine over containers: ``docker run`` (attached) is the member's process."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        image: str,
+        network: str,
+        label: str,
+        time_scale: float,
+        log: EventSink | None,
+        ready_timeout_s: float,
+        stop_timeout_s: float,
+    ) -> None:
+        super().__init__(
+            run_dir,
+            time_scale=time_scale,
+            log=log,
+            ready_timeout_s=ready_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            parent_death_signal=False,
+        )
+        self.image = image
+        self.network = network
+        self.label = label
+        self.free_ips: list[str] = []
+        self.containers: list[str] = []
+        self._controls: dict[str, subprocess.Popen[bytes]] = {}
+
+    def add(self, node: str, role: str, module: str, args: list[str] | None = None, **kw: Any) -> Member:
+        m = super().add(node, role, module, args, **kw)
+        if m.program is not None:
+            del self.members[node]
+            raise SupervisorError(f"{node}: the docker backend cannot run a real client's program")
+        if not self.free_ips:
+            raise SupervisorError("no address left on the run's network")
+        cm = ContainerMember(
+            **{k: getattr(m, k) for k in Member.__dataclass_fields__}, ip=self.free_ips.pop(0)
+        )
+        self.members[node] = cm
+        return cm
+
+    def _in_container(self, arg: str) -> str:
+        run = str(self.run_dir.resolve())
+        if arg == run or arg.startswith(run + os.sep):
+            return CONTAINER_RUN_DIR + arg[len(run) :]
+        return arg
+
+    def command(self, m: Member, log_file: str) -> list[str]:
+        assert isinstance(m, ContainerMember)
+        m.container = f"{self.label}-{m.node}-{m.incarnation}"
+        self.containers.append(m.container)
+        role = [
+            "python",
+            "-m",
+            m.module,
+            "--node",
+            m.node,
+            "--time-scale",
+            f"{self.time_scale:g}",
+            "--log-file",
+            self._in_container(log_file),
+            *(self._in_container(self._resolve(a)) for a in m.args),
+        ]
+        return [
+            "docker",
+            "run",
+            "--name",
+            m.container,
+            "--label",
+            f"{RUN_LABEL}={self.label}",
+            "--init",  # a real init as pid 1: signals reach the role, zombies are reaped
+            "--network",
+            self.network,
+            "--ip",
+            m.ip,
+            "--hostname",
+            m.node,
+            "--user",
+            f"{os.getuid()}:{os.getgid()}",
+            "--volume",
+            f"{self.run_dir.resolve()}:{CONTAINER_RUN_DIR}",
+            "--workdir",
+            CONTAINER_RUN_DIR,
+            "--env",
+            "PYTHONUNBUFFERED=1",
+            self.image,
+            *role,
+        ]
+
+    def _control(self, m: Member, *args: str, wait: bool = False) -> None:
+        """Start a ``docker`` control command for the member's container, after its previous one."""
+        assert isinstance(m, ContainerMember)
+        prev = self._controls.get(m.node)
+        if prev is not None and prev.poll() is None:
+            # Orders pause before unpause; the previous command is almost always done by now.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                prev.wait(timeout=10)
+        proc = subprocess.Popen(
+            ["docker", *args, m.container],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._controls[m.node] = proc
+        if wait:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+
+    def _signal(self, m: Member, sig: int) -> None:
+        if m.proc is None or not isinstance(m, ContainerMember) or not m.container:
+            return
+        if sig == signal.SIGSTOP:
+            self._control(m, "pause")
+        elif sig == signal.SIGCONT:
+            if m.state == "paused":
+                self._control(m, "unpause")
+        else:
+            if m.state == "paused" and sig != signal.SIGKILL:
+                self._control(m, "unpause", wait=True)  # a frozen container cannot act on SIGTERM
+            self._control(m, "kill", "--signal", signal.Signals(sig).name)
+
+    def remove_all(self) -> None:
+        """Remove every container of the run (synchronous: also the last word at exit)."""
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            ids = _docker_sync("ps", "-aq", "--filter", f"label={RUN_LABEL}={self.label}").stdout.split()
+            if ids:
+                _docker_sync("rm", "-f", *ids, timeout_s=60)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        try:
+            super().close(timeout_s)
+        finally:
+            for p in self._controls.values():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=10)
+            self.remove_all()
+
+
+# ------------------------------------------------------------------------------------------------
+# The cluster
+
+
+class ContainerCluster(LocalCluster):
+    """The local cluster's roles and topology, each node in a container on the run's bridge network."""
+
+    proxied_actions = PROXY_ACTIONS
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        image: ImageInfo,
+        time_scale: float,
+        log: EventSink | None = None,
+        seed: int = 0,
+        ready_timeout_s: float = 60.0,
+        stop_timeout_s: float = 10.0,
+    ) -> None:
+        super().__init__(
+            Path(run_dir).resolve(),  # every path a container sees is translated from under it
+            time_scale=time_scale,
+            log=log,
+            seed=seed,
+            ready_timeout_s=ready_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+        )
+        self.sup.close()  # the process supervisor made above has nothing to run
+        self.image = image
+        self.label = f"rmqlab-{secrets.token_hex(4)}"
+        self.network = self.label
+        self.subnet = ""
+        self.gateway = ""
+        self.sup = ContainerSupervisor(
+            self.run_dir,
+            image=image.name,
+            network=self.network,
+            label=self.label,
+            time_scale=time_scale,
+            log=log,
+            ready_timeout_s=ready_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+        )
+        self._network_created = False
+        self._removed = False
+        self.rules: dict[str, list[list[str]]] = {}  # node -> iptables rules in force in its namespace
+
+    async def prepare(self) -> None:
+        """Create the run's bridge network and learn its addresses (before any node is declared)."""
+        create = ("network", "create", "--driver", "bridge", "--label", f"{RUN_LABEL}={self.label}")
+        await docker(*create, self.network)
+        self._network_created = True
+        # Fixed addresses (--ip) need a subnet given at creation: take the one the engine chose as
+        # free, and create the network again with it.
+        out = await docker(
+            "network",
+            "inspect",
+            "--format",
+            "{{range .IPAM.Config}}{{.Subnet}} {{.Gateway}}{{end}}",
+            self.network,
+        )
+        subnet, gateway = out.split()
+        await docker("network", "rm", self.network)
+        self._network_created = False
+        await docker(*create, "--subnet", subnet, "--gateway", gateway, self.network)
+        self._network_created = True
+        net = ipaddress.ip_network(subnet)
+        self.subnet, self.gateway = subnet, gateway
+        hosts = [str(h) for h in net.hosts() if str(h) != gateway]
+        assert isinstance(self.sup, ContainerSupervisor)
+        self.sup.free_ips = hosts[9:]  # leave the first few to the engine's own use
+
+    # -- roles: servers listen on every interface of their container, at RocketMQ's usual ports ------
+
+    def add_namesrv(self, node: str = "namesrv", *, native: bool = False) -> Member:
+        args = ["--host", "0.0.0.0", "--port", str(NAMESRV_PORT)]
+        return self.sup.add(node, "namesrv", "broker.namesrv_main", args, port=NAMESRV_PORT)
+
+    def add_broker(
+        self, name: str, *, durable: bool = False, flags: list[str] | None = None, native: bool = False
+    ) -> Member:
+        args = [
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(BROKER_PORT),
+            "--broker-name",
+            name,
+            "--namesrv",
+            "{namesrv}",
+        ]
+        if durable:
+            store = self.run_dir / "store" / name
+            store.mkdir(parents=True, exist_ok=True)
+            args += ["--store-dir", str(store.resolve())]
+        args += flags or []
+        return self.sup.add(name, "broker", "broker", args, port=BROKER_PORT)
+
+    async def start_links(self) -> None:
+        """Fault proxies on the host, listening on the run network's gateway (reachable from containers)."""
+        if self.namesrv is None:
+            raise RuntimeError("start the name server and brokers first")
+        for node in sorted(self._proxied - set(self.links)):
+            links = ClientLinks(node, self.namesrv, self.brokers, seed=self.seed, host=self.gateway)
+            self.links[node] = await links.start()
+            self.sup.vars["namesrv@" + node] = links.namesrv_address
+
+    # -- network faults ------------------------------------------------------------------------------
+
+    def _link_addresses(self, node: str, broker: str) -> list[str]:
+        """Where the node's packets to a broker (or the name server, or all brokers) go."""
+        links = self.links.get(node)
+        names = sorted(self.brokers) if broker == "all" else [broker]
+        out = []
+        for name in names:
+            if name == "namesrv":
+                out.append(links.namesrv_address if links else str(self.namesrv))
+            elif name in self.brokers:
+                out.append(links.brokers[name].address if links else self.brokers[name])
+            else:
+                raise ValueError(f"{node} has no link to {name!r}")
+        return out
+
+    async def _iptables(self, node: str, op: str, rule: list[str]) -> None:
+        m = self.sup.member(node)
+        assert isinstance(m, ContainerMember)
+        pid = (await docker("inspect", "--format", "{{.State.Pid}}", m.container)).strip()
+        if not pid.isdigit() or pid == "0":
+            raise ValueError(f"{node} has no running container")
+        cmd = ["nsenter", "--target", pid, "--net", "iptables", "-w", op, *rule]
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+        )
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise ValueError(f"iptables in {node}'s network namespace failed: {err.decode().strip()}")
+
+    async def apply_network(self, node: str, action: str, broker: str = "all", **params: Any) -> list[str]:
+        if action == "blackhole":
+            direction = params.get("direction", "both")
+            rules = []
+            for addr in self._link_addresses(node, broker):
+                ip, _, port = addr.rpartition(":")
+                if direction in ("both", "out"):
+                    rules.append(["OUTPUT", "-p", "tcp", "-d", ip, "--dport", port, "-j", "DROP"])
+                if direction in ("both", "in"):
+                    rules.append(["INPUT", "-p", "tcp", "-s", ip, "--sport", port, "-j", "DROP"])
+            for rule in rules:
+                await self._iptables(node, "-A", rule)
+                self.rules.setdefault(node, []).append(rule)
+            return [" ".join(r) for r in rules]
+        if action == "heal":
+            keep = []
+            wanted = set(self._link_addresses(node, broker))
+            for rule in self.rules.pop(node, []):
+                addr = f"{rule[4]}:{rule[6]}"  # -d/-s IP, --dport/--sport PORT
+                if addr not in wanted:
+                    keep.append(rule)
+                    continue
+                with contextlib.suppress(ValueError):  # a restarted container has no rules left
+                    await self._iptables(node, "-D", rule)
+            if keep:
+                self.rules[node] = keep
+            if node in self.links:
+                self.links[node].apply("heal", broker)
+            return [f"heal {broker}"]
+        if node not in self.links:
+            raise ValueError(f"{node} has no fault proxy for {action}")
+        return self.links[node].apply(action, broker, **params)
+
+    def network_faulty(self, node: str) -> bool:
+        return bool(self.rules.get(node)) or super().network_faulty(node)
+
+    # -- the end -------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            await self.remove()
+
+    async def remove(self) -> None:
+        """Remove the run's containers (their namespaces take the iptables rules along) and network."""
+        ids = (await docker("ps", "-aq", "--filter", f"label={RUN_LABEL}={self.label}", check=False)).split()
+        if ids:
+            await docker("rm", "-f", *ids, timeout_s=60, check=False)
+        if self._network_created:
+            await docker("network", "rm", self.network, check=False)
+            self._network_created = False
+        self.rules.clear()
+        self._removed = True
+
+    def remove_sync(self) -> None:
+        """The same, for the last word when ``remove`` did not complete (synchronous)."""
+        if self._removed:
+            return
+        assert isinstance(self.sup, ContainerSupervisor)
+        self.sup.remove_all()
+        if self._network_created:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                _docker_sync("network", "rm", self.network)
+            self._network_created = False
+
+    def manifest(self) -> dict[str, Any]:
+        out = super().manifest()
+        for node, info in out["nodes"].items():
+            m = self.sup.members[node]
+            assert isinstance(m, ContainerMember)
+            info["ip"] = m.ip
+        out["containers"] = {
+            "image": self.image.name,
+            "image_id": self.image.image_id,
+            "source_digest": self.image.digest,
+            "network": self.network,
+            "subnet": self.subnet,
+            "names": list(self.sup.containers) if isinstance(self.sup, ContainerSupervisor) else [],
+        }
+        return out
+
+
+def leftovers(label_prefix: str = "rmqlab-") -> dict[str, list[str]]:
+    """Containers and networks of lab runs still present (for tests and for `rmq-chaos` cleanups)."""
+    ps = _docker_sync("ps", "-a", "--filter", f"label={RUN_LABEL}", "--format", "{{.Names}}")
+    nets = _docker_sync("network", "ls", "--filter", f"label={RUN_LABEL}", "--format", "{{.Name}}")
+    return {
+        "containers": [n for n in ps.stdout.split() if n.startswith(label_prefix)],
+        "networks": [n for n in nets.stdout.split() if n.startswith(label_prefix)],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m chaos.container", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("digest", help="print the source digest of this checkout (the image's label)")
+    chk = sub.add_parser(
+        "check", help="check the engine and the image as `rmq-chaos run --backend docker` does"
+    )
+    chk.add_argument("--image", default=IMAGE)
+    args = p.parse_args(argv)
+    if args.command == "digest":
+        print(source_digest())
+        return 0
+    problem = engine_problem()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        info = check_image(args.image)
+    except BackendError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"ok: {info.name} {info.image_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

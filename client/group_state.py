@@ -1,0 +1,350 @@
+"""GroupState: the rebalance tables of one consumer group in one client, and every rule that changes them.
+
+No I/O, no event loop, no clock: time comes in as ``now_ms`` (monotonic) or ``wall_ms`` (epoch), and the
+methods answer what to do; ``client.rebalance.RebalanceImpl`` makes the broker calls those answers ask for
+and writes the events. The rules, each enforced by a method below (RocketMQ's RebalanceImpl and
+RebalancePushImpl / RebalanceLitePullImpl are the reference):
+
+1. ``subscription_inner`` (topic -> SubscriptionData) changes on subscribe / unsubscribe, when a
+   CLUSTERING group copies its retry topic in at start, and when a topic's queues changed (the
+   ``sub_version`` becomes the wall time, telling the broker this client's view moved on).
+2. ``topic_subscribe_info_table`` (topic -> every readable queue of the topic) is replaced per topic, only
+   when the new route's set differs from the old one.
+3. ``process_queue_table`` (queue -> ProcessQueue) holds the queues this client serves. A queue leaves
+   when it is no longer allocated, when its pulls stalled past pullMaxIdleTime (push consumers only),
+   when its topic is no longer subscribed, or at shutdown; it is marked dropped before it leaves, and an
+   orderly queue whose release failed stays (dropped) until a later round releases it. A queue enters
+   when allocated and not held, after the broker lock (orderly) and a start offset >= 0; it enters marked
+   locked (4.9.5+).
+4. The per-queue flow-control thresholds are the topic-level ones split over every entry of the table,
+   recomputed after a round that changed it.
+5. ``ProcessQueue.locked`` follows the broker's last lock answer; a granted lock renews
+   ``last_lock_timestamp``.
+
+Only this module writes to the three tables; everyone else reads them through read-only views.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from client.allocate import AllocateMessageQueueStrategy, sort_cid_all, sort_mq_all
+from client.config import ConsumerConfig
+from client.process_queue import ProcessQueue
+from client.pull_core import FlowControl, flow_control_check
+from protocol.model import (
+    ConsumeFromWhere,
+    ConsumeType,
+    MessageModel,
+    MessageQueue,
+    SubscriptionData,
+    is_retry_topic,
+    retry_topic,
+)
+
+
+class DropReason(enum.StrEnum):
+    """Why a queue left the process-queue table (the ``reason`` of ``mq_removed``)."""
+
+    REALLOCATED = "reallocated"
+    PULL_EXPIRED = "pull_expired"
+    NOT_MY_TOPIC = "not_my_topic"
+    OFFSET_MOVED = "offset_moved"
+    SHUTDOWN = "shutdown"
+    UNASSIGNED = "unassigned"  # lite pull: assign() with another set
+
+
+def shorts(mqs: Iterable[MessageQueue]) -> list[str]:
+    """Queues as ``broker:queue_id`` in MessageQueue order, as events list them."""
+    return [mq.short for mq in sort_mq_all(mqs)] if mqs else []
+
+
+# -- computePullFromWhere ----------------------------------------------------------------------------
+
+
+class StartKind(enum.Enum):
+    """How a new queue's start offset is found."""
+
+    OFFSET = "offset"  # start at ``offset``
+    MAX_OFFSET = "max_offset"  # ask the broker for the queue's max offset (GET_MAX_OFFSET)
+    SEARCH_OFFSET = "search_offset"  # ask for the first offset stored at/after ``timestamp_ms``
+    FAIL = "fail"  # the queue is skipped this round
+
+
+@dataclass(frozen=True, slots=True)
+class StartPlan:
+    """Where a newly added queue starts: an offset, or the broker call that finds it."""
+
+    kind: StartKind
+    offset: int = -1
+    timestamp_ms: int = 0
+    reason: str = ""
+
+
+def plan_pull_from_where(
+    consume_from_where: ConsumeFromWhere, last_offset: int, topic: str, consume_timestamp_ms: int
+) -> StartPlan:
+    """RebalancePushImpl.computePullFromWhereWithException given the store's answer ``last_offset``
+    (>= 0 committed, -1 not found, -2/-3 error)."""
+    if last_offset >= 0:
+        return StartPlan(StartKind.OFFSET, last_offset)
+    if last_offset != -1:
+        return StartPlan(StartKind.FAIL, reason=f"offset store read failed ({last_offset})")
+    retry = is_retry_topic(topic)
+    if consume_from_where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+        return StartPlan(StartKind.OFFSET, 0)
+    if consume_from_where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+        if retry:
+            return StartPlan(StartKind.MAX_OFFSET)
+        return StartPlan(StartKind.SEARCH_OFFSET, timestamp_ms=consume_timestamp_ms)
+    # CONSUME_FROM_LAST_OFFSET (and RocketMQ's deprecated variants that behave the same)
+    if retry:
+        return StartPlan(StartKind.OFFSET, 0)
+    return StartPlan(StartKind.MAX_OFFSET)
+
+
+def plan_pull_from_where_lite(
+    consume_from_where: ConsumeFromWhere, last_offset: int, topic: str, consume_timestamp_ms: int
+) -> StartPlan:
+    """RebalanceLitePullImpl.computePullFromWhere: the same table, but -1 instead of an exception."""
+    plan = plan_pull_from_where(consume_from_where, last_offset, topic, consume_timestamp_ms)
+    if plan.kind is StartKind.FAIL:
+        return StartPlan(StartKind.OFFSET, -1, reason=plan.reason)
+    return plan
+
+
+def per_queue_threshold(topic_threshold: int, queue_count: int, current: int) -> int:
+    """pullThreshold(Size)ForQueue after a rebalance: the topic-level limit split over every
+    ProcessQueue of the consumer (all topics, dropped ones still in the table included)."""
+    if queue_count == 0 or topic_threshold == -1:
+        return current
+    return max(1, topic_threshold // queue_count)
+
+
+# -- the state object --------------------------------------------------------------------------------
+
+
+class GroupState:
+    """The subscription, route and process-queue tables of one consumer group, with its rebalance rules."""
+
+    def __init__(
+        self,
+        group: str,
+        client_id: str,
+        config: ConsumerConfig,
+        strategy: AllocateMessageQueueStrategy,
+        consume_type: ConsumeType,
+    ) -> None:
+        self.group = group
+        self.client_id = client_id
+        self.config = config
+        self.strategy = strategy
+        self.consume_type = consume_type
+        self.consume_orderly = False
+        self.pull_threshold_for_queue = config.pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = config.pull_threshold_size_for_queue
+        self._subscriptions: dict[str, SubscriptionData] = {}
+        self._topic_queues: dict[str, set[MessageQueue]] = {}
+        self._process_queues: dict[MessageQueue, ProcessQueue] = {}
+        self.subscription_inner: Mapping[str, SubscriptionData] = MappingProxyType(self._subscriptions)
+        self.topic_subscribe_info_table: Mapping[str, set[MessageQueue]] = MappingProxyType(
+            self._topic_queues
+        )
+        self.process_queue_table: Mapping[MessageQueue, ProcessQueue] = MappingProxyType(self._process_queues)
+
+    @property
+    def message_model(self) -> MessageModel:
+        return self.config.message_model
+
+    # -- rule 1: subscriptions --------------------------------------------------------------------------
+    def subscribe(self, topic: str, expression: str, wall_ms: int) -> SubscriptionData:
+        sub = SubscriptionData.build(topic, expression, wall_ms)
+        self._subscriptions[topic] = sub
+        return sub
+
+    def unsubscribe(self, topic: str) -> None:
+        self._subscriptions.pop(topic, None)
+
+    def copy_subscription(self, wall_ms: int) -> None:
+        """copySubscription: a CLUSTERING group always subscribes its retry topic."""
+        if self.message_model is MessageModel.CLUSTERING:
+            rt = retry_topic(self.group)
+            if rt not in self._subscriptions:
+                self._subscriptions[rt] = SubscriptionData.build(rt, "*", wall_ms)
+
+    def subscriptions(self) -> list[SubscriptionData]:
+        """Copies of the subscriptions in topic order, for the heartbeat."""
+        return [
+            SubscriptionData(
+                s.topic, s.sub_string, list(s.tags_set), list(s.code_set), s.sub_version, s.expression_type
+            )
+            for _, s in sorted(self._subscriptions.items())
+        ]
+
+    # -- rule 2: routes ---------------------------------------------------------------------------------
+    def update_topic_subscribe_info(self, topic: str, mqs: set[MessageQueue]) -> bool:
+        """Take a topic's readable queues from a new route; True when they changed."""
+        if self._topic_queues.get(topic) == mqs:
+            return False
+        self._topic_queues[topic] = set(mqs)
+        return True
+
+    def is_subscribe_topic_need_update(self, topic: str) -> bool:
+        return topic in self._subscriptions and topic not in self._topic_queues
+
+    # -- rule 3: which queues ---------------------------------------------------------------------------
+    def allocate(self, topic: str, cid_all: Iterable[str]) -> tuple[list[str], set[MessageQueue]]:
+        """(sorted cid_all, this client's queues of ``topic``) as the strategy divides them; the strategy's
+        exceptions propagate (the round is then unbalanced)."""
+        mq_all = sort_mq_all(self._topic_queues.get(topic, ()))
+        cids = sort_cid_all(cid_all)
+        return cids, set(self.strategy.allocate(self.group, self.client_id, mq_all, cids) or [])
+
+    def need_lock(self, is_order: bool) -> bool:
+        """Whether a new queue must be locked at the broker before it is added."""
+        if self.message_model is MessageModel.BROADCASTING:
+            return is_order and self.config.lock_in_broadcasting
+        return is_order
+
+    def select_queues_to_drop(
+        self, topic: str, allocated: set[MessageQueue], now_ms: int
+    ) -> list[tuple[MessageQueue, DropReason]]:
+        """Step 1 of updateProcessQueueTableInRebalance: queues of ``topic`` no longer allocated, and (push
+        consumers only) allocated ones whose pull stalled for longer than pullMaxIdleTime."""
+        idle_ms = self.config.ms(self.config.pull_max_idle_time)
+        out: list[tuple[MessageQueue, DropReason]] = []
+        for mq in sorted(self._process_queues):
+            if mq.topic != topic:
+                continue
+            pq = self._process_queues[mq]
+            if mq not in allocated:
+                out.append((mq, DropReason.REALLOCATED))
+            elif self.consume_type is ConsumeType.CONSUME_PASSIVELY and pq.is_pull_expired(now_ms, idle_ms):
+                out.append((mq, DropReason.PULL_EXPIRED))
+        return out
+
+    def select_queues_to_add(self, allocated: Iterable[MessageQueue]) -> list[MessageQueue]:
+        """Step 3: allocated queues without a ProcessQueue, in MessageQueue order."""
+        return sorted(mq for mq in set(allocated) if mq not in self._process_queues)
+
+    def mark_dropped(self, mq: MessageQueue) -> ProcessQueue | None:
+        pq = self._process_queues.get(mq)
+        if pq is not None:
+            pq.dropped = True
+        return pq
+
+    def remove_process_queue(self, mq: MessageQueue, pq: ProcessQueue | None = None) -> ProcessQueue | None:
+        """Take ``mq`` out of the table (only if it still holds ``pq`` when given), marked dropped."""
+        current = self._process_queues.get(mq)
+        if current is None or (pq is not None and current is not pq):
+            return None
+        del self._process_queues[mq]
+        current.dropped = True
+        return current
+
+    def new_process_queue(self, now_ms: int) -> ProcessQueue:
+        """A ProcessQueue for a queue about to be added, marked locked (RocketMQ >= 4.9.5)."""
+        pq = ProcessQueue(now_ms=now_ms)
+        pq.locked = True
+        return pq
+
+    def add_process_queue(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> bool:
+        """Add ``mq`` once its start offset is known; False when the offset is unusable or the queue was
+        added meanwhile."""
+        if next_offset < 0 or mq in self._process_queues:
+            return False
+        self._process_queues[mq] = pq
+        return True
+
+    def truncate_message_queue_not_my_topic(self) -> list[MessageQueue]:
+        """Remove (dropped) the queues whose topic is no longer subscribed; returns them in order."""
+        gone = sorted(mq for mq in self._process_queues if mq.topic not in self._subscriptions)
+        for mq in gone:
+            self._process_queues.pop(mq).dropped = True
+        return gone
+
+    def working_set(self, topic: str) -> set[MessageQueue]:
+        """The queues of ``topic`` this client really serves: its non-dropped ProcessQueues."""
+        return {mq for mq, pq in self._process_queues.items() if mq.topic == topic and not pq.dropped}
+
+    def owned_queues(self) -> list[MessageQueue]:
+        return sorted(mq for mq, pq in self._process_queues.items() if not pq.dropped)
+
+    def destroy(self) -> list[MessageQueue]:
+        """Drop every queue (shutdown); returns them in order."""
+        gone = sorted(self._process_queues)
+        for mq in gone:
+            self._process_queues[mq].dropped = True
+        self._process_queues.clear()
+        return gone
+
+    # -- where a new queue starts ----------------------------------------------------------------------
+    def plan_start(self, mq: MessageQueue, last_offset: int) -> StartPlan:
+        """computePullFromWhere for this group's consumer type, given the offset store's answer."""
+        cfg = self.config
+        plan = (
+            plan_pull_from_where_lite
+            if self.consume_type is ConsumeType.CONSUME_ACTIVELY
+            else plan_pull_from_where
+        )
+        return plan(
+            ConsumeFromWhere(cfg.consume_from_where), last_offset, mq.topic, cfg.consume_timestamp_ms()
+        )
+
+    # -- rule 4: after a change ------------------------------------------------------------------------
+    def message_queue_changed(self, topic: str, wall_ms: int) -> None:
+        """RebalancePushImpl.messageQueueChanged's state part: a new sub_version and new thresholds."""
+        sub = self._subscriptions.get(topic)
+        if sub is not None:
+            sub.sub_version = wall_ms
+        count = len(self._process_queues)
+        if count:
+            cfg = self.config
+            self.pull_threshold_for_queue = per_queue_threshold(
+                cfg.pull_threshold_for_topic, count, self.pull_threshold_for_queue
+            )
+            self.pull_threshold_size_for_queue = per_queue_threshold(
+                cfg.pull_threshold_size_for_topic, count, self.pull_threshold_size_for_queue
+            )
+
+    def flow_control(self, pq: ProcessQueue) -> FlowControl | None:
+        """pullMessage's cache checks against this group's current per-queue thresholds."""
+        return flow_control_check(
+            pq,
+            orderly=self.consume_orderly,
+            pull_threshold_for_queue=self.pull_threshold_for_queue,
+            pull_threshold_size_for_queue_mib=self.pull_threshold_size_for_queue,
+            consume_concurrently_max_span=self.config.consume_concurrently_max_span,
+        )
+
+    # -- rule 5: locks ---------------------------------------------------------------------------------
+    def set_locked(self, mqs: Iterable[MessageQueue], locked: bool, now_ms: int) -> None:
+        """Record a broker's lock answer in the process queues of ``mqs``."""
+        for mq in mqs:
+            pq = self._process_queues.get(mq)
+            if pq is not None:
+                pq.locked = locked
+                if locked:
+                    pq.last_lock_timestamp = now_ms
+
+    def queues_by_broker(self) -> list[tuple[str, set[MessageQueue]]]:
+        """buildProcessQueueTableByBrokerName: the non-dropped queues per broker name, in name order."""
+        by_name: dict[str, set[MessageQueue]] = defaultdict(set)
+        for mq, pq in self._process_queues.items():
+            if not pq.dropped:
+                by_name[mq.broker_name].add(mq)
+        return sorted(by_name.items())
+
+    def orderly_release_needs_lock(self) -> bool:
+        """Whether dropping ``mq`` goes through the orderly unlock (clustering, orderly listener)."""
+        return self.consume_orderly and self.message_model is MessageModel.CLUSTERING
+
+    def may_force_unlock(self, pq: ProcessQueue, now_ms: int) -> bool:
+        """5.x tryRemoveOrderMessageQueue: a dropped queue is released without its consume lock once
+        unlockDelayTimeMills has passed since its last lock."""
+        cfg = self.config
+        return pq.dropped and now_ms > pq.last_lock_timestamp + cfg.ms(cfg.unlock_delay_time_mills)

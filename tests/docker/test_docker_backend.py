@@ -1,0 +1,236 @@
+"""``rmq-chaos run --backend docker`` for real: the same experiments as processes and as containers give
+the same answers, the engine's faults do what they say, and nothing is left behind."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kit.docker import chaos_run, figures, host_rules_mentioning, leftovers, shortened
+
+from chaos.container import ImageInfo
+from pipeline.reference import summarize_run
+
+ROUND_S = 20.0  # one rebalance round of RocketMQ time
+COMPARED = {
+    # experiment: (group, queues per consumer: the queues a fault of one consumer touches)
+    "kill-one-of-four": ("GID_orders", 4),
+    "kill-orderly-consumer": ("GID_ledger", 2),
+    "pause-past-channel-expiry": ("GID_events", 4),
+    "network-partition": ("GID_clicks", 4),
+}
+
+
+def finish(proc: Any, timeout_s: float = 240) -> tuple[int, str]:
+    out = proc.communicate(timeout=timeout_s)[0]
+    return proc.returncode, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(COMPARED))
+def test_processes_and_containers_give_the_same_answers(name: str, image: ImageInfo, tmp_path: Path) -> None:
+    group, share = COMPARED[name]
+    exp_file = tmp_path / f"{name}.toml"
+    exp_file.write_text(shortened(name))
+    runs = {b: tmp_path / b for b in ("local", "docker")}
+    # Both at once: the two clusters share nothing but the machine, and the test takes half the time.
+    started = time.monotonic()
+    procs = {b: chaos_run(exp_file, runs[b], backend=b) for b in runs}
+    results = {b: finish(p) for b, p in procs.items()}
+    wall = time.monotonic() - started
+    for b, (rc, out) in results.items():
+        assert rc == 0, f"{b}:\n{out}"
+        assert "drained: every group consumed all" in out, f"{b}:\n{out}"
+
+    manifest = {b: json.loads((runs[b] / "manifest.json").read_text()) for b in runs}
+    assert manifest["local"]["backend"] == "local" and "containers" not in manifest["local"]
+    assert manifest["docker"]["backend"] == "docker"
+    assert manifest["docker"]["containers"]["image_id"] == image.image_id
+    scale = manifest["docker"]["time_scale"]
+
+    got = {b: figures(summarize_run(runs[b]), group, scale) for b in runs}
+    print(f"\n{name} ({wall:.0f}s wall for both): {json.dumps(got, sort_keys=True)}")
+    local, docker = got["local"], got["docker"]
+    assert local["verdict"] == docker["verdict"] == "ok", got
+    assert local["lost"] == docker["lost"] == 0
+    assert len(local["kill_convergence_s"]) == len(docker["kill_convergence_s"])
+    for a, b in zip(local["kill_convergence_s"], docker["kill_convergence_s"], strict=True):
+        assert a is not None and b is not None and abs(a - b) <= ROUND_S, got
+    # a pause stalls the paused consumer's queues: per queue, the two agree within a round
+    assert abs(local["stalled_s"] - docker["stalled_s"]) <= ROUND_S * share, got
+
+    nemesis = [
+        json.loads(line)
+        for line in (runs["docker"] / "chaos.jsonl").read_text().splitlines()
+        if '"nemesis"' in line
+    ]
+    if name == "network-partition":
+        via = {e["action"]: e.get("via") for e in nemesis if e["event"] == "nemesis"}
+        assert via["latency"] == "proxy" and via["blackhole"] == "iptables"
+        # the partition held: consumer-1 consumed (almost) nothing from broker-a while it was in force
+        times = [e["ts_ms"] for e in nemesis if e["event"] == "nemesis" and e["action"] in ("blackhole",)]
+        heals = [e["ts_ms"] for e in nemesis if e["event"] == "nemesis" and e["action"] == "heal"]
+        start, end = times[0], max(heals)
+        consumed = [
+            json.loads(line) for line in (runs["docker"] / "consumer-1.jsonl").read_text().splitlines()
+        ]
+        inside = [
+            e
+            for e in consumed
+            if e.get("event") == "message_consumed"
+            and e["broker"] == "broker-a"
+            and start + 500 <= e["ts_ms"] < end
+        ]
+        assert inside == []
+    assert leftovers() == {"containers": [], "networks": []}
+    assert host_rules_mentioning(manifest["docker"]["containers"]["subnet"]) == []
+
+
+RESTARTS = """\
+name = "docker-restarts"
+time_scale = 0.05
+duration = 260
+seed = 3
+drain_timeout = 300
+
+[cluster]
+brokers = 2
+durable = true
+
+[[topics]]
+name = "T"
+queues = 8
+
+[[consumers]]
+group = "G"
+topic = "T"
+count = 3
+consume_ms = 1
+
+[workload]
+rate = 40
+count = 480
+
+[[nemesis]]
+action = "restart"
+target = "consumer-1"
+at = 60
+
+[[nemesis]]
+action = "kill"
+target = "broker-a"
+at = 120
+for = 40
+"""
+
+
+@pytest.mark.slow
+def test_restart_is_a_new_container_and_a_crashed_broker_keeps_its_store(
+    image: ImageInfo, tmp_path: Path
+) -> None:
+    exp_file = tmp_path / "restarts.toml"
+    exp_file.write_text(RESTARTS)
+    rc, out = finish(chaos_run(exp_file, tmp_path / "run", backend="docker"))
+    run = tmp_path / "run"
+    # A killed broker container takes its address along: the producer's connects to it time out
+    # (nothing answers, not even with a refusal) and use up the send timeout, as against a dead host.
+    # Those sends fail and the producer says so; every acknowledged one must survive.
+    assert "drained: every group consumed all" in out, out
+    errors = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert errors in ([], ["error: producer-1 exited with code 1 (see producer-1.out)"]), out
+    assert rc == (3 if errors else 0), out
+    manifest = json.loads((run / "manifest.json").read_text())
+    nodes = manifest["nodes"]
+    # a graceful stop (SIGTERM through the container's init) and a new container with a new client id
+    c1 = nodes["consumer-1"]
+    assert c1["incarnations"] == 2 and len(set(c1["client_ids"])) == 2
+    first = [json.loads(x) for x in (run / "consumer-1.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in first if e["event"] in ("consumer_started", "consumer_stopped")] == [
+        "consumer_started",
+        "consumer_stopped",
+    ]
+    names = manifest["containers"]["names"]
+    assert sum(n.endswith(("-consumer-1-1", "-consumer-1-2")) for n in names) == 2
+    # the broker came back in a new container on the same address, with its store from the volume
+    assert nodes["broker-a"]["incarnations"] == 2 and nodes["broker-a"]["returncode"] is not None
+    assert (run / "store" / "broker-a").is_dir() and any((run / "store" / "broker-a").iterdir())
+    [before] = [json.loads(x) for x in (run / "broker-a.jsonl").read_text().splitlines()[:1]]
+    [after] = [json.loads(x) for x in (run / "broker-a.2.jsonl").read_text().splitlines()[:1]]
+    assert before["event"] == after["event"] == "broker_started"
+    assert before["broker_addr"] == after["broker_addr"] and after["store_dir"] == "/runs/store/broker-a"
+    assert before["messages"] == 0 and after["messages"] > 0  # what it acknowledged before the crash
+    summary = summarize_run(run)
+    assert summary["groups"]["G"]["lost"] == 0 and summary["groups"]["G"]["sent"] > 400
+    assert leftovers() == {"containers": [], "networks": []}
+
+
+INTERRUPTED = """\
+name = "docker-ctrl-c"
+time_scale = 0.05
+duration = 2000
+seed = 4
+drain_timeout = 300
+
+[cluster]
+brokers = 2
+
+[[topics]]
+name = "T"
+queues = 8
+
+[[consumers]]
+group = "G"
+topic = "T"
+count = 2
+
+[workload]
+rate = 20
+count = 20000
+
+[[nemesis]]
+action = "blackhole"
+target = "consumer-1"
+broker = "broker-a"
+at = 20
+for = 1000
+
+[[nemesis]]
+action = "pause"
+target = "consumer-2"
+at = 20
+for = 1000
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_removes_containers_network_and_rules(image: ImageInfo, tmp_path: Path) -> None:
+    exp_file = tmp_path / "ctrl-c.toml"
+    exp_file.write_text(INTERRUPTED)
+    run = tmp_path / "run"
+    proc = chaos_run(exp_file, run, backend="docker")
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            text = "".join(seen)
+            if "] pause consumer-2" in text and "] blackhole consumer-1" in text:
+                break
+        time.sleep(0.5)
+        during = leftovers()
+        assert len(during["containers"]) == 6 and len(during["networks"]) == 1, "".join(seen)
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=90)[0]
+        assert proc.returncode == 130, "".join(seen) + rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["interrupted"] is True
+    assert leftovers() == {"containers": [], "networks": []}
+    assert host_rules_mentioning(manifest["containers"]["subnet"]) == []

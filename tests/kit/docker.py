@@ -1,0 +1,83 @@
+"""Shared pieces of the container tests: run rmq-chaos, read a run, what a run left behind."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from chaos.__main__ import shipped
+from chaos.container import RUN_LABEL
+
+# The comparison runs the shipped experiments with their tails cut: every nemesis of the four is over
+# by 280 s of RocketMQ time, and 320 s leaves two rebalance rounds after the last one.
+SHORT_DURATION = 320
+
+
+def shortened(name: str, duration: int = SHORT_DURATION) -> str:
+    """A shipped experiment's text with a shorter duration and a workload that fits into it."""
+    text = shipped()[name]
+    rate = float(re.search(r"^rate = (\d+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    scale = float(re.search(r"^time_scale = ([\d.]+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    text = re.sub(r"^duration = \d+$", f"duration = {duration}", text, flags=re.M)
+    # the workload's count (three digits or more; the consumers' count is small)
+    return re.sub(r"^count = \d{3,}$", f"count = {int(rate * duration * scale * 0.9)}", text, flags=re.M)
+
+
+def chaos_run(exp_file: Path, run_dir: Path, *args: str, backend: str = "local") -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "chaos",
+            "run",
+            str(exp_file),
+            "--out",
+            str(run_dir),
+            "--no-analyze",
+            "--backend",
+            backend,
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def leftovers() -> dict[str, list[str]]:
+    """Containers and networks of lab runs that still exist."""
+
+    def names(*cmd: str) -> list[str]:
+        return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout.split()
+
+    return {
+        "containers": names("docker", "ps", "-a", "--filter", f"label={RUN_LABEL}", "--format", "{{.Names}}"),
+        "networks": names(
+            "docker", "network", "ls", "--filter", f"label={RUN_LABEL}", "--format", "{{.Name}}"
+        ),
+    }
+
+
+def host_rules_mentioning(text: str) -> list[str]:
+    """Lines of the host's iptables rules that mention ``text`` (a run's subnet)."""
+    out = subprocess.run(["iptables-save"], capture_output=True, text=True, timeout=30, check=False).stdout
+    return [line for line in out.splitlines() if text in line]
+
+
+def figures(summary: dict[str, Any], group: str, time_scale: float) -> dict[str, Any]:
+    """What the comparison compares: the verdict, losses, and RocketMQ-time seconds of the faults."""
+    g = summary["groups"][group]
+    kills = [c for c in g["convergence"] if c["cause"].startswith("kill ")]
+    return {
+        "verdict": g["verdict"],
+        "lost": g["lost"],
+        "duplicates": g["duplicates"],
+        "kill_convergence_s": [
+            None if c["convergence_ms"] is None else c["convergence_ms"] / 1000 / time_scale for c in kills
+        ],
+        "stalled_s": g["stalled_ms"] / 1000 / time_scale,
+        "orphan_s": g["orphan_ms"] / 1000 / time_scale,
+    }

@@ -1,0 +1,39 @@
+"""Shared pieces of the pipeline tests: a Spark summary of a run directory, and the check of a summary
+against a hand-made case of ``kit.pipeline_cases``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kit.pipeline_cases import Case
+
+
+def analyse(spark: Any, run_dir: Path) -> dict[str, Any]:
+    """summary.json of a JSON-lines run directory, computed by the Spark pipeline."""
+    from pipeline.ingest import load_json_run
+    from pipeline.metrics import Analysis
+
+    run = load_json_run(spark, run_dir)
+    analysis = Analysis(run.events, run.stats)
+    try:
+        return analysis.summary()
+    finally:
+        analysis.close()
+        run.release()
+
+
+def check_case(c: Case, summary: dict[str, Any], prefix: str = "", shift: int = 0) -> None:
+    """Assert the case's expected run, group fields and convergence entries (group names may carry
+    ``prefix``, change times ``shift``)."""
+    if c.run is not None and not prefix:
+        assert summary["run"] == c.run
+    for group, expected in c.groups.items():
+        got = dict(summary["groups"][prefix + group])
+        got["topics"] = [t.removeprefix(prefix) for t in got["topics"]]
+        assert {k: got[k] for k in expected} == expected, group
+    for group, expected in c.convergence.items():
+        entries = summary["groups"][prefix + group]["convergence"]
+        got = [(e["change_ms"] - shift, e["converged"], e["convergence_ms"]) for e in entries]
+        assert got == expected, group
+        assert all(e["cause"] for e in entries)

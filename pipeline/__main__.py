@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.discover import RunDirError
+from pipeline.discover import RunDirError, RunFile
 from pipeline.session import DEFAULT_MASTER, Progress, SparkUnavailable, start_spark
 
 
@@ -147,11 +147,24 @@ def _warm_up(spark: Any) -> None:
             run.release()
 
 
+def first_event_line(files: list[RunFile]) -> tuple[str, int] | None:
+    """(file, line number) of the first well-formed event line, or None when the files hold none: a
+    folder of anything else is rejected before Spark starts. Lines that cannot be JSON objects are
+    skipped without decoding them."""
+    from pipeline.reference import iter_lines, parse_line
+
+    for run_file in files:
+        for number, text in iter_lines(run_file.path):
+            if text.lstrip(" \t").startswith("{") and parse_line(text) is not None:
+                return run_file.rel, number
+    return None
+
+
 def _check_input(args: argparse.Namespace) -> str | None:
     """Why the input cannot be analysed (checked before Spark's work), or None."""
     try:
         if args.format == "json":
-            from pipeline.discover import discover, first_event_line
+            from pipeline.discover import discover
 
             files = discover(args.run_dir)
             if not files:

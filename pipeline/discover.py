@@ -44,16 +44,3 @@ def discover(run_dir: str | os.PathLike[str], *, suffix: str = ".jsonl") -> list
             found.append(RunFile(rel=rel, path=str(full.resolve())))
     found.sort()
     return found
-
-
-def first_event_line(files: list[RunFile]) -> tuple[str, int] | None:
-    """(file, line number) of the first well-formed event line, or None when the files hold none: a
-    folder of anything else is rejected before Spark starts. Lines that cannot be JSON objects are
-    skipped without decoding them."""
-    from pipeline.reference import iter_lines, parse_line
-
-    for run_file in files:
-        for number, text in iter_lines(run_file.path):
-            if text.lstrip(" \t").startswith("{") and parse_line(text) is not None:
-                return run_file.rel, number
-    return None

@@ -18,6 +18,7 @@ from protocol.runtime import (
     add_native_port_arg,
     announce_ready,
     host_port,
+    non_negative_int,
     port_number,
     positive_int,
     run_async_main,
@@ -80,6 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="what-if: release a client's queue locks when its connection closes (RocketMQ does not)",
     )
+    p.add_argument(
+        "--flush-consumer-offset-interval",
+        type=non_negative_int,
+        default=0,
+        metavar="MS",
+        help="keep committed offsets in memory and write them every MS (RocketMQ: 5000, the first time "
+        "after 10 s), so a kill -9 rolls them back; 0 (default): every commit is durable at once",
+    )
+    p.add_argument(
+        "--rocketmq5",
+        action="store_true",
+        help="RocketMQ 5's broker rules: no NOTIFY for broadcasting groups, the 5.x retry/DLQ rule, and "
+        "QUERY_NOT_FOUND for the offset of a fresh, empty queue",
+    )
     p.add_argument("--disable-notify", action="store_true", help="send no NOTIFY_CONSUMER_IDS_CHANGED at all")
     p.add_argument(
         "--create-topic",
@@ -118,6 +133,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         notify_consumer_ids_changed=not args.disable_notify,
         notify_on_channel_expired=args.notify_on_channel_expired,
         release_locks_on_close=args.release_locks_on_close,
+        flush_consumer_offset_interval_ms=args.flush_consumer_offset_interval,
+        rocketmq5=args.rocketmq5,
     )
 
 

@@ -55,15 +55,27 @@ class BrokerConfig:
     default_topic_queue_nums: int = 4  # defaultTopicQueueNums
     max_message_size: int = 4 * 1024 * 1024  # maxMessageSize
     notify_consumer_ids_changed: bool = True  # notifyConsumerIdsChangedEnable; --disable-notify
+    # RocketMQ 5's broker rules instead of 4.9's: no NOTIFY for broadcasting groups (5.3.1), the retry/DLQ
+    # rule of handleRetryAndDLQ (past max, or at once while the group holds locks), and
+    # QUERY_CONSUMER_OFFSET answers QUERY_NOT_FOUND for a fresh, empty queue
+    rocketmq5: bool = False
     # What-if policies, off by default (RocketMQ's behaviour).
     notify_on_channel_expired: bool = False
     release_locks_on_close: bool = False
     # RocketMQ's intervals (ms, unscaled).
     channel_expired_timeout_ms: int = 120_000
     scan_not_active_channel_interval_ms: int = 10_000
+    # NettyServerConfig.serverChannelMaxIdleTimeSeconds: a connection without a read or a write for this
+    # long is closed (the Netty idle handler), which drops its registrations like any close
+    server_channel_max_idle_time_ms: int = 120_000
     lock_max_live_time_ms: int = 60_000
     register_broker_interval_ms: int = 30_000
     hold_check_interval_ms: int = 5_000  # PullRequestHoldService's wait when long polling is on
+    # 0: every committed offset is durable before the connection's next answer (PROTOCOL.md). > 0:
+    # RocketMQ's flushConsumerOffsetInterval (5000): offsets stay in memory and are written at this
+    # fixed rate, the first time 10 s after start, so a kill -9 rolls them back.
+    flush_consumer_offset_interval_ms: int = 0
+    flush_consumer_offset_first_delay_ms: int = 10_000
     # Pull limits (maxTransferCountOnMessageInMemory / maxTransferBytesOnMessageInMemory) and the most
     # consume-queue entries one pull scans when a tag filter skips messages (maxFilterMessageCount).
     max_transfer_count: int = 32

@@ -27,11 +27,12 @@ from broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, Sto
 from broker.topic_config import TopicConfig
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, RemotingCommand
-from protocol.model import WireError, is_retry_topic
+from protocol.model import MessageModel, WireError, is_retry_topic
 from protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer
 from protocol.runtime import Clock, EventLog, SystemClock, local_ip
 
 ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused
+NOTIFY_SEND_TIMEOUT_S = 0.01  # Broker2Client: invokeOneway(channel, request, 10)
 
 
 class BrokerController:
@@ -77,6 +78,8 @@ class BrokerController:
         self._started_ms = 0
         self._stopped = False
         self.pull_events = True  # one pull_served event per answered pull
+        # offsets committed since the last flush, when offsets are flushed periodically as RocketMQ does
+        self._unflushed_offsets: dict[tuple[str, str, int], int] = {}
 
     # -- life cycle ------------------------------------------------------------------------
     @property
@@ -180,6 +183,8 @@ class BrokerController:
         await self.server.close()
         for t in list(self._notify_tasks):
             t.cancel()
+        with contextlib.suppress(StoreError):
+            self.flush_consumer_offsets()  # BrokerController#shutdown persists the offsets last
         await self.store.close()
         self.log.emit("broker_stopped", broker=self.config.broker_name, addr=self.address)
 
@@ -189,6 +194,9 @@ class BrokerController:
             tg.create_task(self._hold_loop())
             tg.create_task(self._schedule_loop())
             tg.create_task(self._register_loop())
+            tg.create_task(self._idle_loop())
+            if self.config.flush_consumer_offset_interval_ms > 0:
+                tg.create_task(self._offset_flush_loop())
             if self.namesrv_processor is not None:
                 tg.create_task(self._namesrv_scan_loop())
 
@@ -270,6 +278,23 @@ class BrokerController:
         if self.namesrv_processor is not None:
             self.namesrv_processor.on_connection_closed(conn)
 
+    async def _idle_loop(self) -> None:
+        """Close connections idle (no read, no write) for serverChannelMaxIdleTimeSeconds."""
+        loop = asyncio.get_running_loop()
+        idle_s = self.config.scaled_s(self.config.server_channel_max_idle_time_ms)
+        while True:
+            now = loop.time()
+            next_check = now + idle_s
+            for conn in list(self.connections.values()):
+                due = conn.last_activity + idle_s
+                if due <= now:
+                    if not conn.closed:
+                        self.log.warning("closing an idle connection", peer=conn.remote_addr)
+                        conn.close()
+                else:
+                    next_check = min(next_check, due)
+            await asyncio.sleep(max(0.001, next_check - loop.time()))
+
     # -- notifications ------------------------------------------------------------------------
     def notify_group(self, group: str, cause: str) -> None:
         """NOTIFY_CONSUMER_IDS_CHANGED, one-way, to every connection of the group."""
@@ -278,6 +303,8 @@ class BrokerController:
         gi = self.consumer_manager.find(group)
         if gi is None or not gi.channels:
             return
+        if self.config.rocketmq5 and gi.message_model is MessageModel.BROADCASTING:
+            return  # ConsumerManager (5.3.1): broadcasting consumers do not rebalance against each other
         conns = [(self.connections.get(cid), info.client_id) for cid, info in gi.channels.items()]
         targets = [(c, client_id) for c, client_id in conns if c is not None and not c.closed]
         if not targets:
@@ -288,13 +315,14 @@ class BrokerController:
         self.log.emit("notify_sent", group=group, cause=cause, client_ids=[cid for _, cid in targets])
 
     async def _send_notify(self, group: str, targets: list[tuple[Connection, str]]) -> None:
+        # Broker2Client#notifyConsumerIdsChanged: invokeOneway with 10 ms, one channel after another,
+        # so a member that stopped reading costs the others no more than that
         for conn, _ in targets:
             cmd = RemotingCommand.request(
                 RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
             )
             try:
-                async with asyncio.timeout(1.0):
-                    await conn.invoke_oneway(cmd)
+                await conn.invoke_oneway(cmd, timeout_s=NOTIFY_SEND_TIMEOUT_S)
             except (RemotingError, TimeoutError, OSError) as exc:
                 self.log.warning("notify failed", group=group, peer=conn.remote_addr, error=repr(exc))
 
@@ -325,8 +353,33 @@ class BrokerController:
 
     def commit_offset(self, conn: Connection, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.offset_manager.commit_offset(group, topic, queue_id, offset)
-        self.note_write(conn, self.store.persist_offset(group, topic, queue_id, offset))
+        if self.config.flush_consumer_offset_interval_ms > 0:
+            self._unflushed_offsets[(group, topic, queue_id)] = offset
+        else:
+            self.note_write(conn, self.store.persist_offset(group, topic, queue_id, offset))
         self.log.emit("offset_committed", group=group, topic=topic, queue_id=queue_id, offset=offset)
+
+    def flush_consumer_offsets(self) -> int:
+        """Write the offsets committed since the last flush (ConsumerOffsetManager#persist)."""
+        pending, self._unflushed_offsets = self._unflushed_offsets, {}
+        for (group, topic, queue_id), offset in pending.items():
+            self.store.persist_offset(group, topic, queue_id, offset)
+        if pending:
+            self.log.emit("offsets_flushed", count=len(pending))
+        return len(pending)
+
+    async def _offset_flush_loop(self) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        period = cfg.scaled_s(cfg.flush_consumer_offset_interval_ms)
+        due = loop.time() + cfg.scaled_s(cfg.flush_consumer_offset_first_delay_ms)
+        while True:  # scheduleAtFixedRate: the period counts from the previous start, not its end
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            due += period
+            try:
+                self.flush_consumer_offsets()
+            except StoreError as exc:
+                self.log.error("offset flush failed", error=str(exc))
 
     def topic_created(self, tc: TopicConfig, conn: Connection | None = None) -> None:
         seq = self.store.persist_topic(tc)
@@ -348,7 +401,7 @@ class BrokerController:
             return
         if len(self.hold_service):
             for req in self.hold_service.notify_message_arriving(
-                msg.topic, msg.queue_id, msg.queue_offset + 1, msg.tags
+                msg.topic, msg.queue_id, msg.queue_offset + 1, msg.tags, self.clock.monotonic_ms()
             ):
                 _wake(req, "arrived")
 
@@ -360,8 +413,10 @@ class BrokerController:
         while True:
             await asyncio.sleep(interval)
             try:
-                for req in self.hold_service.check_hold_request(self.clock.monotonic_ms()):
-                    _wake(req, "timeout")
+                for req in self.hold_service.check_hold_request(
+                    self.clock.monotonic_ms(), self.store.get_max_offset
+                ):
+                    _wake(req, "checked")
             except Exception as exc:
                 self.log.error("hold check failed", error=repr(exc))
 

@@ -1,11 +1,15 @@
 """Held pulls (RocketMQ's PullRequestHoldService), sans-IO.
 
-A pull that finds nothing new is held per queue until a matching message arrives on that queue or its
-suspend time runs out. The caller owns the waiting (``waiter`` is opaque here) and re-runs the pull.
+A pull that finds nothing new is held per queue. An arriving message wakes the pulls its tags match;
+the periodic check wakes every pull whose queue has grown past its offset, matching or not (RocketMQ
+checks without a tag code, which matches everything), and those whose suspend time ran out; an arrival
+also wakes pulls whose suspend time ran out. The caller owns the waiting (``waiter`` is opaque here)
+and re-runs the whole pull.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,31 +45,40 @@ class PullRequestHoldService:
         self._count += 1
 
     def notify_message_arriving(
-        self, topic: str, queue_id: int, max_offset: int, tags: str | None
+        self, topic: str, queue_id: int, max_offset: int, tags: str | None, now_ms: int
     ) -> list[HeldPull]:
-        """A message with ``tags`` made the queue's max offset ``max_offset``: the pulls it wakes."""
+        """A message with ``tags`` made the queue's max offset ``max_offset``: the pulls it wakes (those
+        it matches, and those whose suspend time has run out)."""
+        return self._wake(topic, queue_id, max_offset, lambda req: tag_matches(req.tags_set, tags), now_ms)
+
+    def check_hold_request(self, now_ms: int, max_offset: Callable[[str, int], int]) -> list[HeldPull]:
+        """The periodic check (every 5 s): pulls whose queue grew past their offset, whatever the tags,
+        and pulls whose suspend time has run out. ``max_offset(topic, queue_id)`` reads the store."""
+        woken: list[HeldPull] = []
+        for topic, queue_id in list(self.pull_request_table):
+            woken += self._wake(topic, queue_id, max_offset(topic, queue_id), lambda _req: True, now_ms)
+        return woken
+
+    def _wake(
+        self,
+        topic: str,
+        queue_id: int,
+        max_offset: int,
+        matches: Callable[[HeldPull], bool],
+        now_ms: int,
+    ) -> list[HeldPull]:
         held = self.pull_request_table.get((topic, queue_id))
         if not held:
             return []
         woken: list[HeldPull] = []
         kept: list[HeldPull] = []
         for req in held:
-            if max_offset > req.offset and tag_matches(req.tags_set, tags):
+            if (max_offset > req.offset and matches(req)) or now_ms >= req.deadline_ms:
                 woken.append(req)
             else:
                 kept.append(req)
         self._store(topic, queue_id, kept, len(woken))
         return woken
-
-    def check_hold_request(self, now_ms: int) -> list[HeldPull]:
-        """Pulls whose suspend time has run out (RocketMQ checks every 5 s and on arrival)."""
-        expired: list[HeldPull] = []
-        for (topic, queue_id), held in list(self.pull_request_table.items()):
-            kept = [r for r in held if now_ms < r.deadline_ms]
-            if len(kept) != len(held):
-                expired.extend(r for r in held if now_ms >= r.deadline_ms)
-                self._store(topic, queue_id, kept, len(held) - len(kept))
-        return expired
 
     def remove_connection(self, conn_id: int) -> list[HeldPull]:
         removed: list[HeldPull] = []

@@ -39,14 +39,23 @@ class ConsumerOffsetManager:
         return {group for (_, group) in self.offset_table}
 
 
-def resolve_query_offset(committed: int, min_offset: int, set_zero_if_not_found: bool) -> int | None:
+def resolve_query_offset(
+    committed: int,
+    min_offset: int,
+    set_zero_if_not_found: bool,
+    *,
+    max_offset: int = 0,
+    rocketmq5: bool = False,
+) -> int | None:
     """QUERY_CONSUMER_OFFSET's answer: an offset, or None for QUERY_NOT_FOUND (PROTOCOL.md).
 
     Without a committed offset, a queue whose min offset is still 0 answers 0 (RocketMQ 4.9 treats the
-    whole in-memory store as "hot"), unless the request says setZeroIfNotFound=false.
+    whole in-memory store as "hot"), unless the request says setZeroIfNotFound=false. RocketMQ 5
+    (checkInMemByConsumeOffset) also wants the message at offset 0 to exist: a fresh, empty queue is
+    QUERY_NOT_FOUND there.
     """
     if committed >= 0:
         return committed
-    if set_zero_if_not_found and min_offset <= 0:
+    if set_zero_if_not_found and min_offset <= 0 and (max_offset > 0 or not rocketmq5):
         return 0
     return None

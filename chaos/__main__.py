@@ -86,9 +86,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         )
     if exp.real_clients():
         print("  real clients keep RocketMQ's own timers; the servers open their native ports for them")
-    pol = exp.policies
-    if pol.notify_on_channel_expired or pol.release_locks_on_close:
-        print(f"  broker policies: {' '.join(pol.broker_flags())}")
+    if exp.broker_flags():
+        print(f"  broker flags: {' '.join(exp.broker_flags())}")
     steps = exp.schedule()
     print(f"schedule ({len(steps)} action(s)):")
     for s in steps:

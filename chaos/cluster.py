@@ -112,7 +112,10 @@ class LocalCluster:
         if orderly:
             args.append("--orderly")
         if broadcast:
-            args.append("--broadcast")
+            # one instance name per node, as one host each would give: the node keeps its client id,
+            # and so its local offset file, across restarts (kept in the run directory)
+            args += ["--broadcast", "--instance-name", node]
+            args += ["--set", f"local_offset_store_dir={self.run_dir / 'offsets'}"]
         if consume_ms:
             args += ["--consume-ms", str(consume_ms)]
         args += extra or []

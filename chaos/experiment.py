@@ -322,6 +322,14 @@ class Experiment:
     workload: WorkloadSpec | None
     policies: Policies
     nemeses: tuple[NemesisSpec, ...]
+    # the brokers' --flush-consumer-offset-interval (ms); 0: every committed offset durable at once
+    flush_consumer_offset_interval: int = 0
+
+    def broker_flags(self) -> list[str]:
+        flags = self.policies.broker_flags()
+        if self.flush_consumer_offset_interval:
+            flags += ["--flush-consumer-offset-interval", str(self.flush_consumer_offset_interval)]
+        return flags
 
     def wall(self, lab_seconds: float) -> float:
         return lab_seconds * self.time_scale
@@ -378,6 +386,7 @@ class Experiment:
             "drain_timeout": self.drain_timeout,
             "brokers": list(self.brokers),
             "durable": self.durable,
+            "flush_consumer_offset_interval": self.flush_consumer_offset_interval,
             "topics": [{"name": t.name, "queues": t.queues} for t in self.topics],
             "consumers": [
                 {
@@ -633,7 +642,7 @@ def _build(
     duration = root.get("duration", "number", _REQUIRED, _positive)
     seed = root.get("seed", "int", 0)
     drain_timeout = root.get("drain_timeout", "number", 300, _positive)
-    n_brokers, durable = _cluster(root.table("cluster"))
+    n_brokers, durable, flush_interval = _cluster(root.table("cluster"))
     policies = _policies(root.table("policies"))
     topics = _topics(root.tables("topics"), n_brokers)
     if not topics and "topics" not in data:
@@ -669,21 +678,25 @@ def _build(
         workload=workload,
         policies=policies,
         nemeses=tuple(nemeses),
+        flush_consumer_offset_interval=flush_interval,
     )
     _check_nemeses(exp, pr)
     return None if pr.items else exp
 
 
-def _cluster(cluster: _Table | None) -> tuple[int, bool]:
-    """[cluster]: (number of brokers, durable stores)."""
+def _cluster(cluster: _Table | None) -> tuple[int, bool, int]:
+    """[cluster]: (number of brokers, durable stores, the brokers' offset flush interval in ms)."""
     if not cluster:
-        return 1, False
+        return 1, False, 0
     n_brokers = cluster.get(
         "brokers", "int", 1, lambda v: None if 1 <= v <= MAX_BROKERS else f"must be 1..{MAX_BROKERS}"
     )
     durable = cluster.get("durable", "bool", False)
+    flush_interval = cluster.get("flush_consumer_offset_interval", "int", 0, _non_negative)
+    if flush_interval and not durable:
+        cluster.err("flush_consumer_offset_interval", "needs durable = true (offsets flushed to a store)")
     cluster.finish()
-    return n_brokers, durable
+    return n_brokers, durable, flush_interval
 
 
 def _policies(pol: _Table | None) -> Policies:

@@ -248,7 +248,11 @@ class RmqLab:
         for _ in range(count):
             self._consumers += 1
             node = f"consumer-{self._consumers}"
-            self.sup.add(node, "consumer", module, list(args), group=group)
+            node_args = list(args)
+            if broadcast:  # as the lab does: a stable client id and local offsets per node
+                node_args += ["--instance-name", node]
+                node_args += ["--set", f"local_offset_store_dir={self.run_dir / 'offsets'}"]
+            self.sup.add(node, "consumer", module, node_args, group=group)
             nodes.append(node)
         old_env = dict(self.sup.env)
         self.sup.env.update(env or {})

@@ -271,7 +271,7 @@ class Runner:
             check_environment(exp, self.clients)
         cluster.add_namesrv(native=native)
         for b in exp.brokers:
-            cluster.add_broker(b, durable=exp.durable, flags=exp.policies.broker_flags(), native=native)
+            cluster.add_broker(b, durable=exp.durable, flags=exp.broker_flags(), native=native)
         proxied = exp.network_targets(cluster.proxied_actions)
         for c in exp.consumers:
             for node in c.nodes:

@@ -126,7 +126,7 @@ class AllocateMessageQueueStrategy(Protocol):
         current_cid: str,
         mq_all: Sequence[MessageQueue],
         cid_all: Sequence[str],
-    ) -> list[MessageQueue]: ...
+    ) -> list[MessageQueue] | None: ...  # None: Java's null (CONFIG without a list)
 
 
 @runtime_checkable
@@ -240,18 +240,24 @@ class AllocateMessageQueueAveragelyByCircle(_AbstractStrategy):
 
 
 class AllocateMessageQueueByConfig(_AbstractStrategy):
-    """CONFIG: every client gets the configured list, whatever the group (RocketMQ does no check here)."""
+    """CONFIG: every client gets the configured list, whatever the group (RocketMQ does no check here).
+
+    Without a list (Java's ``new AllocateMessageQueueByConfig()`` before ``setMessageQueueList``) every
+    client gets None, Java's null, which RebalanceImpl reads as "nothing allocated".
+    """
 
     name = "CONFIG"
 
-    def __init__(self, message_queue_list: Sequence[MessageQueue]) -> None:
-        if message_queue_list is None:
-            raise ValueError("message_queue_list is required for CONFIG")
-        items = list(_as_sequence(message_queue_list, "message_queue_list"))
-        _check_mqs(items, "message_queue_list")
-        self.message_queue_list: tuple[MessageQueue, ...] = tuple(items)
+    def __init__(self, message_queue_list: Sequence[MessageQueue] | None = None) -> None:
+        self.message_queue_list: tuple[MessageQueue, ...] | None = None
+        if message_queue_list is not None:
+            items = list(_as_sequence(message_queue_list, "message_queue_list"))
+            _check_mqs(items, "message_queue_list")
+            self.message_queue_list = tuple(items)
 
     def __repr__(self) -> str:
+        if self.message_queue_list is None:
+            return "AllocateMessageQueueByConfig(None)"
         return f"AllocateMessageQueueByConfig({[mq.short for mq in self.message_queue_list]!r})"
 
     def allocate(
@@ -260,8 +266,8 @@ class AllocateMessageQueueByConfig(_AbstractStrategy):
         current_cid: str,
         mq_all: Sequence[MessageQueue],
         cid_all: Sequence[str],
-    ) -> list[MessageQueue]:
-        return list(self.message_queue_list)
+    ) -> list[MessageQueue] | None:
+        return None if self.message_queue_list is None else list(self.message_queue_list)
 
 
 class AllocateMessageQueueByMachineRoom(_AbstractStrategy):
@@ -275,19 +281,21 @@ class AllocateMessageQueueByMachineRoom(_AbstractStrategy):
 
     name = "MACHINE_ROOM"
 
-    def __init__(self, consumer_idcs: Iterable[str]) -> None:
+    def __init__(self, consumer_idcs: Iterable[str] | None = None) -> None:
+        self.consumer_idcs: frozenset[str] | None = None
         if consumer_idcs is None:
-            raise ValueError("consumer_idcs is required for MACHINE_ROOM")
+            return  # Java's unset consumeridcs: fine until a broker name needs the room set
         if isinstance(consumer_idcs, (str, bytes)) or not isinstance(consumer_idcs, Iterable):
             raise ValueError("consumer_idcs must be a collection of room names, not a single string")
         idcs = list(consumer_idcs)
         for room in idcs:
             if not isinstance(room, str):
                 raise ValueError(f"consumer_idcs holds a non-string room {room!r}")
-        self.consumer_idcs: frozenset[str] = frozenset(idcs)
+        self.consumer_idcs = frozenset(idcs)
 
     def __repr__(self) -> str:
-        return f"AllocateMessageQueueByMachineRoom({sorted(self.consumer_idcs)!r})"
+        rooms = None if self.consumer_idcs is None else sorted(self.consumer_idcs)
+        return f"AllocateMessageQueueByMachineRoom({rooms!r})"
 
     def allocate(
         self,
@@ -302,7 +310,12 @@ class AllocateMessageQueueByMachineRoom(_AbstractStrategy):
         selected = []
         for mq in mq_all:
             parts = java_split(mq.broker_name, "@")
-            if len(parts) == 2 and parts[0] in self.consumer_idcs:
+            if len(parts) != 2:
+                continue
+            if self.consumer_idcs is None:
+                # Java: consumeridcs.contains(...) on a null set, a NullPointerException
+                raise ValueError(f"consumeridcs is null (needed for broker {mq.broker_name!r})")
+            if parts[0] in self.consumer_idcs:
                 selected.append(mq)
         c = len(cid_all)
         block, rem = divmod(len(selected), c)
@@ -548,7 +561,8 @@ def get_strategy(name: str, **options: Any) -> AllocateMessageQueueStrategy:
     """A strategy by its RocketMQ name (case-insensitive).
 
     Options: ``CONSISTENT_HASH``: ``virtual_node_cnt`` (default 10), ``hash_function``;
-    ``CONFIG``: ``message_queue_list`` (required); ``MACHINE_ROOM``: ``consumer_idcs`` (required);
+    ``CONFIG``: ``message_queue_list``; ``MACHINE_ROOM``: ``consumer_idcs`` (without them these answer as
+    Java's unconfigured classes do);
     ``MACHINE_ROOM_NEARBY``: ``inner`` (a name or a strategy, default ``"AVG"``;
     ``"MACHINE_ROOM_NEARBY-<inner>"`` names it too), ``resolver`` (default
     :class:`PrefixMachineRoomResolver`); any other option goes to the inner strategy.
@@ -574,16 +588,10 @@ def get_strategy(name: str, **options: Any) -> AllocateMessageQueueStrategy:
         )
     if key == "CONFIG":
         opts = _pop_options(key, options, ("message_queue_list",))
-        if "message_queue_list" not in opts:
-            raise ValueError("strategy CONFIG needs message_queue_list (the queues every client takes)")
-        return AllocateMessageQueueByConfig(opts["message_queue_list"])
+        return AllocateMessageQueueByConfig(opts.get("message_queue_list"))
     if key == "MACHINE_ROOM":
         opts = _pop_options(key, options, ("consumer_idcs",))
-        if "consumer_idcs" not in opts:
-            raise ValueError(
-                "strategy MACHINE_ROOM needs consumer_idcs (the rooms of brokers named room@broker)"
-            )
-        return AllocateMessageQueueByMachineRoom(opts["consumer_idcs"])
+        return AllocateMessageQueueByMachineRoom(opts.get("consumer_idcs"))
     if key == _NEARBY:
         rest = dict(options)
         inner = rest.pop("inner", "AVG")
@@ -604,7 +612,7 @@ def allocate_all(
     group: str,
     mq_all: Iterable[MessageQueue],
     cid_all: Iterable[str],
-) -> dict[str, list[MessageQueue]]:
+) -> dict[str, list[MessageQueue] | None]:
     """What every client of the group gets, each computed as RebalanceImpl does on that client.
 
     ``mq_all`` and ``cid_all`` are sorted first (MessageQueue.compareTo and String order). The keys follow the

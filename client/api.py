@@ -16,7 +16,7 @@ from client.pull_core import PullStatus, pull_status
 from client.route import TopicRouteData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, field_int, field_list, field_str
-from protocol.model import HeartbeatData, Message, MessageQueue
+from protocol.model import HeartbeatData, Message, MessageQueue, is_retry_topic
 from protocol.remoting import RemotingClient
 
 # PullSysFlag bits
@@ -157,7 +157,10 @@ class MQClientAPI:
         subscription: str | None,
         sub_version: int,
         timeout_s: float,
+        asynchronous: bool = False,
     ) -> PullResult:
+        """``asynchronous``: the push consumer's CommunicationMode.ASYNC, whose timeout leaves the
+        connection open; the lite pull consumer pulls synchronously (a timeout closes it)."""
         ext: dict[str, Any] = {
             "consumerGroup": group,
             "topic": mq.topic,
@@ -172,7 +175,11 @@ class MQClientAPI:
         }
         if subscription is not None:
             ext["subscription"] = subscription
-        resp = await self._invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), timeout_s)
+        cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
+        if asynchronous:
+            resp = await self.remoting.invoke_async(addr, cmd, timeout_s)
+        else:
+            resp = await self._invoke(addr, cmd, timeout_s)
         status = pull_status(resp.code)
         if status is None:
             raise MQBrokerError(resp.code, resp.remark, addr)
@@ -275,9 +282,17 @@ class MQClientAPI:
             ext["tags"] = tags
         if keys is not None:
             ext["keys"] = keys
+        props = dict(properties or {})
+        if is_retry_topic(mq.topic):
+            # sendKernelImpl: a retry message's counters travel in the header, not as properties
+            headers = (("RECONSUME_TIME", "reconsumeTimes"), ("MAX_RECONSUME_TIMES", "maxReconsumeTimes"))
+            for prop, header in headers:
+                raw = props.pop(prop, None)
+                if raw is not None:
+                    ext[header] = int(raw)
         payload: dict[str, Any] = {"body": body}
-        if properties:
-            payload["properties"] = dict(properties)
+        if props:
+            payload["properties"] = props
         cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, payload)
         resp = _check(await self._invoke(addr, cmd, timeout_s), addr)
         queue_id = field_int(resp.ext, "queueId", "ext", mq.queue_id)

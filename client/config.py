@@ -42,7 +42,12 @@ class ClientConfig:
     heartbeat_broker_interval: int = 30_000
     persist_consumer_offset_interval: int = 5_000
     mq_client_api_timeout: int = 3_000
+    mq_admin_timeout: int = 6_000  # MQAdminImpl.timeoutMillis: GET_MAX_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP
     connect_timeout_millis: int = 3_000  # NettyClientConfig.connectTimeoutMillis
+    # NettyClientConfig.clientCloseSocketIfTimeout: a timed-out synchronous call closes its connection
+    client_close_socket_if_timeout: bool = True
+    # >=5.2 (enableHeartbeatChannelEventListener): a new broker connection gets a heartbeat, then a rebalance
+    heartbeat_on_connect: bool = False
     # effective value: DefaultMQPushConsumerImpl's own default is 3000, but its constructor copies the
     # consumer's ClientConfig value (1000) over it, in 4.9.8 as in 5.x
     pull_time_delay_mills_when_exception: int = 1_000
@@ -195,6 +200,11 @@ class ConsumerConfig(ClientConfig):
     offset_illegal_5x: bool = False  # >=5.2: fix the offset at once and wake the rebalance
     lock_in_broadcasting: bool = True  # <5.3.2: broadcasting orderly consumers also lock their queues
     query_offset_error_as_not_found: bool = True  # 4.9: any broker error on QUERY_CONSUMER_OFFSET reads as -1
+    rebalance_at_start_needs_heartbeat: bool = False  # >=5.2: start rebalances only if a heartbeat went out
+    lock_all_skips_dropped: bool = False  # >=5.0: lockAll/unlockAll leave out dropped process queues
+    send_back_only_cached: bool = False  # >=5.1: failed messages no longer cached are not sent back
+    mark_dropped_before_release: bool = False  # >=5.0: drop every leaving queue before releasing one
+    message_queue_changed_without_route: bool = False  # >=5.0: messageQueueChanged({}, {}) without route
 
     def validate(self) -> None:
         ClientConfig.validate(self)
@@ -241,6 +251,12 @@ class ConsumerConfig(ClientConfig):
             "offset_illegal_5x": True,
             "lock_in_broadcasting": False,
             "query_offset_error_as_not_found": False,
+            "rebalance_at_start_needs_heartbeat": True,
+            "lock_all_skips_dropped": True,
+            "send_back_only_cached": True,
+            "mark_dropped_before_release": True,
+            "message_queue_changed_without_route": True,
+            "heartbeat_on_connect": True,
         }
 
 

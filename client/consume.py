@@ -18,12 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from client.errors import MQClientError
 from client.group_state import GroupState
 from client.offset_store import OffsetStore
-from client.ports import EventSink, GroupApi
+from client.ports import EventSink, GroupApi, RetrySender
 from client.process_queue import ProcessQueue
 from client.rebalance import RebalanceImpl
-from protocol.model import Message, MessageModel, MessageQueue, is_retry_topic
+from protocol.model import Message, MessageModel, MessageQueue, is_retry_topic, retry_topic
 from protocol.runtime import Clock, TimerSet
 
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
@@ -138,8 +139,10 @@ class _ServiceBase:
         offsets: OffsetStore,
         events: EventSink,
         clock: Clock,
+        retry_sender: RetrySender | None = None,
     ) -> None:
         self.state = state
+        self.retry_sender = retry_sender
         self.config = state.config
         self.group = state.group
         self.client_id = state.client_id
@@ -221,12 +224,14 @@ class _ServiceBase:
         self._workers.clear()
 
     async def send_message_back(self, msg: Message, delay_level: int, max_reconsume_times: int) -> bool:
-        """CONSUMER_SEND_MSG_BACK to the master of the message's broker; False when it failed."""
+        """DefaultMQPushConsumerImpl#sendMessageBack: CONSUMER_SEND_MSG_BACK to the master of the
+        message's broker; when that fails, the message goes to ``%RETRY%<group>`` through the client's
+        internal producer (any broker, with retries). False only when both failed."""
         cfg = self.config
-        addr = await self.api.find_broker_address_in_publish_or_update(msg.topic, msg.broker_name)
-        if addr is None:
-            return False
         try:
+            addr = await self.api.find_broker_address_in_publish_or_update(msg.topic, msg.broker_name)
+            if addr is None:
+                raise MQClientError(f"the broker[{msg.broker_name}] not exist")
             await self.api.consumer_send_msg_back(
                 addr,
                 msg,
@@ -239,7 +244,36 @@ class _ServiceBase:
             raise
         except Exception as exc:
             self.log.warning("send message back failed", group=self.group, msg_id=msg.msg_id, error=repr(exc))
+            return await self.send_to_retry_topic(msg, msg.reconsume_times + 1, max_reconsume_times)
+        self._emit_sent_back(msg, delay_level, "send_back")
+        return True
+
+    async def send_to_retry_topic(self, msg: Message, reconsume_times: int, max_reconsume_times: int) -> bool:
+        """A plain send of the message to ``%RETRY%<group>`` (delay level 3 + reconsumeTimes) through the
+        internal producer; the broker diverts it to the DLQ at ``max_reconsume_times``."""
+        if self.retry_sender is None:
             return False
+        props = dict(msg.properties)
+        props[PROPERTY_ORIGIN_MESSAGE_ID] = origin_msg_id(msg)
+        props[PROPERTY_RETRY_TOPIC] = msg.properties.get(PROPERTY_RETRY_TOPIC) or msg.topic
+        props["RECONSUME_TIME"] = str(reconsume_times)
+        props["MAX_RECONSUME_TIMES"] = str(max_reconsume_times)
+        props.pop("TRAN_MSG", None)
+        delay_level = 3 + msg.reconsume_times
+        props["DELAY"] = str(delay_level)
+        try:
+            await self.retry_sender(retry_topic(self.group), msg.body, msg.tags, msg.keys, props)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.warning(
+                "send to the retry topic failed", group=self.group, msg_id=msg.msg_id, error=repr(exc)
+            )
+            return False
+        self._emit_sent_back(msg, delay_level, "retry_topic")
+        return True
+
+    def _emit_sent_back(self, msg: Message, delay_level: int, via: str) -> None:
         self.log.emit(
             "message_sent_back",
             group=self.group,
@@ -250,8 +284,8 @@ class _ServiceBase:
             queue_id=msg.queue_id,
             queue_offset=msg.queue_offset,
             delay_level=delay_level,
+            via=via,
         )
-        return True
 
 
 class ConsumeMessageConcurrentlyService(_ServiceBase):
@@ -318,8 +352,8 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         else:
             max_times = self.config.max_reconsume_times_concurrently()
             for msg in msgs[ack_index + 1 :]:
-                if not req.pq.contains(msg.queue_offset):
-                    continue
+                if self.config.send_back_only_cached and not req.pq.contains(msg.queue_offset):
+                    continue  # >=5.1: a message no longer cached (its queue moved on) is not sent back
                 if not await self.send_message_back(msg, ctx.delay_level_when_next_consume, max_times):
                     msg.reconsume_times += 1
                     failed.append(msg)
@@ -504,8 +538,9 @@ class ConsumeMessageOrderlyService(_ServiceBase):
         max_times = self.config.max_reconsume_times_orderly()
         for msg in msgs:
             if msg.reconsume_times >= max_times:
-                # the broker stores a message sent back past its limit in %DLQ%<group>
-                if not await self.send_message_back(msg, -1, max_times):
+                # ConsumeMessageOrderlyService#sendMessageBack: a plain send to the retry topic, which the
+                # broker diverts to %DLQ%<group>
+                if not await self.send_to_retry_topic(msg, msg.reconsume_times, max_times):
                     suspend = True
                     msg.reconsume_times += 1
             else:

@@ -26,6 +26,8 @@ from protocol.model import (
 )
 from protocol.runtime import Clock, EventLog, SystemClock, build_client_id, new_instance_name
 
+DEFAULT_INSTANCE_NAME = "DEFAULT"
+
 
 def normalize_enums(options: dict[str, Any]) -> dict[str, Any]:
     """Accept "clustering"/"broadcasting" and "first"/"last"/"timestamp" (or RocketMQ's names) as strings."""
@@ -100,7 +102,11 @@ class ConsumerBase:
             self.strategy = strategy
         self.log = log or EventLog.null()
         self.clock = clock or SystemClock()
-        self.instance_name = self.config.instance_name or new_instance_name()
+        # ClientConfig.instanceName is "DEFAULT" unless set; start() changes it to pid#nanos only for
+        # CLUSTERING (changeInstanceNameToPID), so a broadcasting client is ip@DEFAULT across restarts
+        self.instance_name = self.config.instance_name or DEFAULT_INSTANCE_NAME
+        if self.instance_name == DEFAULT_INSTANCE_NAME and self.message_model is MessageModel.CLUSTERING:
+            self.instance_name = new_instance_name()
         self.client_id = build_client_id(self.instance_name)
         self.instance: MQClientInstance = MQClientManager.get_or_create(
             self.config, self.client_id, self.log, self.clock
@@ -109,8 +115,9 @@ class ConsumerBase:
         self.pulls: PullDispatcher = self.instance.pull_service
         self.offset_store: OffsetStore
         if self.config.message_model is MessageModel.BROADCASTING:
+            # keyed by the client id, so a restarted process with the same id finds its offsets again
             self.offset_store = LocalFileOffsetStore(
-                group, self.instance_name, self.config.local_offset_store_dir, log=self.log
+                group, self.client_id, self.config.local_offset_store_dir, log=self.log
             )
         else:
             self.offset_store = RemoteBrokerOffsetStore(
@@ -183,7 +190,7 @@ class ConsumerBase:
         mqs = set(self.state.process_queue_table)
         await self.offset_store.persist_all(mqs)
 
-    def pull_message(self, request: PullRequest) -> None:
+    async def pull_message(self, request: PullRequest) -> None:
         return None
 
     # -- lifecycle helpers ----------------------------------------------------------------------------
@@ -198,7 +205,9 @@ class ConsumerBase:
         # updateTopicSubscribeInfoWhenSubscriptionChanged: a synchronous route fetch for every topic
         for topic in sorted(self.state.subscription_inner):
             await self.instance.update_topic_route_info_from_name_server(topic)
-        if await self.instance.send_heartbeat_to_all_broker_with_lock():
+        sent = await self.instance.send_heartbeat_to_all_broker_with_lock()
+        # 4.9 rebalances at once whatever the heartbeat did; 5.x only after one went out
+        if sent or not self.config.rebalance_at_start_needs_heartbeat:
             self.instance.rebalance_immediately()
         self.log.emit("consumer_started", group=self.group, client_id=self.client_id)
 

@@ -52,7 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--consume-timestamp", default=None, help="yyyyMMddHHmmss for --consume-from timestamp")
     p.add_argument(
-        "--instance-name", default=None, help="instanceName (default pid#nanos, unique per process)"
+        "--instance-name",
+        default=None,
+        help="instanceName (default DEFAULT, which CLUSTERING consumers change to pid#nanos, unique "
+        "per process; a BROADCASTING consumer keeps it, so its local offsets survive a restart)",
     )
     p.add_argument("--rocketmq5", action="store_true", help="RocketMQ >=5.2 client behaviour (see README)")
     add_config_args(p)

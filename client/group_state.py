@@ -331,11 +331,12 @@ class GroupState:
                 if locked:
                     pq.last_lock_timestamp = now_ms
 
-    def queues_by_broker(self) -> list[tuple[str, set[MessageQueue]]]:
-        """buildProcessQueueTableByBrokerName: the non-dropped queues per broker name, in name order."""
+    def queues_by_broker(self, *, include_dropped: bool = False) -> list[tuple[str, set[MessageQueue]]]:
+        """buildProcessQueueTableByBrokerName: the queues per broker name, in name order; dropped ones
+        only with ``include_dropped`` (4.9.8 has no filter, 5.0 added it)."""
         by_name: dict[str, set[MessageQueue]] = defaultdict(set)
         for mq, pq in self._process_queues.items():
-            if not pq.dropped:
+            if include_dropped or not pq.dropped:
                 by_name[mq.broker_name].add(mq)
         return sorted(by_name.items())
 

@@ -20,6 +20,7 @@ from client.errors import MQClientError
 from client.ports import GroupApi
 from client.process_queue import PullRequest
 from client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
+from client.scheduler import SingleThreadScheduler
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
@@ -44,7 +45,7 @@ class ConsumerInner(Protocol):
 
     async def persist_consumer_offset(self) -> None: ...
 
-    def pull_message(self, request: PullRequest) -> None: ...
+    async def pull_message(self, request: PullRequest) -> None: ...
 
 
 class ProducerInner(Protocol):
@@ -55,6 +56,8 @@ class ProducerInner(Protocol):
     def publish_topics(self) -> set[str]: ...
 
     def update_topic_publish_info(self, topic: str, info: TopicPublishInfo) -> None: ...
+
+    def is_publish_topic_need_update(self, topic: str) -> bool: ...
 
 
 class RebalanceService:
@@ -98,13 +101,18 @@ class RebalanceService:
 
 
 class PullMessageService:
-    """A queue of PullRequests served one at a time; each pull's RPC runs as its own task."""
+    """RocketMQ's PullMessageService thread: PullRequests taken one at a time, each ``pull_message``
+    awaited to its end. What blocks that thread in Java (connecting to a broker, a route lookup, the
+    orderly first pull's QUERY_CONSUMER_OFFSET) is awaited here in line, so it holds up the pulls of
+    every other queue; only the wait for the pull's answer runs apart (invokeAsync). Delayed tasks run
+    on the service's own single-threaded scheduler."""
 
     def __init__(self, instance: MQClientInstance) -> None:
         self.instance = instance
         self._queue: asyncio.Queue[PullRequest] = asyncio.Queue()
         self._timers = TimerSet()
         self._stopped = False
+        self.scheduler = SingleThreadScheduler("PullMessageServiceScheduledThread", instance.log)
 
     def execute_pull_request_immediately(self, request: PullRequest) -> None:
         if not self._stopped:
@@ -118,10 +126,13 @@ class PullMessageService:
         self._timers.call_later(delay_ms, lambda: self.execute_pull_request_immediately(request))
 
     def execute_task_later(self, fn: Callable[[], Coroutine[Any, Any, None]], delay_ms: float) -> None:
-        self._timers.call_later(delay_ms, lambda: self.instance.spawn(fn()))
+        """``delay_ms`` is already scaled."""
+        if not self._stopped:
+            self.scheduler.schedule(fn, max(0.0, delay_ms) / 1000.0, "pull service task")
 
     def stop(self) -> None:
         self._stopped = True
+        self.scheduler.stop()
         self._timers.cancel_all()
 
     async def run(self) -> None:
@@ -131,7 +142,9 @@ class PullMessageService:
             if consumer is None:
                 continue  # group unregistered: the request dies, as in RocketMQ
             try:
-                consumer.pull_message(request)
+                await consumer.pull_message(request)
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:  # a bug in one pull must not stop the service
                 self.instance.log.error(
                     "pull_message failed", error=repr(exc), mq=request.message_queue.short
@@ -155,13 +168,18 @@ class MQClientInstance:
         self.clock = clock or SystemClock()
         # scaled like every other timer, with a floor so a slow loopback connect is not cut short
         connect_s = max(0.2, config.seconds(config.connect_timeout_millis))
-        self.remoting = RemotingClient(log=self.log, connect_timeout_s=connect_s)
+        self.remoting = RemotingClient(
+            log=self.log,
+            connect_timeout_s=connect_s,
+            close_socket_if_timeout=config.client_close_socket_if_timeout,
+        )
         self.api = MQClientAPI(self.remoting)
         self.consumer_table: dict[str, ConsumerInner] = {}
         self.producer_table: dict[str, ProducerInner] = {}
         self.topic_route_table: dict[str, TopicRouteData] = {}
         self.broker_addr_table: dict[str, dict[int, str]] = {}
         self.rebalance_service = RebalanceService(self)
+        self.scheduler = SingleThreadScheduler("MQClientFactoryScheduledThread", self.log)
         self.pull_service = PullMessageService(self)
         self._heartbeat_lock = asyncio.Lock()
         self._route_lock = asyncio.Lock()
@@ -169,7 +187,12 @@ class MQClientInstance:
         self._runner: asyncio.Task[None] | None = None
         self._started = False
         self._random = random.Random()
+        # defaultMQProducer (CLIENT_INNER_PRODUCER): the consumers' send-back fallback, made on first use
+        self.inner_producer: Any = None
+        self.inner_producer_lock = asyncio.Lock()
         self.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify_consumer_ids_changed)
+        if config.heartbeat_on_connect:
+            self.remoting.on_connection_opened(self._on_channel_active)
 
     # -- lifecycle ------------------------------------------------------------------------------------
     @property
@@ -186,39 +209,30 @@ class MQClientInstance:
 
     async def _run(self, ready: asyncio.Future[None]) -> None:
         cfg = self.config
+        s = cfg.seconds
+        # startScheduledTask: one thread, fixed rates, each task awaited before the next one starts
+        self.scheduler.schedule_at_fixed_rate(
+            self.update_topic_route_info_from_name_server_all,
+            s(cfg.poll_name_server_first_delay),
+            s(cfg.poll_name_server_interval),
+            "update topic routes",
+        )
+        self.scheduler.schedule_at_fixed_rate(
+            self._heartbeat_task, s(cfg.heartbeat_first_delay), s(cfg.heartbeat_broker_interval), "heartbeat"
+        )
+        self.scheduler.schedule_at_fixed_rate(
+            self.persist_all_consumer_offset,
+            s(cfg.persist_consumer_offset_first_delay),
+            s(cfg.persist_consumer_offset_interval),
+            "persist consumer offsets",
+        )
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
-            tg.create_task(
-                self._periodic(
-                    cfg.poll_name_server_first_delay,
-                    cfg.poll_name_server_interval,
-                    self.update_topic_route_info_from_name_server_all,
-                )
-            )
-            tg.create_task(
-                self._periodic(cfg.heartbeat_first_delay, cfg.heartbeat_broker_interval, self._heartbeat_task)
-            )
-            tg.create_task(
-                self._periodic(
-                    cfg.persist_consumer_offset_first_delay,
-                    cfg.persist_consumer_offset_interval,
-                    self.persist_all_consumer_offset,
-                )
-            )
+            tg.create_task(self._guarded(self.scheduler.run(), "scheduled tasks"))
             tg.create_task(self._guarded(self.pull_service.run(), "pull service"))
+            tg.create_task(self._guarded(self.pull_service.scheduler.run(), "pull service tasks"))
             tg.create_task(self._guarded(self.rebalance_service.run(), "rebalance service"))
             ready.set_result(None)
-
-    async def _periodic(self, first_ms: int, period_ms: int, fn: Callable[[], Awaitable[Any]]) -> None:
-        await asyncio.sleep(self.config.seconds(first_ms))
-        while True:
-            try:
-                await fn()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.log.error("scheduled task failed", task=getattr(fn, "__name__", "?"), error=repr(exc))
-            await asyncio.sleep(self.config.seconds(period_ms))
 
     async def _guarded(self, coro: Awaitable[Any], what: str) -> None:
         try:
@@ -247,6 +261,7 @@ class MQClientInstance:
     async def shutdown(self) -> None:
         """Stop every task and close the connections (after the last consumer/producer left)."""
         self.pull_service.stop()
+        self.scheduler.stop()
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -360,8 +375,10 @@ class MQClientInstance:
                 return False
             old = self.topic_route_table.get(topic)
             changed = old != route
-            if not changed:
-                changed = any(c.is_subscribe_topic_need_update(topic) for c in self.consumer_table.values())
+            if not changed:  # isNeedUpdateTopicRouteInfo: a consumer or producer still lacks the topic
+                changed = any(
+                    c.is_subscribe_topic_need_update(topic) for c in self.consumer_table.values()
+                ) or any(p.is_publish_topic_need_update(topic) for p in self.producer_table.values())
             if changed:
                 for bd in route.broker_datas:
                     self.broker_addr_table[bd.broker_name] = dict(bd.broker_addrs)
@@ -449,6 +466,39 @@ class MQClientInstance:
             return None
 
     # -- heartbeats -----------------------------------------------------------------------------------
+    def _on_channel_active(self, addr: str) -> None:
+        """5.2's channel event listener: a new connection to a known broker gets a heartbeat at once
+        and, when it went through, an immediate rebalance (runs on its own, as Netty's event thread)."""
+        for broker_name, addrs in sorted(self.broker_addr_table.items()):
+            for known in addrs.values():
+                if known == addr:
+                    self.spawn(self._heartbeat_on_connect(broker_name, addr), "heartbeat on connect")
+                    return
+
+    async def _heartbeat_on_connect(self, broker_name: str, addr: str) -> None:
+        hb = self.prepare_heartbeat_data()
+        if not hb.consumer_data_set and not hb.producer_data_set:
+            return
+        try:
+            await self.api.send_heartbeat(addr, hb, self.config.seconds(self.config.mq_client_api_timeout))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.warning(
+                "heartbeat on connect failed", broker=broker_name, broker_addr=addr, error=repr(exc)
+            )
+            return
+        self.log.emit(
+            "heartbeat_sent",
+            client_id=self.client_id,
+            brokers=[broker_name],
+            failed=[],
+            groups=[c.group_name for c in hb.consumer_data_set]
+            + [p.group_name for p in hb.producer_data_set],
+            cause="connect",
+        )
+        self.rebalance_immediately()
+
     async def _heartbeat_task(self) -> None:
         self.clean_offline_broker()
         await self.send_heartbeat_to_all_broker_with_lock()
@@ -537,6 +587,7 @@ class InstanceGroupApi:
         self.rebalance_immediately = instance.rebalance_immediately
         self.rebalance_later = instance.rebalance_later
         self.spawn = instance.spawn
+        self.schedule = instance.scheduler.schedule
         self.lock_batch_mq = self._api.lock_batch_mq
         self.unlock_batch_mq = self._api.unlock_batch_mq
         self.get_max_offset = self._api.get_max_offset

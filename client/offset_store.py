@@ -227,13 +227,13 @@ def default_offset_dir() -> str:
 
 
 class LocalFileOffsetStore(OffsetStore):
-    """Offsets kept in ``<dir>/<instance>/<group>/offsets.json`` (BROADCASTING)."""
+    """Offsets kept in ``<dir>/<client id>/<group>/offsets.json`` (BROADCASTING)."""
 
     def __init__(
-        self, group: str, instance_key: str, base_dir: str | None = None, log: EventLog | None = None
+        self, group: str, client_id: str, base_dir: str | None = None, log: EventLog | None = None
     ) -> None:
         super().__init__(group)
-        safe_instance = instance_key.replace(os.sep, "_")
+        safe_instance = client_id.replace(os.sep, "_")
         safe_group = group.replace(os.sep, "_")
         self.path = os.path.join(base_dir or default_offset_dir(), safe_instance, safe_group, "offsets.json")
         self.log = log

@@ -76,6 +76,7 @@ class GroupApi(Protocol):
         subscription: str | None,
         sub_version: int,
         timeout_s: float,
+        asynchronous: bool = ...,
     ) -> PullResult: ...
 
     async def consumer_send_msg_back(
@@ -95,6 +96,9 @@ class GroupApi(Protocol):
     def rebalance_later(self, delay_ms: float) -> None: ...
 
     def spawn(self, coro: Coroutine[Any, Any, Any], what: str = ...) -> Any: ...
+
+    def schedule(self, fn: Callable[[], Awaitable[Any]], delay_s: float, what: str = ...) -> None:
+        """Run ``fn`` once on MQClientInstance's scheduled thread, ``delay_s`` (scaled) from now."""
 
 
 class PullDispatcher(Protocol):
@@ -128,6 +132,10 @@ class EventSink(Protocol):
 
     def error(self, msg: str, **kv: Any) -> None: ...
 
+
+RetrySender = Callable[[str, bytes, str | None, str | None, dict[str, str]], Awaitable[None]]
+"""A send through the client's internal producer (CLIENT_INNER_PRODUCER): (topic, body, tags, keys,
+properties); DefaultMQPushConsumerImpl#sendMessageBack's fallback and the orderly send-back."""
 
 MessageQueueListener = Callable[[str, set[MessageQueue], set[MessageQueue]], Awaitable[None]]
 """RocketMQ's MessageQueueListener: (topic, every queue, this client's queues) after a change."""

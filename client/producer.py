@@ -91,6 +91,10 @@ class Producer:
     def publish_topics(self) -> set[str]:
         return set(self.publish_table)
 
+    def is_publish_topic_need_update(self, topic: str) -> bool:
+        info = self.publish_table.get(topic)
+        return info is None or not info.ok()
+
     def update_topic_publish_info(self, topic: str, info: TopicPublishInfo) -> None:
         old = self.publish_table.get(topic)
         if old is not None:

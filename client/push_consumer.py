@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from client.api import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, PullResult
+from client.config import ProducerConfig
 from client.consume import (
     ConsumeMessageConcurrentlyService,
     ConsumeMessageOrderlyService,
@@ -26,12 +27,15 @@ from client.errors import MQBrokerError, MQClientError
 from client.group_state import DropReason
 from client.offset_store import ReadOffsetType
 from client.process_queue import PullRequest
+from client.producer import Producer
 from client.pull_core import PullStatus, pull_exception_delay_ms
 from client.rebalance import RebalancePushImpl
 from client.route import MASTER_ID
 from protocol.codes import ResponseCode
 from protocol.model import ConsumeType, Message, MessageModel, MessageQueue
 from protocol.remoting import RemotingTimeoutError
+
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"  # MixAll.CLIENT_INNER_PRODUCER_GROUP
 
 
 class PushConsumer(ConsumerBase):
@@ -93,6 +97,7 @@ class PushConsumer(ConsumerBase):
             offsets=self.offset_store,
             events=self.log,
             clock=self.clock,
+            retry_sender=self._send_by_inner_producer,
         )
         try:
             await self._start_client()
@@ -116,10 +121,45 @@ class PushConsumer(ConsumerBase):
             await self.consume_service.shutdown(cfg.ms(cfg.await_termination_millis_when_shutdown))
             if self.consume_orderly and self.message_model is MessageModel.CLUSTERING:
                 await self.rebalance_impl.unlock_all(False)
+        await self._stop_inner_producer()
         await self._stop_client()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self.log.emit("consumer_stopped", group=self.group, client_id=self.client_id)
+
+    async def inner_producer(self) -> Producer:
+        """MQClientInstance's defaultMQProducer: group CLIENT_INNER_PRODUCER on this client id, shared
+        by its consumers and started on first use."""
+        inst = self.instance
+        async with inst.inner_producer_lock:
+            if inst.inner_producer is None:
+                cfg = self.config
+                producer = Producer(
+                    CLIENT_INNER_PRODUCER_GROUP,
+                    config=ProducerConfig(
+                        namesrv_addr=cfg.namesrv_addr,
+                        instance_name=self.instance_name,
+                        client_ip=cfg.client_ip,
+                        time_scale=cfg.time_scale,
+                        client_close_socket_if_timeout=cfg.client_close_socket_if_timeout,
+                    ),
+                    clock=self.clock,
+                )
+                await producer.start()
+                inst.inner_producer = producer
+            return inst.inner_producer  # type: ignore[no-any-return]
+
+    async def _send_by_inner_producer(
+        self, topic: str, body: bytes, tags: str | None, keys: str | None, properties: dict[str, str]
+    ) -> None:
+        producer = await self.inner_producer()
+        await producer.send(topic, body, tags=tags, keys=keys, properties=properties)
+
+    async def _stop_inner_producer(self) -> None:
+        inst = self.instance
+        if inst.inner_producer is not None and set(inst.consumer_table) <= {self.group}:
+            producer, inst.inner_producer = inst.inner_producer, None
+            await producer.shutdown()
 
     def suspend(self) -> None:
         self.paused = True
@@ -142,8 +182,10 @@ class PushConsumer(ConsumerBase):
     def _now(self) -> int:
         return self.clock.monotonic_ms()
 
-    def pull_message(self, req: PullRequest) -> None:
-        """The synchronous checks of DefaultMQPushConsumerImpl.pullMessage, then the RPC as a task."""
+    async def pull_message(self, req: PullRequest) -> None:
+        """DefaultMQPushConsumerImpl.pullMessage on the pull service's one thread: the checks and what
+        blocks there in Java (the orderly first pull's offset query, a route lookup, connecting to the
+        broker) run in line; only the wait for the answer runs as its own task (invokeAsync)."""
         cfg = self.config
         pq = req.process_queue
         if pq.dropped:
@@ -164,7 +206,7 @@ class PushConsumer(ConsumerBase):
         if req.message_queue.topic not in self.state.subscription_inner:
             self._later(req, cfg.pull_time_delay_mills_when_exception)
             return
-        self.api.spawn(self._pull(req), "pull")
+        await self._pull(req)
 
     async def _pull(self, req: PullRequest) -> None:
         cfg = self.config
@@ -206,6 +248,30 @@ class PushConsumer(ConsumerBase):
             self._pull_failed(req, None, f"the broker[{mq.broker_name}] not exist", "NO_BROKER")
             return
         try:
+            await self.instance.remoting.connection(addr)  # getAndCreateChannel blocks the pull thread
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._pull_failed(req, None, repr(exc), type(exc).__name__)
+            return
+        self.api.spawn(
+            self._pull_rpc(req, addr, sys_flag, commit_offset, expression, sub.sub_version, sub.tags_set),
+            "pull",
+        )
+
+    async def _pull_rpc(
+        self,
+        req: PullRequest,
+        addr: str,
+        sys_flag: int,
+        commit_offset: int,
+        expression: str | None,
+        sub_version: int,
+        tags_set: list[str],
+    ) -> None:
+        cfg = self.config
+        mq = req.message_queue
+        try:
             result = await self.api.pull_message(
                 addr,
                 group=self.group,
@@ -216,8 +282,9 @@ class PushConsumer(ConsumerBase):
                 commit_offset=commit_offset,
                 suspend_timeout_ms=int(cfg.ms(cfg.broker_suspend_max_time_millis)),
                 subscription=expression,
-                sub_version=sub.sub_version,
+                sub_version=sub_version,
                 timeout_s=cfg.seconds(cfg.consumer_timeout_millis_when_suspend),
+                asynchronous=True,
             )
         except asyncio.CancelledError:
             raise
@@ -230,7 +297,15 @@ class PushConsumer(ConsumerBase):
         except Exception as exc:
             self._pull_failed(req, None, repr(exc), type(exc).__name__)
             return
-        await self._on_pull_success(req, result, sub.tags_set)
+        try:
+            await self._on_pull_success(req, result, tags_set)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # MQClientAPIImpl#pullMessageAsync: an exception in onSuccess goes to onException, which
+            # pulls again after the exception delay instead of leaving the queue to the pull expiry
+            self.log.error("pull result processing failed", mq=mq.short, error=repr(exc))
+            self._pull_failed(req, None, repr(exc), type(exc).__name__)
 
     def _pull_failed(self, req: PullRequest, code: int | None, remark: str, code_name: str) -> None:
         cfg = self.config

@@ -97,6 +97,8 @@ class RebalanceImpl:
         if state.message_model is MessageModel.BROADCASTING:
             if mq_set is None:
                 self.log.warning("doRebalance: topic has no route", group=self.group, topic=topic)
+                if self.config.message_queue_changed_without_route:
+                    await self.message_queue_changed(topic, set(), set())
                 return True
             changed = await self.update_process_queue_table_in_rebalance(
                 topic, mq_set, state.need_lock(is_order)
@@ -109,6 +111,8 @@ class RebalanceImpl:
         cid_all = await self.api.find_consumer_id_list(topic, self.group)
         if mq_set is None and not is_retry_topic(topic):
             self.log.warning("doRebalance: topic has no route", group=self.group, topic=topic)
+            if self.config.message_queue_changed_without_route:  # >=5.0: the listener hears of it
+                await self.message_queue_changed(topic, set(), set())
         if cid_all is None:
             self.log.warning("doRebalance: get consumer id list failed", group=self.group, topic=topic)
         if mq_set is None or cid_all is None:
@@ -155,7 +159,13 @@ class RebalanceImpl:
     ) -> bool:
         state = self.state
         changed = False
-        for mq, reason in state.select_queues_to_drop(topic, mq_set, self._now()):
+        drops = state.select_queues_to_drop(topic, mq_set, self._now())
+        if self.config.mark_dropped_before_release:
+            # 5.x: every queue leaving is marked dropped before the first one is released, so none of
+            # them keeps consuming while an earlier one waits for its consume lock
+            for mq, _ in drops:
+                state.mark_dropped(mq)
+        for mq, reason in drops:
             pq = state.mark_dropped(mq)
             assert pq is not None
             if await self.remove_unnecessary_message_queue(mq, pq):
@@ -230,7 +240,7 @@ class RebalanceImpl:
         if plan.kind is StartKind.FAIL:
             raise MQClientError(f"cannot compute the start offset of {mq}: {plan.reason}")
         addr = await self._offset_broker_addr(mq)
-        timeout = self.config.seconds(self.config.mq_client_api_timeout)
+        timeout = self.config.seconds(self.config.mq_admin_timeout)
         if plan.kind is StartKind.MAX_OFFSET:
             return int(await self.api.get_max_offset(addr, mq, timeout))
         return int(await self.api.search_offset(addr, mq, plan.timestamp_ms, timeout))
@@ -263,10 +273,13 @@ class RebalanceImpl:
         return ok
 
     def _by_broker(self) -> Iterator[tuple[str, str, set[MessageQueue]]]:
-        """(broker name, master address, queues) for every broker whose master address is known. The
-        queues are taken when iteration starts; each address is looked up when its turn comes, after
-        the previous call."""
-        for broker_name, mqs in self.state.queues_by_broker():
+        """buildProcessQueueTableByBrokerName: (broker name, master address, queues) for every broker
+        whose master address is known. 4.9 takes every queue of the table, so a dropped orderly queue
+        still held by its listener keeps its broker lock; 5.x leaves dropped ones out. The queues are
+        taken when iteration starts; each address is looked up when its turn comes, after the previous
+        call."""
+        include_dropped = not self.config.lock_all_skips_dropped
+        for broker_name, mqs in self.state.queues_by_broker(include_dropped=include_dropped):
             addr = self.api.find_broker_address_in_subscribe(broker_name, MASTER_ID, True)
             if addr is not None:
                 yield broker_name, addr, mqs
@@ -365,9 +378,10 @@ class RebalancePushImpl(RebalanceImpl):
             return False
         try:
             if pq.has_temp_message():
-                # messages still cached: keep the broker lock a while so the next owner cannot overtake
-                self.pulls.execute_task_later(
-                    lambda: self.unlock(mq, True), cfg.ms(cfg.unlock_delay_time_mills)
+                # messages still cached: keep the broker lock a while so the next owner cannot overtake;
+                # unlockDelay runs on MQClientInstance's scheduled thread
+                self.api.schedule(
+                    lambda: self.unlock(mq, True), cfg.seconds(cfg.unlock_delay_time_mills), "unlock delay"
                 )
             else:
                 await self.unlock(mq, True)
@@ -377,6 +391,7 @@ class RebalancePushImpl(RebalanceImpl):
 
     async def _try_remove_order_message_queue_5x(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         cfg = self.config
+        await self.offsets.persist(mq)  # "commit offset immediately", before trying to release the queue
         force = self.state.may_force_unlock(pq, self._now())
         acquired = False
         if not force:

@@ -815,14 +815,30 @@ def answer_for_group(
                     text += f"; the locks were taken over at t = {clock.at_s(took[0].ts):.1f} s"
             elif main == "owner_paused":
                 exp = [x for x in expiries if at <= clock.at_s(x.ts) <= end + gap]
-                if exp:
-                    e_at = clock.at_s(exp[0].ts)
-                    text += (
-                        f": the broker expired the paused consumer's channel at t = {e_at:.1f} s "
-                        f"({e_at - at:.1f} s after the pause; 120 s without a heartbeat, checked every "
-                        "10 s) and sent no NOTIFY, so the others took its queues over at their next "
-                        f"rebalance, at t = {end:.1f} s ({end - e_at:.1f} s after the expiry)"
-                    )
+                notified = [
+                    n
+                    for n in g.get("broker_markers", [])
+                    if n["kind"] == "notify_sent"
+                    and n.get("detail") != "register"
+                    and at <= n["at_s"] <= end + gap
+                ]
+                if exp or notified:
+                    if exp:
+                        e_at = clock.at_s(exp[0].ts)
+                        text += (
+                            f": the broker expired the paused consumer's channel at t = {e_at:.1f} s "
+                            f"({e_at - at:.1f} s after the pause; 120 s without a heartbeat, "
+                            "checked every 10 s)"
+                        )
+                    if notified:
+                        n = notified[0]
+                        text += (
+                            f"{';' if exp else ':'} {n.get('broker')} notified the group at "
+                            f"t = {n['at_s']:.1f} s ({n.get('detail')})"
+                        )
+                    else:
+                        text += " and sent no NOTIFY"
+                    text += f", and the others took its queues over at t = {end:.1f} s (their next rebalance)"
                 else:
                     text += (
                         ": the pause was shorter than the broker's 120 s channel expiry, so nobody took "

@@ -154,7 +154,10 @@ class Connection(asyncio.Protocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._write_paused = False
         self._log = log
-        self.closed_future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.closed_future: asyncio.Future[None] = self._loop.create_future()
+        # the loop's clock at the last read or write: Netty's IdleStateHandler (ALL_IDLE) reads this
+        self.last_activity = self._loop.time()
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -169,6 +172,7 @@ class Connection(asyncio.Protocol):
             self._on_open(self)
 
     def data_received(self, data: bytes) -> None:
+        self.last_activity = self._loop.time()
         try:
             commands = self.codec.feed(data)
         except FrameError as exc:
@@ -249,6 +253,7 @@ class Connection(asyncio.Protocol):
         if self._transport is None or self._transport.is_closing():
             raise RemotingConnectionError(f"connection to {self.remote_addr} is closed")
         self._transport.write(self.codec.encode(cmd))
+        self.last_activity = self._loop.time()
 
     def send_response(self, resp: RemotingCommand) -> bool:
         """Write a response produced outside a handler (e.g. a long-poll answered later)."""
@@ -456,7 +461,12 @@ class RemotingServer:
 
 
 class RemotingClient:
-    """Client side: one connection per address, made on demand and re-made after it closed."""
+    """Client side: one connection per address, made on demand and re-made after it closed.
+
+    ``invoke`` is RocketMQ's invokeSync: when it times out the connection is closed
+    (``close_socket_if_timeout``, NettyClientConfig.clientCloseSocketIfTimeout, on by default), so the
+    broker sees the channel close; ``invoke_async`` (invokeAsync, the push consumer's pulls) leaves it open.
+    """
 
     def __init__(
         self,
@@ -464,11 +474,13 @@ class RemotingClient:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_inflight: int = 256,
         connect_timeout_s: float = 3.0,
+        close_socket_if_timeout: bool = True,
         log: Any = None,
     ) -> None:
         self.max_frame_bytes = max_frame_bytes
         self.max_inflight = max_inflight
         self.connect_timeout_s = connect_timeout_s
+        self.close_socket_if_timeout = close_socket_if_timeout
         self._dispatcher = _Dispatcher(log)
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
@@ -553,8 +565,26 @@ class RemotingClient:
         return conn
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """invokeSync: a timeout closes the connection when ``close_socket_if_timeout`` is on."""
+        conn = await self.connection(addr)
+        try:
+            return await conn.invoke(cmd, timeout_s)
+        except RemotingTimeoutError:
+            if self.close_socket_if_timeout:
+                self._close_channel(addr, conn)
+            raise
+
+    async def invoke_async(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """invokeAsync: a timeout fails only this call; the connection stays open."""
         conn = await self.connection(addr)
         return await conn.invoke(cmd, timeout_s)
+
+    def _close_channel(self, addr: str, conn: Connection) -> None:
+        # Netty's close drops unsent writes at once; a graceful close would wait for a peer that
+        # may not be reading, and the pending calls on this connection would not fail until then.
+        if self._conns.get(addr) is conn:
+            del self._conns[addr]
+        conn.abort()
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> None:
         conn = await self.connection(addr)

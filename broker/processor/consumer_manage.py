@@ -55,7 +55,13 @@ class ConsumerManageProcessor:
         set_zero = cmd.ext_bool("setZeroIfNotFound", True)
         b = self.broker
         committed = b.offset_manager.query_offset(group, topic, queue_id)
-        offset = resolve_query_offset(committed, b.store.get_min_offset(topic, queue_id), set_zero)
+        offset = resolve_query_offset(
+            committed,
+            b.store.get_min_offset(topic, queue_id),
+            set_zero,
+            max_offset=b.store.get_max_offset(topic, queue_id),
+            rocketmq5=b.config.rocketmq5,
+        )
         if offset is None:
             raise CommandError(
                 ResponseCode.QUERY_NOT_FOUND,

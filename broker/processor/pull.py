@@ -1,8 +1,9 @@
 """PULL_MESSAGE with long polling (RocketMQ's PullMessageProcessor and PullRequestHoldService).
 
 Checks run in PROTOCOL.md's order. A pull that finds nothing new at ``queueOffset`` is held up to
-``suspendTimeoutMillis`` (used as sent, not time-scaled) and re-run once when a matching message
-arrives on its queue or when the hold check finds it timed out.
+``suspendTimeoutMillis`` (used as sent, not time-scaled). When the hold service wakes it, the whole
+request runs again without suspending, checks included (PullMessageProcessor#executeRequestWhenWakeup):
+a group or subscription that changed meanwhile answers with its error code.
 """
 
 from __future__ import annotations
@@ -36,6 +37,16 @@ class PullMessageProcessor:
         return {RequestCode.PULL_MESSAGE: self.pull_message}
 
     async def pull_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        resp = await self._process(conn, cmd, allow_suspend=True)
+        if resp is None:  # held and woken up: the request again, as if it had just come in
+            resp = await self._process(conn, cmd, allow_suspend=False)
+            assert resp is not None
+        return resp
+
+    async def _process(
+        self, conn: Connection, cmd: RemotingCommand, *, allow_suspend: bool
+    ) -> RemotingCommand | None:
+        """One run of the request; None when it was held and has been woken up since."""
         group = ext_name(cmd, "consumerGroup")
         topic = ext_name(cmd, "topic")
         queue_id = cmd.ext_int("queueId")
@@ -76,7 +87,7 @@ class PullMessageProcessor:
                 f"registered version {sd.sub_version} < {sub_version}",
             )
         tags_set = parse_tags(sub_string) if sub_string is not None else sd.tags_set
-        if commit_offset > 0:
+        if commit_offset > 0 and allow_suspend:  # a woken pull does not commit again
             b.commit_offset(conn, group, topic, queue_id, commit_offset)
 
         cfg = b.config
@@ -85,7 +96,12 @@ class PullMessageProcessor:
         result = store.get_message(
             topic, queue_id, queue_offset, count, cfg.max_transfer_bytes, tags_set, cfg.max_filter_scan
         )
-        if result.status is GetMessageStatus.OFFSET_OVERFLOW_ONE and suspend_ms > 0 and not conn.closed:
+        if (
+            allow_suspend
+            and result.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+            and suspend_ms > 0
+            and not conn.closed
+        ):
             fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
             req = HeldPull(
                 topic,
@@ -101,9 +117,7 @@ class PullMessageProcessor:
                 await fut
             finally:
                 b.hold_service.remove(req)
-            result = store.get_message(
-                topic, queue_id, queue_offset, count, cfg.max_transfer_bytes, tags_set, cfg.max_filter_scan
-            )
+            return None
         return self._response(conn, cmd, group, topic, queue_id, queue_offset, result)
 
     def _response(

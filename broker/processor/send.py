@@ -7,12 +7,29 @@ from typing import Any
 
 from broker.processor.common import ext_name, ext_queue_id
 from broker.processor.services import BrokerServices, Handler
-from broker.store import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, MessageDraft, StoredMessage
+from broker.store import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    MessageDraft,
+    StoredMessage,
+)
 from broker.topic_config import TopicConfig, topic_name_problem
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, InvalidParameter, RemotingCommand, field_map
 from protocol.model import is_retry_topic, retry_topic
 from protocol.remoting import Connection
+
+
+def _delay_level(properties: dict[str, str]) -> int:
+    raw = properties.get(PROPERTY_DELAY_TIME_LEVEL)
+    if raw is None:
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        where = f"body.properties.{PROPERTY_DELAY_TIME_LEVEL}"
+        raise InvalidParameter(where, f"not an int: {raw!r}") from None
 
 
 def parse_properties(body: dict[str, Any]) -> dict[str, str]:
@@ -84,17 +101,37 @@ class SendMessageProcessor:
                 "queueId", f"{queue_id} is outside the topic's write queues [0, {tc.write_queue_nums})"
             )
         if is_retry_topic(topic):
-            # RocketMQ's handleRetryAndDLQ: an orderly consumer past its retries sends to the retry topic;
-            # that goes to the DLQ at once when the group holds locks, or past maxReconsumeTimes.
+            # handleRetryAndDLQ: a retry message at maxReconsumeTimes goes to the DLQ (4.9.8:
+            # reconsumeTimes >= max); RocketMQ 5 sends past max, and sends at once while the group
+            # holds queue locks (an orderly group)
             group = topic.removeprefix("%RETRY%")
             limit = (
                 b.config.default_max_reconsume_times if max_reconsume_times is None else max_reconsume_times
             )
-            now = b.clock.monotonic_ms()
-            if reconsume_times > limit or not b.lock_manager.is_lock_all_expired(group, now):
+            if b.config.rocketmq5:
+                now = b.clock.monotonic_ms()
+                to_dlq = reconsume_times > limit or not b.lock_manager.is_lock_all_expired(group, now)
+            else:
+                to_dlq = reconsume_times >= limit
+            if to_dlq:
                 tc = self._dlq(group, conn)
                 topic, queue_id = tc.topic_name, 0
-        draft = MessageDraft(topic, queue_id, payload, tags, keys, born, reconsume_times, properties)
+        level = _delay_level(properties) if not topic.startswith("%DLQ%") else 0
+        if level > 0:
+            # CommitLog#putMessage: a delay level parks the message in the schedule topic until due
+            draft = b.schedule_service.schedule_draft(
+                b.schedule_service.clamp_level(level),
+                topic,
+                queue_id,
+                payload,
+                tags=tags,
+                keys=keys,
+                born_timestamp=born,
+                reconsume_times=reconsume_times,
+                properties=properties,
+            )
+        else:
+            draft = MessageDraft(topic, queue_id, payload, tags, keys, born, reconsume_times, properties)
         msg = await b.store.put_message(draft)
         return cmd.response(
             ext={"msgId": msg.msg_id, "queueId": msg.queue_id, "queueOffset": msg.queue_offset}

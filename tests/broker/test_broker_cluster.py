@@ -242,3 +242,35 @@ async def test_durability_across_sigkill(procs, make_peer, tmp_path):
     text = log_file.read_text()
     assert text.count('"event":"broker_started"') == 2 and '"event":"broker_stopped"' in text
     assert (tmp_path / "store" / "broker.db").is_file()
+
+
+async def test_periodic_offset_flush_rolls_offsets_back_on_sigkill(procs, make_peer, tmp_path):
+    """--flush-consumer-offset-interval: offsets are written as RocketMQ's flushConsumerOffsetInterval
+    writes them (first after 10 s, then at the interval), so a SIGKILL loses the commits since the last
+    flush; a graceful stop writes them."""
+    log_file = tmp_path / "broker.jsonl"
+    # at this scale the first flush comes 0.5 s after start and the next one 100 s later
+    args = ("--store-dir", str(tmp_path / "store"), "--time-scale", "0.05", "--log-file", str(log_file),
+            "--flush-consumer-offset-interval", "2000000")  # fmt: skip
+    b1 = await procs("broker", *args)
+    p = make_peer(b1.addr)
+    await p.send("T")
+    q = {"consumerGroup": "g", "topic": "T", "queueId": 0}
+    await p.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 7})
+    await wait_until(lambda: log_file.exists() and '"event":"offsets_flushed"' in log_file.read_text(), 10)
+    await p.send("T")  # answered once its batch is on disk, so the flush queued before it is too
+    await p.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 9})
+    assert (await p.ok(RequestCode.QUERY_CONSUMER_OFFSET, q)).ext["offset"] == 9
+    await p.close()
+    await b1.stop(signal.SIGKILL)
+
+    b2 = await procs("broker", *args)
+    p2 = make_peer(b2.addr)
+    assert (await p2.ok(RequestCode.QUERY_CONSUMER_OFFSET, q)).ext["offset"] == 7  # rolled back
+    await p2.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 11})
+    await p2.close()
+    assert await b2.stop(signal.SIGTERM) == 0
+
+    b3 = await procs("broker", *args)
+    p3 = make_peer(b3.addr)
+    assert (await p3.ok(RequestCode.QUERY_CONSUMER_OFFSET, q)).ext["offset"] == 11

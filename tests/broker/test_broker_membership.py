@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from kit import wait_until
 
 from protocol.codes import RequestCode, ResponseCode
-from protocol.model import MessageQueue
+from protocol.model import MessageModel, MessageQueue
 
 
 def mq(i: int, topic: str = "T") -> MessageQueue:
@@ -150,6 +151,7 @@ async def test_notify_on_channel_expired_policy(make_broker, make_peer):
     async def keep_alive():
         while True:
             await a.heartbeat("A")
+            await b.lock("g", "B", [mq(0)])  # traffic, so the idle handler leaves B's connection open
             await asyncio.sleep(0.2)
 
     task = asyncio.create_task(keep_alive())
@@ -159,6 +161,62 @@ async def test_notify_on_channel_expired_policy(make_broker, make_peer):
         assert broker.log.of("notify_sent", cause="channel_expired")
     finally:
         task.cancel()
+
+
+async def test_an_idle_connection_is_closed_and_its_member_dropped(make_broker, make_peer):
+    """The Netty idle handler closes a connection with no read or write for 120 s (1.2 s here), before
+    the channel-expiry scan would find the registration: a close, so the group is notified."""
+    broker = await make_broker(time_scale=0.01)
+    a, b = make_peer(broker.address), make_peer(broker.address)
+    await b.heartbeat("B")
+    await a.heartbeat("A")
+
+    async def keep_alive():
+        while True:
+            await a.heartbeat("A")
+            await asyncio.sleep(0.2)
+
+    task = asyncio.create_task(keep_alive())
+    try:
+        await a.drain_notifies()
+        await wait_until(lambda: broker.log.of("consumer_unregistered", client_id="B"), 5)
+        assert broker.log.of("consumer_unregistered", client_id="B")[0]["reason"] == "channel_closed"
+        assert await a.next_notify(timeout_s=2) == "g"
+        assert broker.consumer_manager.find("g").all_client_ids() == ["A"]
+    finally:
+        task.cancel()
+
+
+async def test_a_member_that_stopped_reading_does_not_delay_the_others_notification(make_broker, make_peer):
+    """NOTIFY_CONSUMER_IDS_CHANGED is one-way with a 10 ms send (Broker2Client): a member whose socket
+    is full costs the next member nothing worth noticing."""
+    broker = await make_broker(time_scale=1.0)
+    await make_peer(broker.address).send("T", b"x" * (1 << 20))  # a 1 MiB message at offset 0
+    stalled = make_peer(broker.address)
+    await stalled.heartbeat("S")
+    conn = next(c for c in broker.connections.values() if c.attrs.get("client_id") == "S")
+    # pulls of the big message that the stalled member never reads, until the broker's buffer is full
+    peer_conn = await stalled.rc.connection(broker.address)
+    peer_conn._transport.pause_reading()
+    pulls: list[asyncio.Task[object]] = []
+    for _ in range(64):
+        if conn._write_paused:
+            break
+        pulls += [asyncio.create_task(stalled.pull("T", 0, timeout_s=30)) for _ in range(4)]
+        await asyncio.sleep(0.05)
+    try:
+        assert conn._write_paused
+        a = make_peer(broker.address)
+        await a.heartbeat("A")
+        await a.drain_notifies()
+        joiner = make_peer(broker.address)
+        t0 = asyncio.get_running_loop().time()
+        await joiner.heartbeat("J")  # a new member: NOTIFY to S first, then A and J
+        assert await a.next_notify(timeout_s=2) == "g"
+        assert asyncio.get_running_loop().time() - t0 < 0.5  # not the old 1 s wait on S
+    finally:
+        for t in pulls:
+            t.cancel()
 
 
 async def test_disable_notify(make_broker, make_peer):
@@ -206,3 +264,16 @@ async def test_offsets_commit_query_and_set_zero_rule(broker, make_peer):
     assert resp.code == ResponseCode.QUERY_NOT_FOUND
     resp = await a.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": "3"})
     assert resp.code == ResponseCode.INVALID_PARAMETER and "commitOffset" in resp.remark
+
+
+@pytest.mark.parametrize("rocketmq5", [False, True])
+async def test_broadcasting_groups_get_no_notify_from_a_rocketmq5_broker(make_broker, make_peer, rocketmq5):
+    """RocketMQ 5.3.1's ConsumerManager skips NOTIFY_CONSUMER_IDS_CHANGED for broadcasting groups
+    (their members never divide queues); 4.9 notifies them like any group."""
+    broker = await make_broker(time_scale=0.01, rocketmq5=rocketmq5)
+    a, b = make_peer(broker.address), make_peer(broker.address)
+    await a.heartbeat("A", model=MessageModel.BROADCASTING)
+    await a.drain_notifies()
+    await b.heartbeat("B", model=MessageModel.BROADCASTING)
+    notified = await a.drain_notifies(0.2)
+    assert notified == ([] if rocketmq5 else ["g"])

@@ -97,7 +97,8 @@ async def test_tag_filter_from_request_or_registration(broker, make_peer):
     assert len(resp.body["messages"]) == 5
 
 
-async def test_long_poll_answered_early_by_a_matching_send(broker, make_peer):
+async def test_long_poll_answered_early_by_a_matching_send(make_broker, make_peer):
+    broker = await make_broker(time_scale=1.0)  # hold check every 5 s: only arrivals answer here
     p, producer = make_peer(broker.address), make_peer(broker.address)
     await p.heartbeat("C", topics={"T": "want"})
     await producer.send("T")  # offset 0 on queue 0
@@ -114,6 +115,36 @@ async def test_long_poll_answered_early_by_a_matching_send(broker, make_peer):
     assert resp.code == ResponseCode.SUCCESS
     assert [d["tags"] for d in resp.body["messages"]] == ["want"]
     assert resp.body["messages"][0]["queueOffset"] == 2
+
+
+async def test_hold_check_answers_a_pull_whose_queue_grew_with_other_tags(broker, make_peer):
+    """PullRequestHoldService#checkHoldRequest wakes a held pull whenever its queue grew, matching or
+    not; the re-run finds nothing that matches and answers PULL_RETRY_IMMEDIATELY."""
+    p, producer = make_peer(broker.address), make_peer(broker.address)
+    await p.heartbeat("C", topics={"T": "want"})
+    await producer.send("T", tags="want")  # offset 0
+    pull = asyncio.create_task(p.pull("T", 1, suspend_ms=10_000, timeout_s=15))
+    await wait_until(lambda: len(broker.hold_service) == 1)
+    await producer.send("T", tags="other")  # offset 1: no wake-up on arrival
+    async with asyncio.timeout(3):  # the hold check runs every 50 ms here; the suspend time is 10 s
+        resp = await pull
+    assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+    assert resp.ext["nextBeginOffset"] == 2
+
+
+async def test_a_woken_pull_runs_its_checks_again(broker, make_peer):
+    """executeRequestWhenWakeup re-runs the whole request: a group whose subscription lost the topic
+    while the pull was held answers SUBSCRIPTION_NOT_EXIST, not the message."""
+    p, producer = make_peer(broker.address), make_peer(broker.address)
+    await p.heartbeat("C", topics=["T"])
+    await producer.send("T")
+    pull = asyncio.create_task(p.pull("T", 1, suspend_ms=10_000, timeout_s=15))
+    await wait_until(lambda: len(broker.hold_service) == 1)
+    await p.heartbeat("C", topics=["U"])  # the group's subscription table now lacks T
+    await producer.send("T")
+    async with asyncio.timeout(3):
+        resp = await pull
+    assert resp.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
 
 
 async def test_long_poll_times_out_with_not_found(broker, make_peer):
@@ -241,12 +272,42 @@ async def test_retry_then_dlq(make_broker, make_peer):
     assert resp.code == ResponseCode.SYSTEM_ERROR and "look message by offset failed" in resp.remark
 
 
-async def test_orderly_send_to_retry_topic_goes_to_dlq_while_group_holds_locks(broker, make_peer):
+async def test_rocketmq5_send_to_retry_topic_goes_to_dlq_while_group_holds_locks(make_broker, make_peer):
     from protocol.model import MessageQueue
 
+    broker = await make_broker(time_scale=0.01, rocketmq5=True)
     p = make_peer(broker.address)
     await p.heartbeat("C")
     await p.lock("g", "C", [MessageQueue("T", "broker-a", 0)])
     resp = await p.send("%RETRY%g", reconsumeTimes=1)
     assert resp.code == ResponseCode.SUCCESS
     assert broker.store.get_max_offset("%DLQ%g", 0) == 1 and broker.store.get_max_offset("%RETRY%g", 0) == 0
+
+
+async def test_send_to_retry_topic_goes_to_dlq_at_max_reconsume_times_in_4_9(broker, make_peer):
+    """4.9.8's handleRetryAndDLQ: reconsumeTimes >= maxReconsumeTimes goes to the DLQ; locks play no part."""
+    from protocol.model import MessageQueue
+
+    p = make_peer(broker.address)
+    await p.heartbeat("C")
+    await p.lock("g", "C", [MessageQueue("T", "broker-a", 0)])
+    await p.send("%RETRY%g", reconsumeTimes=1, maxReconsumeTimes=2)
+    assert broker.store.get_max_offset("%RETRY%g", 0) == 1 and broker.store.get_max_offset("%DLQ%g", 0) == 0
+    await p.send("%RETRY%g", reconsumeTimes=2, maxReconsumeTimes=2)
+    assert broker.store.get_max_offset("%DLQ%g", 0) == 1
+
+
+async def test_a_send_with_a_delay_level_is_delivered_when_due(make_broker, make_peer):
+    """CommitLog#putMessage parks a message whose DELAY property is > 0 in the schedule topic."""
+    broker = await make_broker(time_scale=0.1)  # delay level 2 (5 s) is 0.5 s here
+    p = make_peer(broker.address)
+    await p.heartbeat("C")
+    ext = {"producerGroup": "pg", "topic": "T", "queueId": 0, "bornTimestamp": int(time.time() * 1000)}
+    resp = await p.call(RequestCode.SEND_MESSAGE, ext, {"body": b"later", "properties": {"DELAY": "2"}})
+    assert resp.code == ResponseCode.SUCCESS
+    assert (await p.pull("T", 0)).code != ResponseCode.SUCCESS  # not there yet
+    await wait_until(lambda: broker.store.get_max_offset("T", 0) == 1, 5)
+    msgs = (await p.pull("T", 0)).body["messages"]
+    assert [m["body"] for m in msgs] == [b"later"]
+    bad = await p.call(RequestCode.SEND_MESSAGE, ext, {"body": b"x", "properties": {"DELAY": "soon"}})
+    assert bad.code == ResponseCode.INVALID_PARAMETER and "DELAY" in bad.remark

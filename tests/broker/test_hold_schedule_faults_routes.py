@@ -23,23 +23,40 @@ def test_hold_woken_by_matching_arrival_on_its_queue_only():
     for r in (a, b, c):
         hs.suspend_pull_request(r)
     assert len(hs) == 3
-    assert hs.notify_message_arriving("T", 0, 5, None) == []  # max not past the asked offset
-    assert hs.notify_message_arriving("T", 0, 6, "y") == [a]  # b filters on x
-    assert hs.notify_message_arriving("U", 0, 6, "x") == []
-    assert hs.notify_message_arriving("T", 0, 7, "x") == [b]
+    assert hs.notify_message_arriving("T", 0, 5, None, 0) == []  # max not past the asked offset
+    assert hs.notify_message_arriving("T", 0, 6, "y", 0) == [a]  # b filters on x
+    assert hs.notify_message_arriving("U", 0, 6, "x", 0) == []
+    assert hs.notify_message_arriving("T", 0, 7, "x", 0) == [b]
     assert len(hs) == 1
     assert hs.remove_connection(3) == [c] and len(hs) == 0
 
 
-def test_hold_timeout():
+def test_an_arrival_also_wakes_pulls_past_their_suspend_time():
     hs = PullRequestHoldService()
-    a = HeldPull("T", 0, 0, [], 100)
-    b = HeldPull("T", 0, 0, [], 200)
+    a = HeldPull("T", 0, 5, ["x"], 1000)
     hs.suspend_pull_request(a)
-    hs.suspend_pull_request(b)
-    assert hs.check_hold_request(99) == []
-    assert hs.check_hold_request(100) == [a]
-    assert hs.remove(b) and not hs.remove(b) and len(hs) == 0
+    assert hs.notify_message_arriving("T", 0, 6, "y", 999) == []
+    assert hs.notify_message_arriving("T", 0, 7, "y", 1000) == [a] and len(hs) == 0
+
+
+def test_hold_check_wakes_grown_queues_whatever_the_tags_and_timed_out_pulls():
+    """checkHoldRequest calls notifyMessageArriving without a tag code, which every filter matches."""
+    hs = PullRequestHoldService()
+    tagged = HeldPull("T", 0, 3, ["x"], 10_000)
+    waiting = HeldPull("T", 1, 3, [], 10_000)
+    late = HeldPull("T", 2, 3, [], 100)
+    for r in (tagged, waiting, late):
+        hs.suspend_pull_request(r)
+    max_offsets = {("T", 0): 3, ("T", 1): 3, ("T", 2): 3}
+
+    def max_offset(topic: str, queue_id: int) -> int:
+        return max_offsets[(topic, queue_id)]
+
+    assert hs.check_hold_request(99, max_offset) == []
+    assert hs.check_hold_request(100, max_offset) == [late]
+    max_offsets[("T", 0)] = 4  # one message with another tag
+    assert hs.check_hold_request(101, max_offset) == [tagged]
+    assert hs.remove(waiting) and not hs.remove(waiting) and len(hs) == 0
 
 
 # -- scheduled (retry) messages -------------------------------------------------------------------

@@ -28,6 +28,11 @@ def test_query_offset_rule():
     assert resolve_query_offset(-1, 0, True) == 0
     assert resolve_query_offset(-1, 0, False) is None
     assert resolve_query_offset(-1, 3, True) is None
+    # RocketMQ 5: min offset 0 answers 0 only when offset 0 holds a message
+    assert resolve_query_offset(-1, 0, True, max_offset=0, rocketmq5=True) is None
+    assert resolve_query_offset(-1, 0, True, max_offset=1, rocketmq5=True) == 0
+    assert resolve_query_offset(-1, 0, True, max_offset=0) == 0
+    assert resolve_query_offset(4, 0, True, max_offset=0, rocketmq5=True) == 4
 
 
 def test_lock_rules():

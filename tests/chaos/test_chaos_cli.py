@@ -23,7 +23,9 @@ EXPECTED_SHIPPED = {
     "churn-avg",
     "churn-consistent-hash",
     "broker-kill-restart-durable",
+    "broker-kill-restart-offset-flush",
     "network-partition",
+    "latency-5s-one-consumer",
     "broker-pull-errors",
 }
 

@@ -56,6 +56,17 @@ def test_base_parses_with_nodes_and_defaults() -> None:
     assert e.wall(600) == pytest.approx(30.0)
 
 
+def test_offset_flush_interval_becomes_a_broker_flag_and_needs_a_durable_store() -> None:
+    flushed = "brokers = 2\ndurable = true\nflush_consumer_offset_interval = 5000"
+    e = ex.parse(BASE.replace("brokers = 2", flushed))
+    assert e.broker_flags() == ["--flush-consumer-offset-interval", "5000"]
+    assert ex.parse(BASE).broker_flags() == []
+    text = BASE.replace("brokers = 2", "brokers = 2\nflush_consumer_offset_interval = 5000")
+    [(line, msg)] = problems(text)
+    assert line == line_of(text, "flush_consumer_offset_interval")
+    assert "needs durable = true" in msg
+
+
 def test_unknown_key_names_its_line_and_suggests() -> None:
     text = BASE.replace("count = 4", 'count = 4\nstratgy = "AVG"')
     [(line, msg)] = problems(text)

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 from kit import wait_until
-from kit.cluster import Cluster, allocation_matches, crash, queues
+from kit.cluster import Cluster, add_fault, allocation_matches, crash, queues
 
 NO_LOOP = 10**9  # a rebalance period that never elapses: only notifications can trigger a round
 
@@ -130,3 +130,122 @@ async def test_no_message_lost_while_membership_changes(cluster: Cluster) -> Non
         await crash(consumers[1])
     await wait_until(lambda: sent <= consumed, 20, "every sent message consumed")
     assert len(sent) == 150
+
+
+async def test_a_heartbeat_timeout_closes_the_connection_and_costs_two_rebalances(cluster: Cluster) -> None:
+    """invokeSync closes the channel when HEART_BEAT times out (3 s, scaled): the broker drops the
+    member and notifies the group, and the member comes back with its next heartbeat."""
+    broker = await cluster.start_broker()
+    await cluster.create_topic("T", 4)
+    mq_all = queues("T", 4)
+    consumers = make_consumers(cluster, 2, "T")
+    for c in consumers:
+        await c.start()
+    await wait_until(lambda: allocation_matches(consumers, "T", mq_all), 10, "two consumers")
+    slow = consumers[0]
+    registered_before = len(cluster.events("consumer_registered"))
+    # one heartbeat answered 0.4 s late: past the 0.15 s the client waits at this time scale
+    await add_fault(broker.address, requestCode=34, clientId=slow.client_id, latencyMs=400, count=1)
+
+    def rejoined() -> bool:
+        regs = [e for e in cluster.events("consumer_registered") if e["client_id"] == slow.client_id]
+        return len(cluster.events("consumer_registered")) > registered_before and len(regs) >= 2
+
+    await wait_until(rejoined, 15, "the slow member re-registered")
+    dropped = [e for e in cluster.events("consumer_unregistered") if e["client_id"] == slow.client_id]
+    assert [e["reason"] for e in dropped] == ["channel_closed"]
+    causes = [e["cause"] for e in cluster.events("notify_sent")]
+    assert "channel_closed" in causes
+    await wait_until(lambda: allocation_matches(consumers, "T", mq_all), 10, "balanced again")
+
+
+async def test_heartbeat_timeout_keeps_the_connection_when_the_setting_is_off(cluster: Cluster) -> None:
+    broker = await cluster.start_broker()
+    await cluster.create_topic("T", 4)
+    con = make_consumers(cluster, 1, "T", client_close_socket_if_timeout=False)[0]
+    await con.start()
+    await wait_until(lambda: len(cluster.events("heartbeat_sent")) >= 2, 10, "heartbeats")
+    await add_fault(broker.address, requestCode=34, clientId=con.client_id, latencyMs=400, count=1)
+    await wait_until(
+        lambda: any(e["failed"] for e in cluster.events("heartbeat_sent")), 10, "a failed heartbeat"
+    )
+    await asyncio.sleep(0.5)
+    assert cluster.events("consumer_unregistered") == []
+
+
+@pytest.mark.parametrize("needs_heartbeat", [False, True])
+async def test_start_rebalances_at_once_even_without_a_heartbeat_in_4_9(
+    cluster: Cluster, needs_heartbeat: bool
+) -> None:
+    """DefaultMQPushConsumerImpl#start in 4.9.8 calls rebalanceImmediately() unconditionally; from 5.2
+    only when a heartbeat went out."""
+    broker = await cluster.start_broker()
+    await cluster.create_topic("T", 4)
+    con = make_consumers(
+        cluster, 1, "T", rebalance_wait_interval=NO_LOOP, rebalance_at_start_needs_heartbeat=needs_heartbeat
+    )[0]
+    await add_fault(
+        broker.address,
+        requestCode=34,
+        clientId=con.client_id,
+        errors=[{"code": 1, "remark": "down"}],
+        durationMs=60_000,  # every heartbeat fails: no registration, so no NOTIFY wakes the rebalance
+    )
+    await con.start()
+    await asyncio.sleep(0.5)
+    assert con.instance.rebalance_service.rounds == (0 if needs_heartbeat else 1)
+
+
+async def test_an_error_while_handling_a_pull_result_retries_the_pull(cluster: Cluster) -> None:
+    """An exception in the pull callback's success path goes to its exception path, which pulls again
+    after the exception delay; the queue is not left silent until the 120 s pull expiry."""
+    await cluster.start_broker()
+    await cluster.create_topic("T", 1)
+    con = make_consumers(cluster, 1, "T")[0]
+    await con.start()
+    assert con.consume_service is not None
+    submit = con.consume_service.submit_consume_request
+    failures = [RuntimeError("listener pool is gone")]
+
+    def flaky_submit(*args: object) -> None:
+        if failures:
+            raise failures.pop()
+        submit(*args)  # type: ignore[arg-type]
+
+    con.consume_service.submit_consume_request = flaky_submit  # type: ignore[method-assign]
+    producer = cluster.producer()
+    await producer.start()
+    await producer.send("T", b"one")  # its batch is cached but never handed to the listener
+
+    def failed() -> list[dict[str, object]]:
+        return [e for e in cluster.events("pull_failed") if e["code"] == "RuntimeError"]
+
+    await wait_until(lambda: bool(failed()), 4, "the failed pull result")
+    assert failed()[0]["delay_ms"] == 50  # 1 s at this time scale
+    second = await producer.send("T", b"two")
+    # well inside the 6 s pull expiry at this scale: the queue is still being pulled
+    await wait_until(
+        lambda: any(e["msg_id"] == second.msg_id for e in cluster.events("message_consumed")),
+        3,
+        "the next message consumed",
+    )
+
+
+@pytest.mark.parametrize("on_connect", [False, True])
+async def test_5_2_heartbeats_a_broker_when_it_connects(cluster: Cluster, on_connect: bool) -> None:
+    """5.2's channel event listener: a new connection to a known broker gets a heartbeat at once and then
+    an immediate rebalance, e.g. after a timed-out call closed the old one."""
+    await cluster.start_broker()
+    await cluster.create_topic("T", 2)
+    con = make_consumers(cluster, 1, "T", rebalance_wait_interval=NO_LOOP, heartbeat_on_connect=on_connect)[0]
+    await con.start()
+    await wait_until(lambda: bool(con.owned_queues()), 5, "queues")
+    await asyncio.sleep(0.3)  # the round the broker's NOTIFY for our registration asks for
+    rounds = con.instance.rebalance_service.rounds
+    addr = next(iter(con.instance.broker_addr_table["broker-a"].values()))
+    con.instance.remoting.close_connection(addr)
+    await con.instance.remoting.connection(addr)  # any call re-connects
+    await asyncio.sleep(0.3)
+    on_connect_beats = [e for e in cluster.events("heartbeat_sent") if e.get("cause") == "connect"]
+    assert bool(on_connect_beats) is on_connect
+    assert (con.instance.rebalance_service.rounds > rounds) is on_connect

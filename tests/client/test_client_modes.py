@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from kit import wait_until
-from kit.cluster import Cluster, crash, queues
+from kit.cluster import Cluster, add_fault, crash, queues
 
 from client.consume import ConsumeConcurrentlyStatus, ConsumeOrderlyStatus
 from client.lite_pull_consumer import LitePullConsumer
@@ -132,6 +132,7 @@ async def test_broadcasting_delivers_every_message_to_every_consumer(cluster: Cl
             message_model="BROADCASTING",
             consume_from_where="first",
             local_offset_store_dir=str(tmp_path / "offsets"),
+            instance_name=f"bcast-{i}",  # three "hosts" in one process
         )
         c.subscribe("T")
         c.register_message_listener(lambda msgs, _i=i: got[_i].update(m.msg_id for m in msgs))
@@ -148,6 +149,44 @@ async def test_broadcasting_delivers_every_message_to_every_consumer(cluster: Cl
     await consumers[0].persist_consumer_offset()
     stored = consumers[0].offset_store.clone_offset_table("T")
     assert sum(stored.values()) == 40
+
+
+async def test_a_restarted_broadcasting_consumer_resumes_from_its_local_offsets(
+    cluster: Cluster, tmp_path: Any
+) -> None:
+    """A BROADCASTING client keeps instanceName DEFAULT (changeInstanceNameToPID is for CLUSTERING), so
+    its client id is ip@DEFAULT after a restart too and LocalFileOffsetStore finds its file again."""
+    await cluster.start_broker()
+    await cluster.create_topic("T", 2)
+    got: list[str] = []
+
+    async def start() -> Any:
+        c = cluster.consumer(
+            "bg",
+            "bcast",
+            message_model="BROADCASTING",
+            consume_from_where="first",
+            local_offset_store_dir=str(tmp_path / "offsets"),
+            time_scale=0.5,  # the shutdown's offset write gets 3 s, not 0.3 s, on a busy machine
+        )
+        c.subscribe("T")
+        c.register_message_listener(lambda msgs: got.extend(m.msg_id for m in msgs))
+        await c.start()
+        return c
+
+    first = await start()
+    assert first.client_id.endswith("@DEFAULT")
+    producer = cluster.producer()
+    await producer.start()
+    before = [(await producer.send("T", b"a%d" % i)).msg_id for i in range(10)]
+    await wait_until(lambda: set(got) >= set(before), 10, "the first messages")
+    await first.shutdown()  # persists its offsets to the local file
+    after = [(await producer.send("T", b"b%d" % i)).msg_id for i in range(10)]
+    second = await start()
+    assert second.client_id == first.client_id
+    await wait_until(lambda: set(got) >= set(after), 10, "the later messages")
+    await asyncio.sleep(0.3)
+    assert sorted(got) == sorted(before + after)  # nothing consumed twice
 
 
 async def test_lite_pull_subscribe_poll_and_commit(cluster: Cluster) -> None:
@@ -248,3 +287,70 @@ async def test_reconsume_later_goes_through_the_retry_topic(cluster: Cluster) ->
     assert {e["msg_id"] for e in consumed} == sent  # a retried message keeps the id the producer got
     assert {e["topic"] for e in consumed} == {"%RETRY%rg"}
     assert len(cluster.events("message_sent_back")) >= 3
+
+
+SEND_BACK_FAILS = {"requestCode": 36, "errors": [{"code": 1, "remark": "send back refused"}]}
+
+
+async def test_a_failed_send_back_goes_to_the_retry_topic_via_the_inner_producer(cluster: Cluster) -> None:
+    """DefaultMQPushConsumerImpl#sendMessageBack: when CONSUMER_SEND_MSG_BACK fails, the message is sent
+    to %RETRY%<group> by the client's internal producer; it is not re-run locally."""
+    broker = await cluster.start_broker()
+    await cluster.create_topic("T", 1)
+    await add_fault(broker.address, **SEND_BACK_FAILS, durationMs=600_000)
+    attempts: dict[bytes, int] = defaultdict(int)
+
+    def listener(msgs: list[Any]) -> ConsumeConcurrentlyStatus:
+        attempts[msgs[0].body] += 1
+        if attempts[msgs[0].body] == 1:
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    c = cluster.consumer("fg", "fallback-consumer", consume_from_where="first")
+    c.subscribe("T")
+    c.register_message_listener(listener)
+    await c.start()
+    producer = cluster.producer()
+    await producer.start()
+    sent = (await producer.send("T", b"x")).msg_id
+    await wait_until(lambda: bool(cluster.events("message_consumed")), 15, "redelivery")
+    (consumed,) = cluster.events("message_consumed")
+    assert (consumed["msg_id"], consumed["topic"]) == (sent, "%RETRY%fg")
+    (back,) = cluster.events("message_sent_back")
+    assert back["via"] == "retry_topic" and back["delay_level"] == 3
+
+
+async def test_orderly_past_max_reconsume_times_sends_to_the_retry_topic_which_goes_to_the_dlq(
+    cluster: Cluster,
+) -> None:
+    """ConsumeMessageOrderlyService#sendMessageBack is a plain send to the retry topic (the broker
+    diverts it to the DLQ), so it does not depend on CONSUMER_SEND_MSG_BACK."""
+    broker = await cluster.start_broker()
+    await cluster.create_topic("T", 1)
+    await add_fault(broker.address, **SEND_BACK_FAILS, durationMs=600_000)
+    calls: list[bytes] = []
+
+    def listener(msgs: list[Any]) -> ConsumeOrderlyStatus:
+        calls.append(msgs[0].body)
+        if msgs[0].body == b"bad":
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c = cluster.consumer(
+        "og",
+        "orderly-dlq",
+        consume_from_where="first",
+        max_reconsume_times=1,
+        suspend_current_queue_time_millis=10,
+    )
+    c.subscribe("T")
+    c.register_message_listener_orderly(listener)
+    await c.start()
+    producer = cluster.producer()
+    await producer.start()
+    await producer.send("T", b"bad")
+    await producer.send("T", b"good")
+    await wait_until(lambda: b"good" in calls, 15, "the queue moving past the bad message")
+    assert calls == [b"bad", b"bad", b"good"]
+    dlq = broker.store.get_message("%DLQ%og", 0, 0, 32, 1 << 20, [], 100)
+    assert [m.body for m in dlq.messages] == [b"bad"]

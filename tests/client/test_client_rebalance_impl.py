@@ -34,6 +34,19 @@ class FakeGroupApi:
         self.calls: list[tuple[str, Any]] = []
         self.heartbeats = 0
         self.rebalance_later_calls: list[float] = []
+        self.timeouts: list[float] = []
+        self.scheduled: list[tuple[Any, float]] = []
+
+    def schedule(self, fn: Any, delay_s: float, what: str = "task") -> None:
+        self.scheduled.append((fn, delay_s))
+
+    def spawn(self, coro: Any, what: str = "task") -> asyncio.Task[Any]:
+        return asyncio.get_running_loop().create_task(coro)
+
+    async def consumer_send_msg_back(
+        self, addr: str, msg: Message, group: str, delay_level: int, max_times: int, timeout_s: float
+    ) -> None:
+        self.calls.append(("send_back", msg.queue_offset))
 
     def find_broker_address_in_subscribe(self, *a: Any) -> str:
         return "127.0.0.1:1"
@@ -46,10 +59,12 @@ class FakeGroupApi:
 
     async def get_max_offset(self, addr: str, mq: MessageQueue, timeout_s: float) -> int:
         self.calls.append(("max", mq))
+        self.timeouts.append(timeout_s)
         return self.max_offset
 
     async def search_offset(self, addr: str, mq: MessageQueue, ts: int, timeout_s: float) -> int:
         self.calls.append(("search", mq))
+        self.timeouts.append(timeout_s)
         return self.search
 
     async def lock_batch_mq(
@@ -108,6 +123,9 @@ class FakeOffsets:
 
     def remove_offset(self, mq: MessageQueue) -> None:
         self.removed.append(mq)
+
+    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        self.memory[mq] = offset
 
 
 class Rig:
@@ -298,8 +316,8 @@ async def test_orderly_drop_49_waits_for_the_consume_lock_then_unlocks_late() ->
     assert mq(0) not in r.state.process_queue_table
     # messages were still cached: the broker lock is released 20 s later, not now
     assert not [x for x in r.api.calls if x[0] == "unlock"]
-    fn, delay = r.pulls.tasks[-1]
-    assert delay == pytest.approx(200.0)  # 20 s scaled by 0.01
+    fn, delay = r.api.scheduled[-1]  # unlockDelay: on MQClientInstance's scheduled thread
+    assert delay == pytest.approx(0.2)  # 20 s scaled by 0.01
     await fn()
     assert ("unlock", [mq(0)]) in r.api.calls
 
@@ -377,3 +395,107 @@ async def test_rebalance_service_5x_retries_after_min_interval_when_unbalanced()
         assert len(inst.rounds) == 2  # balanced: back to the long period
     finally:
         task.cancel()
+
+
+@pytest.mark.parametrize("rocketmq5", [False, True])
+async def test_lock_all_and_unlock_all_take_dropped_queues_in_4_9_only(rocketmq5: bool) -> None:
+    """4.9.8's buildProcessQueueTableByBrokerName takes every process queue, so a reassigned orderly
+    queue whose listener still holds the consume lock keeps its broker lock renewed and is unlocked at
+    shutdown; 5.x leaves dropped queues out."""
+    options = ConsumerConfig.rocketmq5() if rocketmq5 else {}
+    r = Rig(orderly=True, time_scale=0.01, **options)
+    pq = _cached_pq(r.clock)
+    r.hold(mq(0), pq)
+    r.api.cids = ["c1", "zzz"]
+    r.route(mq(1), mq(2))
+    await pq.consume_lock.acquire()  # a listener is running: the drop cannot finish
+    await r.rebalance()
+    assert pq.dropped and mq(0) in r.state.process_queue_table
+    r.api.calls.clear()
+    await r.impl.lock_all()
+    await r.impl.unlock_all(False)
+    expected = [mq(1)] if rocketmq5 else [mq(0), mq(1)]
+    calls = [x for x in r.api.calls if x[0] in ("lock", "unlock")]
+    assert calls == [("lock", expected), ("unlock", expected)]
+    pq.consume_lock.release()
+
+
+async def test_max_offset_and_search_offset_wait_six_seconds_as_mq_admin_impl() -> None:
+    r = Rig(time_scale=0.01, consume_from_where="timestamp")
+    await r.impl.compute_pull_from_where_with_exception(mq(0))  # not committed: search
+    await r.impl.compute_pull_from_where_with_exception(mq(0, "%RETRY%g"))  # retry topic: max
+    assert [x[0] for x in r.api.calls] == ["search", "max"]
+    assert r.api.timeouts == [pytest.approx(0.06), pytest.approx(0.06)]
+
+
+@pytest.mark.parametrize("first", [False, True])
+async def test_5x_marks_every_leaving_queue_dropped_before_releasing_one(first: bool) -> None:
+    r = Rig(orderly=True, time_scale=1.0, mark_dropped_before_release=first)
+    busy, other = _cached_pq(r.clock), _cached_pq(r.clock)
+    r.hold(mq(0), busy)
+    r.hold(mq(1), other)
+    r.route(mq(5))  # both queues leave
+    await busy.consume_lock.acquire()  # the first release waits up to 1 s for the listener
+    task = asyncio.create_task(r.rebalance())
+    await asyncio.sleep(0.2)
+    assert busy.dropped
+    assert other.dropped is first  # 4.9 drops each queue only when its turn comes
+    busy.consume_lock.release()
+    await task
+
+
+async def test_5x_orderly_release_persists_the_offset_before_trying_the_consume_lock() -> None:
+    r = Rig(orderly=True, time_scale=0.01, **ConsumerConfig.rocketmq5())
+    pq = _cached_pq(r.clock)
+    r.hold(mq(0), pq)
+    r.route(mq(5))
+    await pq.consume_lock.acquire()  # the release fails: the listener holds the queue
+    await r.rebalance()
+    assert mq(0) in r.state.process_queue_table and pq.dropped
+    assert r.offsets.persisted == [mq(0)]
+    pq.consume_lock.release()
+
+
+@pytest.mark.parametrize("rocketmq5", [False, True])
+async def test_a_topic_without_route_calls_message_queue_changed_in_5x(rocketmq5: bool) -> None:
+    """5.x rebalanceByTopic calls messageQueueChanged(topic, {}, {}) when the topic has no route; the
+    push consumer's hook then heartbeats."""
+    r = Rig(**(ConsumerConfig.rocketmq5() if rocketmq5 else {}))
+    await r.rebalance()  # "T" has no route
+    assert r.api.heartbeats == (1 if rocketmq5 else 0)
+
+
+@pytest.mark.parametrize("rocketmq5", [False, True])
+async def test_a_failed_message_no_longer_cached_is_sent_back_in_4_9_only(rocketmq5: bool) -> None:
+    """The "skip messages the process queue no longer holds" rule of processConsumeResult came with 5.1;
+    4.9 sends every failed message back."""
+    from client.consume import ConsumeConcurrentlyStatus, ConsumeMessageConcurrentlyService, Listener
+
+    r = Rig(time_scale=0.01, **(ConsumerConfig.rocketmq5() if rocketmq5 else {}))
+    pq = _cached_pq(r.clock)  # holds offset 0 only
+    done = asyncio.Event()
+
+    async def fail(msgs: list[Any]) -> ConsumeConcurrentlyStatus:
+        done.set()
+        return ConsumeConcurrentlyStatus.RECONSUME_LATER
+
+    service = ConsumeMessageConcurrentlyService(
+        r.state,
+        Listener(fail, None),  # type: ignore[arg-type]
+        rebalance=r.impl,
+        api=r.api,  # type: ignore[arg-type]
+        offsets=r.offsets,  # type: ignore[arg-type]
+        events=EventLog.null(),
+        clock=r.clock,
+    )
+    service.start()
+    try:
+        gone = Message("m1", "T", "BrokerA", 0, 1, b"y")  # offset 1: not in the process queue any more
+        service.submit_consume_request([gone], pq, mq(0), True)
+        await asyncio.wait_for(done.wait(), 2)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        sent_back = [x for x in r.api.calls if x[0] == "send_back"]
+        assert sent_back == ([] if rocketmq5 else [("send_back", 1)])
+    finally:
+        await service.shutdown(0)

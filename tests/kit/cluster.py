@@ -125,6 +125,16 @@ class Cluster:
         return out
 
 
+async def add_fault(broker_addr: str, **body: Any) -> None:
+    """ADMIN_FAULT_ADD (9000) with ``body`` as the fault spec (README: fault injection)."""
+    rc = RemotingClient()
+    try:
+        resp = await rc.invoke(broker_addr, RemotingCommand.request(9000, body=body), 3.0)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+    finally:
+        await rc.close()
+
+
 async def crash(consumer: PushConsumer) -> None:
     """Lose a consumer abruptly: its connections are reset, nothing is unregistered or unlocked."""
     inst = consumer.instance

@@ -209,7 +209,7 @@ async def test_timeout_and_connect_errors(server: RemotingServer, client: Remoti
     server.register(6, never)
     with pytest.raises(RemotingTimeoutError):
         await client.invoke(server.address, RemotingCommand.request(6), 0.1)
-    # the connection stays usable after a timeout
+    # the next call connects again
     assert (await client.invoke(server.address, RemotingCommand.request(34), 2)).code == 0
     srv2 = RemotingServer()
     await srv2.start()
@@ -219,6 +219,56 @@ async def test_timeout_and_connect_errors(server: RemotingServer, client: Remoti
         await client.invoke(addr, RemotingCommand.request(34), 1)
     with pytest.raises(RemotingConnectionError):
         await client.invoke("no-port", RemotingCommand.request(34), 1)
+
+
+async def test_sync_timeout_closes_the_connection_as_invoke_sync_does(server: RemotingServer) -> None:
+    """NettyRemotingClient#invokeSync closes the channel on a timeout (clientCloseSocketIfTimeout): the
+    server sees the close, and a request pending on that connection fails at once."""
+
+    async def never(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await asyncio.sleep(10)
+        return cmd.response()
+
+    server.register(6, never)
+    closed = asyncio.Event()
+    server.on_connection_closed(lambda _conn: closed.set())
+    client = RemotingClient()
+    try:
+        held = asyncio.create_task(client.invoke_async(server.address, RemotingCommand.request(6), 5))
+        await asyncio.sleep(0.05)
+        first = await client.connection(server.address)
+        with pytest.raises(RemotingTimeoutError):
+            await client.invoke(server.address, RemotingCommand.request(6), 0.1)
+        with pytest.raises(RemotingConnectionError):
+            async with asyncio.timeout(2):
+                await held
+        async with asyncio.timeout(2):
+            await closed.wait()
+        assert (await client.invoke(server.address, RemotingCommand.request(34), 2)).code == 0
+        assert await client.connection(server.address) is not first
+    finally:
+        await client.close()
+
+
+async def test_timeouts_that_keep_the_connection(server: RemotingServer) -> None:
+    """An asynchronous call's timeout, and a synchronous one with close_socket_if_timeout off, leave
+    the connection open."""
+
+    async def never(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await asyncio.sleep(10)
+        return cmd.response()
+
+    server.register(6, never)
+    for close_on_timeout, call in ((True, "invoke_async"), (False, "invoke")):
+        client = RemotingClient(close_socket_if_timeout=close_on_timeout)
+        try:
+            first = await client.connection(server.address)
+            with pytest.raises(RemotingTimeoutError):
+                await getattr(client, call)(server.address, RemotingCommand.request(6), 0.1)
+            assert (await client.invoke(server.address, RemotingCommand.request(34), 2)).code == 0
+            assert await client.connection(server.address) is first
+        finally:
+            await client.close()
 
 
 async def test_pending_request_fails_when_connection_drops(

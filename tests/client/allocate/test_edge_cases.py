@@ -250,9 +250,7 @@ def test_nearby_default_resolver_rejects_names_without_a_room() -> None:
         (lambda: AllocateMessageQueueConsistentHash(True), "must be an int"),
         (lambda: AllocateMessageQueueConsistentHash(2.5), "must be an int"),
         (lambda: AllocateMessageQueueConsistentHash(3, "md5"), "has no hash"),
-        (lambda: AllocateMessageQueueByConfig(None), "message_queue_list is required"),
         (lambda: AllocateMessageQueueByConfig([1]), "not a MessageQueue"),
-        (lambda: AllocateMessageQueueByMachineRoom(None), "consumer_idcs is required"),
         (lambda: AllocateMessageQueueByMachineRoom("room1"), "not a single string"),
         (lambda: AllocateMessageQueueByMachineRoom([1]), "non-string room"),
         (
@@ -267,6 +265,25 @@ def test_nearby_default_resolver_rejects_names_without_a_room() -> None:
 def test_bad_constructor_arguments(make: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_config_without_a_list_gives_every_client_null() -> None:
+    """AllocateMessageQueueByConfig before setMessageQueueList returns null; the rebalance then takes
+    nothing."""
+    for strategy in (AllocateMessageQueueByConfig(), get_strategy("CONFIG")):
+        assert strategy.allocate("g", "a", mqs(4), ["a", "b"]) is None
+    assert allocate_all(get_strategy("CONFIG"), "g", mqs(2), ["b", "a"]) == {"a": None, "b": None}
+
+
+def test_machine_room_without_rooms_as_java_answers_it() -> None:
+    """consumeridcs unset: an empty list while no broker name splits into exactly two parts around '@';
+    Java's NullPointerException (a ValueError here) once one does."""
+    for strategy in (AllocateMessageQueueByMachineRoom(), get_strategy("MACHINE_ROOM")):
+        assert strategy.allocate("g", "a", mqs(3, "broker-a") + mqs(2, "a@b@c"), ["a", "b"]) == []
+        assert strategy.allocate("g", "a", mqs(2, "room@"), ["a"]) == []
+        with pytest.raises(ValueError, match="consumeridcs is null"):
+            strategy.allocate("g", "a", mqs(2, "broker-a") + mqs(1, "room1@broker-b"), ["a"])
+        assert strategy.allocate("g", "x", mqs(1, "room1@broker-b"), ["a"]) == []  # not a member first
 
 
 @pytest.mark.parametrize("bad", ["x", 1.5, 2**63, True])
@@ -333,8 +350,6 @@ def test_registry_options() -> None:
         (None, {}, "strategy name must be a string"),
         ("AVG", {"virtual_node_cnt": 3}, "AVG takes no options"),
         ("CONSISTENT_HASH", {"vnodes": 3}, "does not take vnodes"),
-        ("CONFIG", {}, "CONFIG needs message_queue_list"),
-        ("MACHINE_ROOM", {}, "MACHINE_ROOM needs consumer_idcs"),
         ("MACHINE_ROOM_NEARBY", {"inner": "NOPE"}, "unknown allocation strategy 'NOPE'"),
         ("MACHINE_ROOM_NEARBY", {"inner": "MACHINE_ROOM_NEARBY"}, "cannot wrap itself"),
         ("MACHINE_ROOM_NEARBY-AVG", {"inner": "AVG"}, "already names the inner strategy"),

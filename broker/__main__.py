@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 import sys
 
+from broker.acl import AclConfigError, PlainAccessValidator
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.store import StoreError
@@ -112,6 +113,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="port published in routes when clients must reach the broker elsewhere (e.g. a fault proxy)",
     )
     add_native_port_arg(p, " (0 picks a free one); the msgpack port is unchanged")
+    p.add_argument(
+        "--acl",
+        metavar="FILE",
+        default=None,
+        help="check every request against this plain_acl.yml as RocketMQ 4.9's ACL does (both ports)",
+    )
+    p.add_argument(
+        "--admin-from",
+        choices=("loopback", "any"),
+        default="loopback",
+        help="without --acl: who may use topic creation, broker registration and the admin and fault "
+        "codes 9000-9099 (default loopback)",
+    )
     return p
 
 
@@ -133,9 +147,24 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         notify_consumer_ids_changed=not args.disable_notify,
         notify_on_channel_expired=args.notify_on_channel_expired,
         release_locks_on_close=args.release_locks_on_close,
+        admin_from=args.admin_from,
+        acl_file=_acl_file(args.acl),
         flush_consumer_offset_interval_ms=args.flush_consumer_offset_interval,
         rocketmq5=args.rocketmq5,
     )
+
+
+def _acl_file(path: str | None) -> str | None:
+    """Read the ACL file once here so that a bad one stops the broker with ``file:line: problem``."""
+    if path is None:
+        return None
+    try:
+        PlainAccessValidator.from_file(path)
+    except OSError as exc:
+        raise SystemExit(f"rmq-broker: error: --acl {path}: {exc.strerror or exc}") from None
+    except AclConfigError as exc:
+        raise SystemExit(f"rmq-broker: error: {exc}") from None
+    return path
 
 
 async def serve(

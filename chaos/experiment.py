@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.acl import AclConfigError, PlainAccessValidator
+
 PROCESS_ACTIONS = ("kill", "stop", "start", "restart", "pause", "resume")
 NETWORK_ACTIONS = ("latency", "blackhole", "reset", "heal")
 BROKER_ACTIONS = ("fault", "fault-clear", "policy")
@@ -257,6 +259,15 @@ class Policies:
 
 
 @dataclass(frozen=True)
+class AclSpec:
+    """``[acl]``: the brokers run with ``--acl file``; the lab's clients and admin sign with the key."""
+
+    file: str  # resolved against the experiment file's folder
+    access_key: str
+    secret_key: str
+
+
+@dataclass(frozen=True)
 class NemesisSpec:
     """A [[nemesis]] table: an action on targets at one or more times."""
 
@@ -322,6 +333,7 @@ class Experiment:
     workload: WorkloadSpec | None
     policies: Policies
     nemeses: tuple[NemesisSpec, ...]
+    acl: AclSpec | None = None
     # the brokers' --flush-consumer-offset-interval (ms); 0: every committed offset durable at once
     flush_consumer_offset_interval: int = 0
 
@@ -644,6 +656,7 @@ def _build(
     drain_timeout = root.get("drain_timeout", "number", 300, _positive)
     n_brokers, durable, flush_interval = _cluster(root.table("cluster"))
     policies = _policies(root.table("policies"))
+    acl = _acl(root.table("acl"), source)
     topics = _topics(root.tables("topics"), n_brokers)
     if not topics and "topics" not in data:
         root.err(None, "at least one [[topics]] table is required")
@@ -678,8 +691,11 @@ def _build(
         workload=workload,
         policies=policies,
         nemeses=tuple(nemeses),
+        acl=acl,
         flush_consumer_offset_interval=flush_interval,
     )
+    if acl is not None and exp.real_clients():
+        root.err("acl", "the lab runs real clients without credentials: remove [acl] or the real clients")
     _check_nemeses(exp, pr)
     return None if pr.items else exp
 
@@ -818,6 +834,35 @@ def _check_consumer_starts(pr: _Problems, consumers: list[ConsumerSpec], duratio
                 f"consumers[{i + 1}].start: start = {c.start:g} is not before the end of the experiment "
                 f"(duration = {duration:g})",
             )
+
+
+def _acl(t: _Table | None, source: str) -> AclSpec | None:
+    if t is None:
+        return None
+    file = t.get("file", "str", _REQUIRED)
+    access_key = t.get("access_key", "str", _REQUIRED)
+    secret_key = t.get("secret_key", "str", _REQUIRED)
+    t.finish()
+    if file is None or access_key is None or secret_key is None:
+        return None
+    base = Path(source).parent if source and not source.startswith("<") else Path.cwd()
+    path = (base / file).resolve()
+    try:
+        accounts = PlainAccessValidator.from_file(str(path)).config.accounts
+    except OSError as e:
+        t.err("file", f"cannot read {path}: {e.strerror or e}")
+        return None
+    except AclConfigError as e:
+        t.err("file", str(e))
+        return None
+    account = accounts.get(access_key)
+    if account is None or account.secret_key != secret_key or not account.admin:
+        t.err(
+            "access_key",
+            f"must name an admin account of {file} and its secret key (the lab creates topics)",
+        )
+        return None
+    return AclSpec(str(path), access_key, secret_key)
 
 
 def _check_real_client(c: _Table, client: str) -> None:

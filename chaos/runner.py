@@ -29,6 +29,7 @@ from chaos.experiment import NETWORK_ACTIONS, Experiment, ExperimentError, Step
 from chaos.realclients import RealClients, check_environment
 from chaos.supervisor import ProcessFailed, SupervisorError
 from chaos.tally import LogTailer, RunTally, progress_line
+from protocol.acl import SessionCredentials
 from protocol.remoting import RemotingError
 from protocol.runtime import EventLog
 
@@ -259,7 +260,11 @@ class Runner:
             "ready_timeout_s": self.ready_timeout_s,
         }
         if self.image is None:
+            if exp.acl is not None:
+                common["credentials"] = SessionCredentials(exp.acl.access_key, exp.acl.secret_key)
             return LocalCluster(self.run_dir, **common)
+        if exp.acl is not None:
+            raise ExperimentError(exp.source, [(None, "[acl] runs on the local-process backend only")])
         return ContainerCluster(self.run_dir, image=self.image, **common)
 
     async def _setup(self) -> None:
@@ -271,7 +276,8 @@ class Runner:
             check_environment(exp, self.clients)
         cluster.add_namesrv(native=native)
         for b in exp.brokers:
-            cluster.add_broker(b, durable=exp.durable, flags=exp.broker_flags(), native=native)
+            flags = exp.broker_flags() + (["--acl", exp.acl.file] if exp.acl else [])
+            cluster.add_broker(b, durable=exp.durable, flags=flags, native=native)
         proxied = exp.network_targets(cluster.proxied_actions)
         for c in exp.consumers:
             for node in c.nodes:

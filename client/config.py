@@ -55,6 +55,9 @@ class ClientConfig:
     poll_name_server_first_delay: int = 10
     heartbeat_first_delay: int = 1_000
     persist_consumer_offset_first_delay: int = 10_000
+    # ACL session credentials (AclClientRPCHook): with them every request is signed.
+    access_key: str | None = None
+    secret_key: str | None = None
 
     @property
     def scale(self) -> TimeScale:
@@ -76,6 +79,8 @@ class ClientConfig:
             raise ConfigError(f"time_scale must be > 0, got {self.time_scale!r}")
         if not self.namesrv_addr or ":" not in self.namesrv_addr:
             raise ConfigError(f"namesrv_addr must be host:port, got {self.namesrv_addr!r}")
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ConfigError("access_key and secret_key go together: give both or neither")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.type in ("int",) and (isinstance(v, bool) or not isinstance(v, int)):

@@ -21,6 +21,7 @@ from client.ports import GroupApi
 from client.process_queue import PullRequest
 from client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
 from client.scheduler import SingleThreadScheduler
+from protocol.acl import SessionCredentials
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
@@ -172,6 +173,7 @@ class MQClientInstance:
             log=self.log,
             connect_timeout_s=connect_s,
             close_socket_if_timeout=config.client_close_socket_if_timeout,
+            credentials=SessionCredentials.resolve(config.access_key, config.secret_key, environ={}),
         )
         self.api = MQClientAPI(self.remoting)
         self.consumer_table: dict[str, ConsumerInner] = {}

@@ -49,8 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=10911, help="port to listen on; 0 picks a free one")
     add_common_args(p)
-    p.add_argument("--broker-name", default="broker-a")
-    p.add_argument("--cluster", default="DefaultCluster")
+    p.add_argument(
+        "--broker-name",
+        default="broker-a",
+        help="the broker's name in routes and queues (brokerName); default broker-a",
+    )
+    p.add_argument("--cluster", default="DefaultCluster", help="cluster name registered with the name server")
     p.add_argument(
         "--store-dir", default=None, help="keep messages, offsets and topics durably in SQLite here"
     )
@@ -60,7 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="embedded",
         help="HOST:PORT of a name server to register with, or 'embedded' (default): serve routes here",
     )
-    p.add_argument("--max-frame-bytes", type=positive_int, default=DEFAULT_MAX_FRAME_BYTES)
+    p.add_argument(
+        "--max-frame-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_FRAME_BYTES,
+        help="largest frame accepted; a bigger one closes its connection (default %(default)s)",
+    )
     p.add_argument("--no-auto-create-topic", action="store_true", help="unknown topics get TOPIC_NOT_EXIST")
     p.add_argument("--default-queue-nums", type=positive_int, default=4, help="queues of auto-created topics")
     p.add_argument(

@@ -44,7 +44,7 @@ class LocalCluster:
         env: dict[str, str] | None = None,
         credentials: SessionCredentials | None = None,
     ) -> None:
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir).resolve()  # paths given to children must not depend on their cwd
         if credentials is not None:
             # the lab's clients read these (RMQ_ACCESS_KEY / RMQ_SECRET_KEY) and sign every request
             env = {

@@ -448,9 +448,11 @@ class _Problems:
     def __init__(self, lines: KeyLines) -> None:
         self.lines = lines
         self.items: list[tuple[int | None, str]] = []
+        self.paths: list[tuple[Any, ...]] = []
 
     def add(self, path: tuple[Any, ...], msg: str) -> None:
         self.items.append((self.lines.line_of(path), msg))
+        self.paths.append(path)
 
 
 def _where(path: tuple[Any, ...]) -> str:
@@ -667,14 +669,18 @@ def _build(
     root.finish()
     _check_time_scale(root, time_scale, consumers)
     _check_consumer_starts(pr, consumers, duration)
-    if pr.items or duration is None or time_scale is None:
+    # The schedule's checks still run after problems elsewhere (so that every mistake is reported at
+    # once), unless a table that defines nodes or groups is broken: its missing nodes would be reported
+    # again as unknown targets.
+    nodes_sound = not any(p and p[0] in ("cluster", "topics", "consumers", "workload") for p in pr.paths)
+    if duration is None or not nodes_sound:
         return None
     exp = Experiment(
         name=name,
         question=question,
         source=source,
         text=text,
-        time_scale=float(time_scale),
+        time_scale=float(time_scale or 1.0),
         duration=float(duration),
         seed=seed,
         drain_timeout=float(drain_timeout),
@@ -691,7 +697,7 @@ def _build(
     if acl is not None and exp.real_clients():
         root.err("acl", "the lab runs real clients without credentials: remove [acl] or the real clients")
     _check_nemeses(exp, pr)
-    return exp
+    return None if pr.items else exp
 
 
 def _cluster(cluster: _Table | None) -> tuple[int, bool, int]:

@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 import sys
 
+from broker.acl import AclConfigError, PlainAccessValidator
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.store import StoreError
@@ -48,8 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=10911, help="port to listen on; 0 picks a free one")
     add_common_args(p)
-    p.add_argument("--broker-name", default="broker-a")
-    p.add_argument("--cluster", default="DefaultCluster")
+    p.add_argument(
+        "--broker-name",
+        default="broker-a",
+        help="the broker's name in routes and queues (brokerName); default broker-a",
+    )
+    p.add_argument("--cluster", default="DefaultCluster", help="cluster name registered with the name server")
     p.add_argument(
         "--store-dir", default=None, help="keep messages, offsets and topics durably in SQLite here"
     )
@@ -59,7 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="embedded",
         help="HOST:PORT of a name server to register with, or 'embedded' (default): serve routes here",
     )
-    p.add_argument("--max-frame-bytes", type=positive_int, default=DEFAULT_MAX_FRAME_BYTES)
+    p.add_argument(
+        "--max-frame-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_FRAME_BYTES,
+        help="largest frame accepted; a bigger one closes its connection (default %(default)s)",
+    )
     p.add_argument("--no-auto-create-topic", action="store_true", help="unknown topics get TOPIC_NOT_EXIST")
     p.add_argument("--default-queue-nums", type=positive_int, default=4, help="queues of auto-created topics")
     p.add_argument(
@@ -103,6 +113,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="port published in routes when clients must reach the broker elsewhere (e.g. a fault proxy)",
     )
     add_native_port_arg(p, " (0 picks a free one); the msgpack port is unchanged")
+    p.add_argument(
+        "--acl",
+        metavar="FILE",
+        default=None,
+        help="check every request against this plain_acl.yml as RocketMQ 4.9's ACL does (both ports)",
+    )
+    p.add_argument(
+        "--admin-from",
+        choices=("loopback", "any"),
+        default="loopback",
+        help="without --acl: who may use topic creation, broker registration and the admin and fault "
+        "codes 9000-9099 (default loopback)",
+    )
     return p
 
 
@@ -124,9 +147,24 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         notify_consumer_ids_changed=not args.disable_notify,
         notify_on_channel_expired=args.notify_on_channel_expired,
         release_locks_on_close=args.release_locks_on_close,
+        admin_from=args.admin_from,
+        acl_file=_acl_file(args.acl),
         flush_consumer_offset_interval_ms=args.flush_consumer_offset_interval,
         rocketmq5=args.rocketmq5,
     )
+
+
+def _acl_file(path: str | None) -> str | None:
+    """Read the ACL file once here so that a bad one stops the broker with ``file:line: problem``."""
+    if path is None:
+        return None
+    try:
+        PlainAccessValidator.from_file(path)
+    except OSError as exc:
+        raise SystemExit(f"rmq-broker: error: --acl {path}: {exc.strerror or exc}") from None
+    except AclConfigError as exc:
+        raise SystemExit(f"rmq-broker: error: {exc}") from None
+    return path
 
 
 async def serve(

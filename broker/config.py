@@ -84,6 +84,12 @@ class BrokerConfig:
     retry_queue_nums: int = 1
     default_max_reconsume_times: int = 16
     delay_levels_ms: tuple[int, ...] = DELAY_LEVELS_MS
+    # Hardening (not RocketMQ's; unscaled): a frame must arrive whole within this long of its first byte.
+    partial_frame_timeout_ms: int = 10_000
+    # Who may use the admin and fault codes (9000-9099) when ACL is off: "loopback" or "any".
+    admin_from: str = "loopback"
+    # plain_acl.yml: with it, every request is checked as RocketMQ's PlainAccessValidator does.
+    acl_file: str | None = None
 
     def scaled(self, ms: int) -> int:
         return TimeScale(self.time_scale).whole_ms(ms)

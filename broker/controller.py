@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from typing import Any
 
+from broker.acl import ADMIN_CODES, AclDenied, PlainAccessValidator, is_loopback
 from broker.config import BrokerConfig
 from broker.consumer_manager import ConsumerManager, ProducerManager
 from broker.faults import FaultTable
@@ -27,7 +28,7 @@ from broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, Sto
 from broker.topic_config import TopicConfig
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, RemotingCommand
-from protocol.model import MessageModel, WireError, is_retry_topic
+from protocol.model import MessageModel, WireError, is_retry_topic, retry_topic
 from protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer
 from protocol.runtime import Clock, EventLog, SystemClock, local_ip
 
@@ -57,6 +58,9 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(config.scaled_delay_levels)
         self.faults = FaultTable()
         self.notify_enabled = config.notify_consumer_ids_changed
+        # RocketMQ's plain ACL (--acl); without it, admin codes only from loopback unless --admin-from any.
+        self.acl = PlainAccessValidator.from_file(config.acl_file) if config.acl_file else None
+        self.admin_from_any = config.admin_from == "any"
         self.notify_on_channel_expired = config.notify_on_channel_expired
         self.release_locks_on_close = config.release_locks_on_close
         self.embedded_namesrv = config.namesrv == "embedded"
@@ -65,7 +69,11 @@ class BrokerController:
             NamesrvProcessor(self.route_info, self.log, self.clock) if self.route_info is not None else None
         )
         self.server = RemotingServer(
-            config.host, config.port, max_frame_bytes=config.max_frame_bytes, log=self.log
+            config.host,
+            config.port,
+            max_frame_bytes=config.max_frame_bytes,
+            log=self.log,
+            partial_frame_timeout_s=config.partial_frame_timeout_ms / 1000,
         )
         self.store: MemoryMessageStore = MemoryMessageStore(config.broker_name, clock=self.clock)
         self.connections: dict[int, Connection] = {}
@@ -100,7 +108,9 @@ class BrokerController:
         return f"{host}:{self.config.advertised_port or self.server.port}"
 
     async def start(self) -> None:
-        await self.server.start()
+        # Bind first (the port goes into message ids), accept only once the store is open and every
+        # processor is registered: a request must never meet a half-started broker.
+        await self.server.start(serve=False)
         cfg = self.config
         if cfg.store_dir:
             self.store = SqliteMessageStore(
@@ -133,6 +143,9 @@ class BrokerController:
             self.namesrv_processor.register(self.server, self.wrap)
         self.server.on_connection_opened(self._on_connection_opened)
         self.server.on_connection_closed(self._on_connection_closed)
+        if isinstance(self.store, SqliteMessageStore):
+            self.store.on_rejected = self._on_write_rejected
+        await self.server.start_serving()
         self._started_ms = self.clock.monotonic_ms()
         self._runner = asyncio.create_task(self._run_services(), name=f"broker-{cfg.broker_name}")
         self.log.emit(
@@ -146,6 +159,9 @@ class BrokerController:
             time_scale=cfg.time_scale,
             messages=self.store.message_count(),
         )
+
+    def _on_write_rejected(self, seq: int, reason: str) -> None:
+        self.log.warning("store refused a write; the store carries on", seq=seq, reason=reason)
 
     async def start_native_port(self, port: int) -> str:
         """Open a second port speaking RocketMQ's own remoting protocol (real RocketMQ clients) with the
@@ -206,6 +222,16 @@ class BrokerController:
         durable = self.store.durable
 
         async def wrapped(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+            if self.acl is not None and code != RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                # (route lookups belong to the name server, which in RocketMQ 4.9 checks no ACL)
+                try:
+                    self.acl.validate(conn.remote_addr, cmd)
+                except AclDenied as exc:
+                    self._refused(conn, cmd, str(exc))
+            elif cmd.code in ADMIN_CODES and not self.admin_from_any and not is_loopback(conn.remote_addr):
+                self._refused(
+                    conn, cmd, f"request code {cmd.code} is accepted from loopback only (--admin-from)"
+                )
             faults = self.faults
             drop = False
             if faults.codes and cmd.code in faults.codes:
@@ -224,16 +250,23 @@ class BrokerController:
             except (WireError, CommandError):
                 await self._durable_barrier(conn, durable)
                 raise
-            await self._durable_barrier(conn, durable)
+            try:
+                await self._durable_barrier(conn, durable)
+            except StoreError as exc:
+                raise CommandError(ResponseCode.SERVICE_NOT_AVAILABLE, str(exc)) from None
             return None if drop else resp
 
         return wrapped
+
+    def _refused(self, conn: Connection, cmd: RemotingCommand, reason: str) -> None:
+        self.log.emit("request_refused", request_code=cmd.code, client_addr=conn.remote_addr, reason=reason)
+        raise CommandError(ResponseCode.NO_PERMISSION, reason)
 
     async def _durable_barrier(self, conn: Connection, durable: bool) -> None:
         # An answer on a connection implies that every offset it committed before is on disk.
         if durable:
             seq = conn.attrs.get(ATTR_WRITE_SEQ, 0)
-            if seq > self.store.committed_seq:
+            if seq > self.store.committed_seq or self.store.is_rejected(seq):
                 await self.store.wait_durable(seq)
 
     def note_write(self, conn: Connection, seq: int) -> None:
@@ -265,6 +298,7 @@ class BrokerController:
         for group, info in self.consumer_manager.do_channel_close_event(conn.id):
             self.emit_consumer_unregistered(group, info.client_id, "channel_closed", info.client_addr)
             self.notify_group(group, "channel_closed")
+            self.forget_group(group)
         self.producer_manager.do_channel_close_event(conn.id)
         for req in self.hold_service.remove_connection(conn.id):
             _wake(req, "closed")
@@ -359,6 +393,21 @@ class BrokerController:
             self.note_write(conn, self.store.persist_offset(group, topic, queue_id, offset))
         self.log.emit("offset_committed", group=group, topic=topic, queue_id=queue_id, offset=offset)
 
+    def forget_group(self, group: str) -> None:
+        """A group that left (no consumer registered any more) takes its retry topic along, unless that
+        holds messages: junk group names must not leave a topic each behind. (RocketMQ keeps them; a
+        retry that comes due later re-creates the topic, see deliver_due_messages.)"""
+        if self.consumer_manager.find(group) is not None:
+            return
+        topic = retry_topic(group)
+        tc = self.topic_manager.select(topic)
+        if tc is None or any(self.store.get_max_offset(topic, q) > 0 for q in range(tc.write_queue_nums)):
+            return
+        self.topic_manager.remove(topic)
+        self.store.persist_topic_removal(topic)
+        self.log.emit("topic_removed", topic=topic, reason="group_left", group=group)
+        self._register_event.set()
+
     def flush_consumer_offsets(self) -> int:
         """Write the offsets committed since the last flush (ConsumerOffsetManager#persist)."""
         pending, self._unflushed_offsets = self._unflushed_offsets, {}
@@ -443,6 +492,7 @@ class BrokerController:
             self.emit_consumer_unregistered(group, info.client_id, "channel_expired", info.client_addr)
             to_close.add(info.conn_id)
             notify.add(group)
+            self.forget_group(group)
         for _, info in self.producer_manager.scan_not_active_channel(now, timeout):
             to_close.add(info.conn_id)
         for conn_id in to_close:

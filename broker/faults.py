@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.codes import ADMIN_CODE_RANGE
-from protocol.command import InvalidParameter, field_bool, field_int, field_list, field_str
+from protocol.command import InvalidParameter, field_bool, field_int, field_int32, field_list, field_str
+
+# Bounds of one fault and of the table (README "Limits"): a fault is a test tool, not a way to stall a
+# broker for ever or to fill its memory.
+MAX_FAULTS = 1000
+MAX_FAULT_ERRORS = 100
+MAX_FAULT_LATENCY_MS = 120_000  # RocketMQ's longest client-visible interval (channel expiry)
+MAX_FAULT_COUNT = 1_000_000
+MAX_FAULT_DURATION_MS = 24 * 3600 * 1000
+MAX_FAULT_REMARK = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,27 +104,25 @@ def parse_fault_spec(body: Any) -> dict[str, Any]:
     """Validate an ADMIN_FAULT_ADD body; raises InvalidParameter naming the field."""
     if not isinstance(body, dict):
         raise InvalidParameter("body", "expected a map" if body is not None else "missing")
-    code = field_int(body, "requestCode", "body")
+    code = field_int32(body, "requestCode", "body")
     if code in ADMIN_CODE_RANGE:
         raise InvalidParameter("body.requestCode", "admin codes cannot be faulted")
     errors: list[FaultError] = []
-    for i, e in enumerate(field_list(body, "errors", "body", [])):
+    raw_errors = field_list(body, "errors", "body", [])
+    if len(raw_errors) > MAX_FAULT_ERRORS:
+        raise InvalidParameter("body.errors", f"{len(raw_errors)} errors, at most {MAX_FAULT_ERRORS}")
+    for i, e in enumerate(raw_errors):
         where = f"body.errors[{i}]"
         if not isinstance(e, dict):
             raise InvalidParameter(where, "expected a map")
-        errors.append(
-            FaultError(field_int(e, "code", where), field_str(e, "remark", where, "injected fault"))
-        )
-    latency = field_int(body, "latencyMs", "body", 0)
-    if latency < 0:
-        raise InvalidParameter("body.latencyMs", "must be >= 0")
+        remark = field_str(e, "remark", where, "injected fault")
+        if len(remark) > MAX_FAULT_REMARK:
+            raise InvalidParameter(f"{where}.remark", f"longer than {MAX_FAULT_REMARK} characters")
+        errors.append(FaultError(field_int32(e, "code", where), remark))
+    latency = _bounded(body, "latencyMs", 0, MAX_FAULT_LATENCY_MS, 0)
     drop = field_bool(body, "drop", "body", False)
-    count = field_int(body, "count", "body", None)
-    if count is not None and count <= 0:
-        raise InvalidParameter("body.count", "must be > 0")
-    duration = field_int(body, "durationMs", "body", None)
-    if duration is not None and duration <= 0:
-        raise InvalidParameter("body.durationMs", "must be > 0")
+    count = _bounded(body, "count", 1, MAX_FAULT_COUNT, None)
+    duration = _bounded(body, "durationMs", 1, MAX_FAULT_DURATION_MS, None)
     if not errors and latency == 0 and not drop:
         raise InvalidParameter("body", "a fault needs errors, latencyMs or drop")
     return {
@@ -130,6 +137,13 @@ def parse_fault_spec(body: Any) -> dict[str, Any]:
     }
 
 
+def _bounded(body: dict[str, Any], name: str, low: int, high: int, default: int | None) -> Any:
+    value = field_int(body, name, "body", default)
+    if value is not None and not low <= value <= high:
+        raise InvalidParameter(f"body.{name}", f"must be in {low}..{high}, got {value}")
+    return value
+
+
 class FaultTable:
     """The broker's active faults; for each request the oldest matching one applies."""
 
@@ -142,6 +156,10 @@ class FaultTable:
         return len(self.faults)
 
     def add(self, spec: dict[str, Any], now_ms: int) -> Fault:
+        if len(self.faults) >= MAX_FAULTS:
+            self.sweep(now_ms)
+            if len(self.faults) >= MAX_FAULTS:
+                raise InvalidParameter("body", f"the fault table is full ({MAX_FAULTS} faults); clear some")
         fault = Fault(self._next_id, created_ms=now_ms, **spec)
         self._next_id += 1
         self.faults[fault.fault_id] = fault

@@ -24,7 +24,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rmq-namesrv", description="A RocketMQ name server emulator.")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=9876, help="port to listen on; 0 picks a free one")
-    p.add_argument("--max-frame-bytes", type=positive_int, default=DEFAULT_MAX_FRAME_BYTES)
+    p.add_argument(
+        "--max-frame-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_FRAME_BYTES,
+        help="largest frame accepted; a bigger one closes its connection (default %(default)s)",
+    )
     add_native_port_arg(p)
     add_common_args(p)
     return p

@@ -19,6 +19,7 @@ import os
 import queue
 import sqlite3
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -65,6 +66,7 @@ _MSG = "m"
 _OFFSET = "o"
 _TOPIC = "t"
 _TRUNCATE = "q"
+_TOPIC_REMOVED = "r"
 _STOP = "stop"
 
 
@@ -96,6 +98,10 @@ class SqliteMessageStore(MemoryMessageStore):
         self._waiter_ids = itertools.count()
         self.failed: BaseException | None = None
         self.batches_committed = 0
+        # Writes the database refused while the store carried on (seq -> reason), until someone waits.
+        self._rejected: dict[int, str] = {}
+        self.rejected_writes = 0
+        self.on_rejected: Callable[[int, str], None] | None = None
 
     # -- life cycle ---------------------------------------------------------------------------------
     async def open(self) -> None:
@@ -198,15 +204,23 @@ class SqliteMessageStore(MemoryMessageStore):
     def persist_topic(self, tc: TopicConfig) -> int:
         return self._enqueue(_TOPIC, tc)
 
+    def persist_topic_removal(self, topic: str) -> int:
+        return self._enqueue(_TOPIC_REMOVED, topic)
+
     async def wait_durable(self, seq: int) -> None:
-        if seq <= self.committed_seq:
-            return
-        if self.failed is not None:
-            raise StoreError(f"store write failed: {self.failed}")
-        assert self._loop is not None
-        fut: asyncio.Future[None] = self._loop.create_future()
-        heapq.heappush(self._seq_waiters, (seq, next(self._waiter_ids), fut))
-        await fut
+        if seq > self.committed_seq:
+            if self.failed is not None:
+                raise StoreError(f"store write failed: {self.failed}")
+            assert self._loop is not None
+            fut: asyncio.Future[None] = self._loop.create_future()
+            heapq.heappush(self._seq_waiters, (seq, next(self._waiter_ids), fut))
+            await fut
+        reason = self._rejected.pop(seq, None)
+        if reason is not None:
+            raise StoreError(f"store write rejected: {reason}")
+
+    def is_rejected(self, seq: int) -> bool:
+        return seq in self._rejected
 
     async def sync(self) -> None:
         """Wait until everything queued so far is committed."""
@@ -236,19 +250,40 @@ class SqliteMessageStore(MemoryMessageStore):
                     batch = [op for op in batch if op[0] != _STOP]
                 if not batch:
                     continue
-                error: BaseException | None = None
+                error, rejected = self._write_or_split(db, batch)
                 try:
-                    self._write_batch(db, batch)
-                except BaseException as exc:  # reported to the loop; the store stops taking writes
-                    error = exc
-                try:
-                    self._loop.call_soon_threadsafe(self._on_committed, batch, error)
+                    self._loop.call_soon_threadsafe(self._on_committed, batch, error, rejected)
                 except RuntimeError:  # the loop is gone (shutdown)
                     return
                 if error is not None:
                     return
         finally:
             db.close()
+
+    def _write_or_split(
+        self, db: sqlite3.Connection, batch: list[tuple[Any, ...]]
+    ) -> tuple[BaseException | None, dict[int, str]]:
+        """Commit a batch; when it fails, commit its operations one by one so that one bad value costs
+        only its own write. Returns (an error that stops the store, rejected seq -> reason).
+
+        A message that cannot be written stops the store: its queue offset is already taken, and a
+        consume queue cannot have a hole. An offset or topic config that cannot be written is reported
+        to the connection that wrote it and the store carries on."""
+        try:
+            self._write_batch(db, batch)
+            return None, {}
+        except Exception as exc:
+            if len(batch) == 1 and batch[0][0] == _MSG:
+                return exc, {}
+        rejected: dict[int, str] = {}
+        for op in batch:
+            try:
+                self._write_batch(db, [op])
+            except Exception as exc:
+                if op[0] == _MSG:
+                    return exc, rejected
+                rejected[op[1]] = f"{type(exc).__name__}: {exc}"
+        return None, rejected
 
     @staticmethod
     def _write_batch(db: sqlite3.Connection, batch: list[tuple[Any, ...]]) -> None:
@@ -283,6 +318,8 @@ class SqliteMessageStore(MemoryMessageStore):
                         "INSERT OR REPLACE INTO topic_config VALUES (?, ?, ?, ?)",
                         (tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm),
                     )
+                elif kind == _TOPIC_REMOVED:
+                    db.execute("DELETE FROM topic_config WHERE topic=?", (op[2],))
                 elif kind == _TRUNCATE:
                     _, _, topic, qid, min_offset = op
                     if msgs:
@@ -305,7 +342,12 @@ class SqliteMessageStore(MemoryMessageStore):
             raise
 
     # -- back on the loop ---------------------------------------------------------------------------------
-    def _on_committed(self, batch: list[tuple[Any, ...]], error: BaseException | None) -> None:
+    def _on_committed(
+        self,
+        batch: list[tuple[Any, ...]],
+        error: BaseException | None,
+        rejected: dict[int, str] | None = None,
+    ) -> None:
         if error is not None:
             self.failed = error
             exc = StoreError(f"store write failed: {error}")
@@ -323,6 +365,14 @@ class SqliteMessageStore(MemoryMessageStore):
             self._seq_waiters.clear()
             return
         self.batches_committed += 1
+        if rejected:
+            self.rejected_writes += len(rejected)
+            self._rejected.update(rejected)
+            while len(self._rejected) > 1024:  # nobody waits for old ones; keep the table small
+                del self._rejected[next(iter(self._rejected))]
+            if self.on_rejected is not None:
+                for seq, reason in rejected.items():
+                    self.on_rejected(seq, reason)
         for op in batch:
             if op[0] == _MSG:
                 msg: StoredMessage = op[2]

@@ -348,8 +348,15 @@ class MemoryMessageStore:
     def persist_topic(self, tc: TopicConfig) -> int:
         return 0
 
+    def persist_topic_removal(self, topic: str) -> int:
+        return 0
+
     async def wait_durable(self, seq: int) -> None:
         pass
+
+    def is_rejected(self, seq: int) -> bool:
+        """Whether the durable write ``seq`` was refused (the store carried on without it)."""
+        return False
 
     async def truncate(self, topic: str, queue_id: int, min_offset: int) -> None:
         """Drop messages below ``min_offset`` (RocketMQ's expired commit-log files)."""

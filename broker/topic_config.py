@@ -30,7 +30,7 @@ def topic_name_problem(topic: str) -> str | None:
         return "is empty"
     if len(topic) > TOPIC_MAX_LENGTH:
         return f"longer than {TOPIC_MAX_LENGTH} characters"
-    if not _TOPIC_RE.match(topic):
+    if not _TOPIC_RE.fullmatch(topic):
         return "may contain only letters, digits, '%', '|', '_' and '-'"
     return None
 
@@ -90,6 +90,12 @@ class TopicConfigManager:
         if self.table.get(tc.topic_name) == tc:
             return False
         self.table[tc.topic_name] = tc
+        self.data_version += 1
+        return True
+
+    def remove(self, topic: str) -> bool:
+        if self.table.pop(topic, None) is None:
+            return False
         self.data_version += 1
         return True
 

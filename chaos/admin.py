@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from protocol.acl import SessionCredentials
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.remoting import RemotingClient, RemotingError
@@ -76,9 +77,14 @@ def _on_off(text: str) -> bool:
 class AdminClient:
     """Admin requests to brokers (and route look-ups at a name server) over one RemotingClient."""
 
-    def __init__(self, client: RemotingClient | None = None, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        client: RemotingClient | None = None,
+        timeout_s: float = 5.0,
+        credentials: SessionCredentials | None = None,
+    ) -> None:
         self._own = client is None
-        self.client = client or RemotingClient(connect_timeout_s=timeout_s)
+        self.client = client or RemotingClient(connect_timeout_s=timeout_s, credentials=credentials)
         self.timeout_s = timeout_s
 
     async def close(self) -> None:
@@ -187,6 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--broker", required=True, type=host_port, metavar="HOST:PORT", help="the broker to talk to"
     )
     p.add_argument("--timeout", type=float, default=5.0, metavar="S", help="request timeout in seconds (5)")
+    p.add_argument(
+        "--access-key",
+        default=None,
+        help="ACL access key of an admin account: requests are signed (also RMQ_ACCESS_KEY)",
+    )
+    p.add_argument("--secret-key", default=None, help="ACL secret key (also RMQ_SECRET_KEY)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     fault = sub.add_parser("fault", help="inject, list and clear request-level faults")
@@ -236,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    async with AdminClient(timeout_s=args.timeout) as admin:
+    credentials = SessionCredentials.resolve(args.access_key, args.secret_key)
+    async with AdminClient(timeout_s=args.timeout, credentials=credentials) as admin:
         b = args.broker
         if args.command == "fault":
             if args.fault_command == "add":
@@ -287,6 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         and args.release_locks_on_close is None
     ):
         parser.error("policy needs --notify-on-channel-expired and/or --release-locks-on-close")
+    try:
+        SessionCredentials.resolve(args.access_key, args.secret_key)
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         return asyncio.run(_run(args))
     except AdminError as e:

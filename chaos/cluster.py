@@ -18,6 +18,7 @@ from chaos.experiment import NETWORK_ACTIONS
 from chaos.proxy import ClientLinks
 from chaos.realclients import RealClients
 from chaos.supervisor import EventSink, Member, Supervisor
+from protocol.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
 
 NAMESRV_MODULE = "broker.namesrv_main"
 BROKER_MODULE = "broker"
@@ -41,8 +42,16 @@ class LocalCluster:
         ready_timeout_s: float = 30.0,
         stop_timeout_s: float = 10.0,
         env: dict[str, str] | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir).resolve()  # paths given to children must not depend on their cwd
+        if credentials is not None:
+            # the lab's clients read these (RMQ_ACCESS_KEY / RMQ_SECRET_KEY) and sign every request
+            env = {
+                **(env or {}),
+                ENV_ACCESS_KEY: credentials.access_key,
+                ENV_SECRET_KEY: credentials.secret_key,
+            }
         self.time_scale = time_scale
         self.seed = seed
         self.sup = Supervisor(
@@ -53,7 +62,7 @@ class LocalCluster:
             stop_timeout_s=stop_timeout_s,
             env=env,
         )
-        self.admin = AdminClient(timeout_s=max(2.0, 5.0 * time_scale))
+        self.admin = AdminClient(timeout_s=max(2.0, 5.0 * time_scale), credentials=credentials)
         self.links: dict[str, ClientLinks] = {}
         self._proxied: set[str] = set()
         self.namesrv: str | None = None

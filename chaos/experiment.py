@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.acl import AclConfigError, PlainAccessValidator
+
 PROCESS_ACTIONS = ("kill", "stop", "start", "restart", "pause", "resume")
 NETWORK_ACTIONS = ("latency", "blackhole", "reset", "heal")
 BROKER_ACTIONS = ("fault", "fault-clear", "policy")
@@ -257,6 +259,15 @@ class Policies:
 
 
 @dataclass(frozen=True)
+class AclSpec:
+    """``[acl]``: the brokers run with ``--acl file``; the lab's clients and admin sign with the key."""
+
+    file: str  # resolved against the experiment file's folder
+    access_key: str
+    secret_key: str
+
+
+@dataclass(frozen=True)
 class NemesisSpec:
     """A [[nemesis]] table: an action on targets at one or more times."""
 
@@ -322,6 +333,7 @@ class Experiment:
     workload: WorkloadSpec | None
     policies: Policies
     nemeses: tuple[NemesisSpec, ...]
+    acl: AclSpec | None = None
     # the brokers' --flush-consumer-offset-interval (ms); 0: every committed offset durable at once
     flush_consumer_offset_interval: int = 0
 
@@ -365,7 +377,7 @@ class Experiment:
         out: set[str] = set()
         for n in self.nemeses:
             if n.action in wanted:
-                out.update(_candidates(n.target, n.group, nodes))
+                out.update(candidates(n.target, n.group, nodes))
         return out
 
     def topic_queues_per_broker(self, topic: str) -> int:
@@ -436,9 +448,11 @@ class _Problems:
     def __init__(self, lines: KeyLines) -> None:
         self.lines = lines
         self.items: list[tuple[int | None, str]] = []
+        self.paths: list[tuple[Any, ...]] = []
 
     def add(self, path: tuple[Any, ...], msg: str) -> None:
         self.items.append((self.lines.line_of(path), msg))
+        self.paths.append(path)
 
 
 def _where(path: tuple[Any, ...]) -> str:
@@ -642,6 +656,7 @@ def _build(
     drain_timeout = root.get("drain_timeout", "number", 300, _positive)
     n_brokers, durable, flush_interval = _cluster(root.table("cluster"))
     policies = _policies(root.table("policies"))
+    acl = _acl(root.table("acl"), source)
     topics = _topics(root.tables("topics"), n_brokers)
     if not topics and "topics" not in data:
         root.err(None, "at least one [[topics]] table is required")
@@ -654,14 +669,18 @@ def _build(
     root.finish()
     _check_time_scale(root, time_scale, consumers)
     _check_consumer_starts(pr, consumers, duration)
-    if pr.items or duration is None or time_scale is None:
+    # The schedule's checks still run after problems elsewhere (so that every mistake is reported at
+    # once), unless a table that defines nodes or groups is broken: its missing nodes would be reported
+    # again as unknown targets.
+    nodes_sound = not any(p and p[0] in ("cluster", "topics", "consumers", "workload") for p in pr.paths)
+    if duration is None or not nodes_sound:
         return None
     exp = Experiment(
         name=name,
         question=question,
         source=source,
         text=text,
-        time_scale=float(time_scale),
+        time_scale=float(time_scale or 1.0),
         duration=float(duration),
         seed=seed,
         drain_timeout=float(drain_timeout),
@@ -672,10 +691,13 @@ def _build(
         workload=workload,
         policies=policies,
         nemeses=tuple(nemeses),
+        acl=acl,
         flush_consumer_offset_interval=flush_interval,
     )
+    if acl is not None and exp.real_clients():
+        root.err("acl", "the lab runs real clients without credentials: remove [acl] or the real clients")
     _check_nemeses(exp, pr)
-    return exp
+    return None if pr.items else exp
 
 
 def _cluster(cluster: _Table | None) -> tuple[int, bool, int]:
@@ -814,6 +836,35 @@ def _check_consumer_starts(pr: _Problems, consumers: list[ConsumerSpec], duratio
             )
 
 
+def _acl(t: _Table | None, source: str) -> AclSpec | None:
+    if t is None:
+        return None
+    file = t.get("file", "str", _REQUIRED)
+    access_key = t.get("access_key", "str", _REQUIRED)
+    secret_key = t.get("secret_key", "str", _REQUIRED)
+    t.finish()
+    if file is None or access_key is None or secret_key is None:
+        return None
+    base = Path(source).parent if source and not source.startswith("<") else Path.cwd()
+    path = (base / file).resolve()
+    try:
+        accounts = PlainAccessValidator.from_file(str(path)).config.accounts
+    except OSError as e:
+        t.err("file", f"cannot read {path}: {e.strerror or e}")
+        return None
+    except AclConfigError as e:
+        t.err("file", str(e))
+        return None
+    account = accounts.get(access_key)
+    if account is None or account.secret_key != secret_key or not account.admin:
+        t.err(
+            "access_key",
+            f"must name an admin account of {file} and its secret key (the lab creates topics)",
+        )
+        return None
+    return AclSpec(str(path), access_key, secret_key)
+
+
 def _check_real_client(c: _Table, client: str) -> None:
     """What the real clients' drivers (interop/) can and cannot do."""
     name = CLIENT_NAMES[client]
@@ -914,7 +965,8 @@ def _nemesis(n: _Table, index: int, pr: _Problems) -> NemesisSpec | None:
     )
 
 
-def _candidates(target: str, group: str | None, nodes: dict[str, NodeInfo]) -> list[str]:
+def candidates(target: str, group: str | None, nodes: dict[str, NodeInfo]) -> list[str]:
+    """The nodes a target (a node name or ROLE:SELECTOR) may name, in node order."""
     if ":" not in target:
         return [target] if target in nodes else []
     role, _, _sel = target.partition(":")
@@ -954,7 +1006,7 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
                 continue
             if n.group is not None and role != "consumer" and n.action not in ("fault", "fault-clear"):
                 err("group", "'group' selects consumers; the target is not a consumer")
-            if not _candidates(n.target, n.group, nodes):
+            if not candidates(n.target, n.group, nodes):
                 err("target", f"no node matches {n.target!r}" + (f" in group {n.group!r}" if n.group else ""))
                 continue
             roles = {role}
@@ -967,7 +1019,7 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
         if n.action in NETWORK_ACTIONS and not roles <= {"consumer", "producer"}:
             err("target", f"{n.action!r} acts on a client's link to a broker: target a consumer or producer")
         elif n.action in NETWORK_ACTIONS:
-            real = [c for c in _candidates(n.target, n.group, nodes) if nodes[c].client in REAL_CLIENTS]
+            real = [c for c in candidates(n.target, n.group, nodes) if nodes[c].client in REAL_CLIENTS]
             if real:
                 err(
                     "target",
@@ -997,7 +1049,8 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
 # Schedule expansion
 
 
-def _times(n: NemesisSpec, exp: Experiment) -> list[float]:
+def nemesis_times(n: NemesisSpec, exp: Experiment) -> list[float]:
+    """When a [[nemesis]] entry acts (lab seconds); ``random`` times are drawn from the seed."""
     if n.at:
         return sorted(n.at)
     end = min(n.until if n.until is not None else exp.duration, exp.duration)
@@ -1015,22 +1068,26 @@ def _times(n: NemesisSpec, exp: Experiment) -> list[float]:
     return []
 
 
+def pick_targets(target: str, nodes: list[str], k: int, rng: random.Random) -> list[str]:
+    """The node(s) the k-th occurrence acts on: ``random`` draws one of ``nodes``, ``next`` takes them
+    in turn, ``all`` (or a node name) all of them."""
+    selector = target.partition(":")[2] if ":" in target else None
+    if selector == "random":
+        return [rng.choice(nodes)]
+    if selector == "next":
+        return [nodes[k % len(nodes)]]
+    return nodes
+
+
 def expand_schedule(exp: Experiment) -> list[Step]:
     """The experiment's nemesis actions in time order; deterministic for a given seed."""
     nodes = exp.nodes()
     steps: list[Step] = []
     for n in exp.nemeses:
         rng = random.Random(f"{exp.seed}:nemesis:{n.index}:targets")
-        candidates = _candidates(n.target, n.group, nodes)
-        selector = n.target.partition(":")[2] if ":" in n.target else None
-        for k, t in enumerate(_times(n, exp)):
-            if selector == "random":
-                targets = [rng.choice(candidates)]
-            elif selector == "next":
-                targets = [candidates[k % len(candidates)]]
-            else:
-                targets = candidates
-            for target in targets:
+        matching = candidates(n.target, n.group, nodes)
+        for k, t in enumerate(nemesis_times(n, exp)):
+            for target in pick_targets(n.target, matching, k, rng):
                 info = nodes[target]
                 group = info.group if info.role == "consumer" else None
                 params = dict(n.params)

@@ -514,14 +514,27 @@ class _InProcessBroker:
 # pytest hooks and fixtures
 
 
+ASYNCIO_LOOP_SCOPE = "asyncio_default_fixture_loop_scope"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "rmq_time_scale", "time scale of the rmq_lab fixture (default 0.05)", default=str(DEFAULT_TIME_SCALE)
     )
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "rmq_time_scale(x): run this test's rmq_lab at time scale x")
+    # pytest-asyncio (which this package's test extra installs) warns on every run of a project that
+    # has not chosen its fixtures' loop scope. Choose its announced default, "function", for projects
+    # that have not; an explicit setting (ini file or -o) is left alone. Runs before its own hook.
+    try:
+        scope = config.getini(ASYNCIO_LOOP_SCOPE)
+    except ValueError:  # pytest-asyncio is not installed
+        return
+    if not scope:
+        config._inicache[ASYNCIO_LOOP_SCOPE] = "function"  # getini's cache: there is no public setter
 
 
 @pytest.fixture

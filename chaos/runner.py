@@ -29,6 +29,7 @@ from chaos.experiment import NETWORK_ACTIONS, Experiment, ExperimentError, Step
 from chaos.realclients import RealClients, check_environment
 from chaos.supervisor import ProcessFailed, SupervisorError
 from chaos.tally import LogTailer, RunTally, progress_line
+from protocol.acl import SessionCredentials
 from protocol.remoting import RemotingError
 from protocol.runtime import EventLog
 
@@ -78,6 +79,37 @@ def pipeline_available() -> bool:
         return False
 
 
+def fault_request(
+    exp: Experiment, step: Step, client_id: str | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ``fault`` step as AdminClient.fault_add's arguments (times scaled to the run) and the fields of
+    its ``nemesis`` event (all but ``fault_id``)."""
+    p = step.params
+    duration_ms = round(exp.wall(p["for"]) * 1000) if p.get("for") else None
+    latency_ms = round(p.get("latency_ms", 0) * exp.time_scale)
+    request = {
+        "request_code": p["code"],
+        "errors": p.get("errors", []),
+        "count": p.get("count"),
+        "group": p.get("group"),
+        "client_id": client_id,
+        "latency_ms": latency_ms,
+        "drop": bool(p.get("drop")),
+        "duration_ms": max(1, duration_ms) if duration_ms is not None else None,
+    }
+    fields = {
+        "request_code": p["code"],
+        "errors": [f"{c}:{r}" for c, r in p.get("errors", [])],
+        "count": p.get("count"),
+        "fault_group": p.get("group"),
+        "client_id": client_id,
+        "latency_ms": latency_ms,
+        "drop": bool(p.get("drop")),
+        "duration_ms": duration_ms,
+    }
+    return request, fields
+
+
 class Runner:
     """Runs one experiment: starts the cluster and workload, applies the nemeses, drains, analyses."""
 
@@ -118,6 +150,9 @@ class Runner:
         self.cluster: LocalCluster | None = None
         self.log: EventLog | None = None
         self.executed = 0
+        self._analysis: asyncio.subprocess.Process | None = None
+        self._ended_at: float | None = None
+        self._manifest_path = Path(run_dir).resolve() / "manifest.json"  # the analysis may run elsewhere
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -129,6 +164,11 @@ class Runner:
 
     def _elapsed(self) -> float:
         return 0.0 if self._t0 is None else time.monotonic() - self._t0
+
+    def _stamp(self) -> str:
+        """The experiment's clock: RocketMQ seconds since t = 0 (as the file's `at`), wall beside it."""
+        wall = self._elapsed()
+        return f"[t={wall / self.exp.time_scale:6.1f}s | {wall:5.1f}s wall]"
 
     def _consumer_counts(self) -> tuple[int, int, int]:
         assert self.cluster is not None
@@ -151,6 +191,7 @@ class Runner:
             self.tally,
             self._consumer_counts(),
             self._phase,
+            self.exp.time_scale,
         )
         if self.tty:
             self.out.write("\r\x1b[K" + line)
@@ -192,6 +233,7 @@ class Runner:
         try:
             self.say(f"run {exp.name}: {exp.question or '(no question given)'}")
             self.say(f"run directory: {self.run_dir}")
+            await self._start_analysis(after=self._manifest_path)
             if self.image is not None:
                 self.say(f"backend: docker, image {self.image.name} ({self.image.image_id[:19]})")
             await self.cluster.prepare()
@@ -228,6 +270,8 @@ class Runner:
                 self.cluster.remove_sync()  # containers and network, even when the close was cut short
             with contextlib.suppress(BaseException):
                 await self._refresh_tally()
+            if self.result.errors or self.result.interrupted or not self.analyze:
+                await self._stop_analysis()
             self._finish(started_ms)
         if self.result.interrupted:
             return self.result
@@ -247,7 +291,11 @@ class Runner:
             "ready_timeout_s": self.ready_timeout_s,
         }
         if self.image is None:
+            if exp.acl is not None:
+                common["credentials"] = SessionCredentials(exp.acl.access_key, exp.acl.secret_key)
             return LocalCluster(self.run_dir, **common)
+        if exp.acl is not None:
+            raise ExperimentError(exp.source, [(None, "[acl] runs on the local-process backend only")])
         return ContainerCluster(self.run_dir, image=self.image, **common)
 
     async def _setup(self) -> None:
@@ -259,7 +307,8 @@ class Runner:
             check_environment(exp, self.clients)
         cluster.add_namesrv(native=native)
         for b in exp.brokers:
-            cluster.add_broker(b, durable=exp.durable, flags=exp.broker_flags(), native=native)
+            flags = exp.broker_flags() + (["--acl", exp.acl.file] if exp.acl else [])
+            cluster.add_broker(b, durable=exp.durable, flags=flags, native=native)
         proxied = exp.network_targets(cluster.proxied_actions)
         for c in exp.consumers:
             for node in c.nodes:
@@ -312,11 +361,13 @@ class Runner:
     async def _execute(self) -> None:
         exp = self.exp
         self._t0 = time.monotonic()
+        # The experiment's t = 0: nemesis times count from here, and so do the console and the report.
+        self.log_emit("schedule_started", time_scale=exp.time_scale, duration_s=exp.duration)
         self._phase = "run"
         total = exp.wall(exp.duration)
         self.say(
             f"running for {total:.1f}s wall ({exp.duration:g}s at time scale {exp.time_scale:g}), "
-            f"{len(exp.schedule())} nemesis action(s)"
+            f"{len(exp.schedule())} scheduled nemesis action(s) (a restart is written as a stop and a start)"
         )
         async with asyncio.TaskGroup() as tg:
             if exp.workload:
@@ -349,7 +400,7 @@ class Runner:
                     await self._end_now.wait()
         if self._end_now.is_set():
             return
-        self.say(f"[{self._elapsed():6.1f}s] joining: {', '.join(nodes)}")
+        self.say(f"{self._stamp()} joining: {', '.join(nodes)}")
         self.log_emit("consumers_joining", nodes=nodes, at=at)
         for n in nodes:
             lock = self._locks.setdefault(n, asyncio.Lock())
@@ -358,7 +409,7 @@ class Runner:
                     await self.cluster.sup.astart(n)
                 except ProcessFailed as e:
                     self.result.errors.append(str(e))
-                    self.say(f"[{self._elapsed():6.1f}s] {n} did not start: {str(e).splitlines()[0]}")
+                    self.say(f"{self._stamp()} {n} did not start: {str(e).splitlines()[0]}")
                 except SupervisorError as e:  # a nemesis started it already
                     self.result.skipped.append(f"join {n}: {e}")
                     self.log_emit("join_skipped", target=n, reason=str(e))
@@ -379,7 +430,7 @@ class Runner:
         cluster, exp = self.cluster, self.exp
         assert cluster is not None
         sup = cluster.sup
-        self.say(f"[{self._elapsed():6.1f}s] {step.describe()}")
+        self.say(f"{self._stamp()} {step.describe()}")
         try:
             a, target, p = step.action, step.target, step.params
             if a == "kill":
@@ -429,7 +480,7 @@ class Runner:
             reason = str(e)
             self.result.skipped.append(f"{step.describe()}: {reason}")
             self.log_emit("nemesis_skipped", action=step.action, target=step.target, reason=reason)
-            self.say(f"[{self._elapsed():6.1f}s] skipped {step.describe()}: {reason.splitlines()[0]}")
+            self.say(f"{self._stamp()} skipped {step.describe()}: {reason.splitlines()[0]}")
 
     async def _fault(self, step: Step) -> None:
         cluster, exp, p = self.cluster, self.exp, step.params
@@ -440,32 +491,9 @@ class Runner:
             if not m.client_ids:
                 raise SupervisorError(f"{p['client']} has no client id yet")
             client_id = m.client_ids[-1]
-        duration_ms = round(exp.wall(p["for"]) * 1000) if p.get("for") else None
-        latency_ms = round(p.get("latency_ms", 0) * exp.time_scale)
-        fault_id = await cluster.admin.fault_add(
-            cluster.brokers[step.target],
-            request_code=p["code"],
-            errors=p.get("errors", []),
-            count=p.get("count"),
-            group=p.get("group"),
-            client_id=client_id,
-            latency_ms=latency_ms,
-            drop=bool(p.get("drop")),
-            duration_ms=max(1, duration_ms) if duration_ms is not None else None,
-        )
-        cluster.sup.nemesis_event(
-            "fault",
-            step.target,
-            fault_id=fault_id,
-            request_code=p["code"],
-            errors=[f"{c}:{r}" for c, r in p.get("errors", [])],
-            count=p.get("count"),
-            fault_group=p.get("group"),
-            client_id=client_id,
-            latency_ms=latency_ms,
-            drop=bool(p.get("drop")),
-            duration_ms=duration_ms,
-        )
+        request, fields = fault_request(exp, step, client_id)
+        fault_id = await cluster.admin.fault_add(cluster.brokers[step.target], **request)
+        cluster.sup.nemesis_event("fault", step.target, fault_id=fault_id, **fields)
 
     async def _heal(self) -> None:
         """Undo what the nemeses left behind so the workload can drain: resume, heal links, clear faults."""
@@ -546,6 +574,7 @@ class Runner:
     def _finish(self, started_ms: int) -> None:
         assert self.cluster is not None
         ended_ms = int(time.time() * 1000)
+        self._ended_at = time.monotonic()
         manifest = {
             "experiment": self.exp.to_dict(),
             "experiment_file": "experiment.toml",
@@ -582,6 +611,32 @@ class Runner:
         kinds = self.exp.real_clients()
         return {"real_clients": self.clients.versions(kinds)} if kinds else {}
 
+    async def _start_analysis(self, after: Path | None = None) -> None:
+        """Start ``python -m pipeline`` (quiet: the runner prints the verdict). With `after`, it starts
+        Spark now and reads the run once that file (the manifest) exists, so that the JVM start and its
+        first job overlap the experiment instead of following it."""
+        if not self.analyze or not pipeline_available() or self._analysis is not None:
+            return
+        extra = ["--after", str(after)] if after is not None else []
+        self._analysis = await asyncio.create_subprocess_exec(
+            *self.analysis_command,
+            str(self.run_dir),
+            "--quiet",
+            *extra,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=None,
+            start_new_session=True,
+        )
+
+    async def _stop_analysis(self) -> None:
+        proc, self._analysis = self._analysis, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
     async def _analyze(self) -> None:
         if not pipeline_available():
             self.say(
@@ -589,20 +644,17 @@ class Runner:
             )
             return
         self.say("analysing the run (python -m pipeline) ...")
-        proc = await asyncio.create_subprocess_exec(
-            *self.analysis_command,
-            str(self.run_dir),
-            stdout=None,
-            stderr=None,
-            start_new_session=True,
-        )
+        await self._start_analysis()
+        proc = self._analysis
+        assert proc is not None
         try:
             rc = await proc.wait()
         except asyncio.CancelledError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+            await self._stop_analysis()
             raise
+        self._analysis = None
+        if self._ended_at is not None:
+            self.say(f"analysis done {time.monotonic() - self._ended_at:.1f} s after the run ended")
         self.result.analysis_rc = rc
         summary_path = self.run_dir / "summary.json"
         if summary_path.exists():
@@ -625,13 +677,30 @@ class Runner:
                 conv = info.get("convergence") or []
                 slow = [c for c in conv if not c.get("converged")]
                 worst = max((c.get("convergence_ms") or 0 for c in conv), default=0)
+                rmq = [
+                    c["convergence_rocketmq_ms"] for c in conv if c.get("convergence_rocketmq_ms") is not None
+                ]
+                worst_rmq = max(rmq) if rmq else None
+                unavailable = (info.get("rocketmq_time") or {}).get("unavailable_ms")
                 self.say(
                     f"group {g}: {info.get('verdict')} | sent {info.get('sent')} "
                     f"consumed {info.get('consumed_unique')} lost {info.get('lost')} "
                     f"duplicates {info.get('duplicates')} | "
-                    f"{len(conv)} change(s), slowest convergence {worst} ms"
+                    f"{len(conv)} change(s), slowest convergence "
+                    + (
+                        f"{worst_rmq / 1000:.1f} s RocketMQ ({worst} ms wall)"
+                        if worst_rmq is not None
+                        else f"{worst} ms"
+                    )
                     + (f", {len(slow)} never converged" if slow else "")
+                    + (
+                        f" | queues unavailable {unavailable / 1000:.1f} s RocketMQ (summed)"
+                        if unavailable
+                        else ""
+                    )
                 )
+            for sentence in s.get("answer") or []:
+                self.say(f"answer: {sentence}")
         verdict = r.verdict if r.verdict is not None else r.quick_verdict
         source = "analysis" if r.verdict is not None else "live counts (no analysis)"
         self.say(f"verdict: {verdict.upper()} ({source})")
@@ -641,5 +710,7 @@ class Runner:
         if r.skipped:
             self.say(f"{len(r.skipped)} nemesis action(s) skipped (see manifest.json)")
         if r.report is not None:
-            self.say(f"report: {r.report}")
+            self.say(f"report:  {r.report}")
+        if r.summary is not None:
+            self.say(f"summary: {self.run_dir / 'summary.json'}")
         self.say(f"run directory: {self.run_dir}")

@@ -178,7 +178,9 @@ class Supervisor:
         stop_timeout_s: float = 10.0,
         parent_death_signal: bool = True,
     ) -> None:
-        self.run_dir = Path(run_dir)
+        # Absolute: children start with the run directory as their working directory, so a relative
+        # path handed to them would land one level deeper.
+        self.run_dir = Path(run_dir).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.time_scale = time_scale
         self.log = log

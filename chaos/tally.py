@@ -206,10 +206,13 @@ def progress_line(
     tally: RunTally,
     consumers: tuple[int, int, int],
     phase: str = "run",
+    time_scale: float = 1.0,
 ) -> str:
-    """``[ 12.3s/60.0s run] sent 1200 | consumed g1 1150 (+3 dup) | consumers 3/4 (1 paused) | last: ...``"""
+    """``[t= 246s/1200s  12.3s/60.0s wall run] sent 1200 | consumed g1 1150 (+3 dup) | ...``: RocketMQ
+    seconds since the experiment's t = 0 (the experiment file's clock), then wall seconds."""
     live, paused, total = consumers
-    head = f"[{elapsed_s:6.1f}s/{total_s:.1f}s {phase}] "
+    rmq = f"t={elapsed_s / time_scale:5.0f}s/{total_s / time_scale:.0f}s"
+    head = f"[{rmq}  {elapsed_s:5.1f}s/{total_s:.1f}s wall {phase}] "
     parts = [f"sent {tally.sent_total}"]
     cons = []
     for g, t in sorted(tally.groups.items()):

@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from protocol.model import MessageQueue
 
 __all__ = [
+    "ALLOCATION_CACHE",
     "DEFAULT_VIRTUAL_NODE_CNT",
     "STRATEGY_NAMES",
     "AllocateMachineRoomNearby",
@@ -29,6 +30,7 @@ __all__ = [
     "AllocateMessageQueueByMachineRoom",
     "AllocateMessageQueueConsistentHash",
     "AllocateMessageQueueStrategy",
+    "AllocationCache",
     "HashFunction",
     "MachineRoomResolver",
     "PrefixMachineRoomResolver",
@@ -635,3 +637,82 @@ def allocate_all(
                 shares[owner].append(mq)
         return shares
     return {cid: strategy.allocate(group, cid, mqs, cids) for cid in dict.fromkeys(cids)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Remembering allocations
+
+
+def _cache_key(strategy: AllocateMessageQueueStrategy) -> tuple[Any, ...] | None:
+    """What makes two strategy objects decide alike; None for the ones that carry user objects."""
+    kind = type(strategy)
+    if kind in (AllocateMessageQueueAveragely, AllocateMessageQueueAveragelyByCircle):
+        return (kind.__name__,)
+    if kind is AllocateMessageQueueConsistentHash and strategy.hash_function is None:  # type: ignore[attr-defined]
+        return (kind.__name__, strategy.virtual_node_cnt)  # type: ignore[attr-defined]
+    return None
+
+
+class _Entry:
+    __slots__ = ("by_cid", "cids", "mq_all", "owners")
+
+    def __init__(self, mq_all: list[MessageQueue], cids: list[str]) -> None:
+        self.mq_all = mq_all
+        self.cids = cids
+        self.by_cid: dict[str, list[MessageQueue]] = {}
+        self.owners: list[str | None] | None = None
+
+
+class AllocationCache:
+    """Allocations remembered by (strategy, mq_all, cid_all), so a round whose route and members did not
+    change sorts nothing and allocates nothing again, and clients of one process with the same view share
+    the work (the consistent-hash ring is built once, not once per client). The answers are the strategy's
+    own: a miss calls it exactly as RebalanceImpl would.
+    """
+
+    def __init__(self, max_entries: int = 32) -> None:
+        self.max_entries = max_entries
+        self._entries: dict[tuple[Any, ...], _Entry] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def allocate(
+        self,
+        strategy: AllocateMessageQueueStrategy,
+        consumer_group: str,
+        current_cid: str,
+        mq_set: Iterable[MessageQueue],
+        cid_all: Iterable[str],
+    ) -> tuple[list[MessageQueue], list[str], list[MessageQueue]]:
+        """(sorted mq_all, sorted cid_all, this client's queues)."""
+        skey = _cache_key(strategy)
+        if skey is None:
+            mq_all, cids = sort_mq_all(mq_set), sort_cid_all(cid_all)
+            return mq_all, cids, list(strategy.allocate(consumer_group, current_cid, mq_all, cids) or [])
+        cid_tuple = tuple(cid_all)
+        key = (skey, frozenset(mq_set), cid_tuple)
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            entry = _Entry(sort_mq_all(key[1]), sort_cid_all(cid_tuple))
+            while len(self._entries) >= self.max_entries:
+                del self._entries[next(iter(self._entries))]
+        self._entries[key] = entry  # most recently used last
+        got = entry.by_cid.get(current_cid)
+        if got is not None:
+            self.hits += 1
+            return entry.mq_all, entry.cids, got
+        self.misses += 1
+        if isinstance(strategy, AllocateMessageQueueConsistentHash):
+            if not strategy._check(current_cid, entry.mq_all, entry.cids):
+                got = []
+            else:
+                if entry.owners is None:
+                    entry.owners = strategy.route(entry.mq_all, entry.cids)
+                got = [mq for mq, o in zip(entry.mq_all, entry.owners, strict=True) if o == current_cid]
+        else:
+            got = list(strategy.allocate(consumer_group, current_cid, entry.mq_all, entry.cids) or [])
+        entry.by_cid[current_cid] = got
+        return entry.mq_all, entry.cids, got
+
+
+ALLOCATION_CACHE = AllocationCache()

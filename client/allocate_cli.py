@@ -83,7 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="CONFIG and MACHINE_ROOM are not simulated: CONFIG gives every client the same configured "
         "list; MACHINE_ROOM needs brokers named room@broker.",
     )
-    p.add_argument("--queues", type=bounded_int(1, MAX_QUEUES), required=True, help="queues per broker")
+    p.add_argument(
+        "--queues",
+        type=bounded_int(1, MAX_QUEUES),
+        required=True,
+        help="queues per broker (an experiment file's topic `queues` counts the whole topic: "
+        "16 there is --queues 8 --brokers 2)",
+    )
     p.add_argument("--brokers", type=bounded_int(1, MAX_BROKERS), default=1, help="brokers (default 1)")
     p.add_argument(
         "--consumers", type=bounded_int(1, MAX_CONSUMERS), required=True, help="consumers in the group"

@@ -26,6 +26,10 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="any client setting by its field name, e.g. --set pull_batch_size=16 (repeatable)",
     )
+    parser.add_argument(
+        "--access-key", default=None, help="ACL access key: requests are signed (also RMQ_ACCESS_KEY)"
+    )
+    parser.add_argument("--secret-key", default=None, help="ACL secret key (also RMQ_SECRET_KEY)")
 
 
 def layered_settings(
@@ -49,6 +53,9 @@ def layered_settings(
         if key not in types:
             raise ConfigError(f"unknown setting {key!r} for --set")
         out[key] = _parse_scalar(key, types[key], raw.strip())
+    for key in ("access_key", "secret_key"):
+        if getattr(args, key, None) is not None:
+            out[key] = getattr(args, key)
     for key, value in list(out.items()):
         typ = str(types.get(key, ""))
         if typ.startswith("tuple") and isinstance(value, list | str):

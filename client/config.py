@@ -37,6 +37,9 @@ class ClientConfig:
     namesrv_addr: str = "127.0.0.1:9876"
     instance_name: str | None = None  # None: "pid#monotonic_ns" so that every process (and object) differs
     client_ip: str | None = None  # None: the first non-loopback IPv4
+    # Seeds the client's random choices (which broker answers GET_CONSUMER_LIST_BY_GROUP); None: the OS's
+    # entropy, as RocketMQ's. A simulation sets it so that a seed replays the same run.
+    random_seed: int | None = None
     time_scale: float = 1.0
     poll_name_server_interval: int = 30_000
     heartbeat_broker_interval: int = 30_000
@@ -55,6 +58,9 @@ class ClientConfig:
     poll_name_server_first_delay: int = 10
     heartbeat_first_delay: int = 1_000
     persist_consumer_offset_first_delay: int = 10_000
+    # ACL session credentials (AclClientRPCHook): with them every request is signed.
+    access_key: str | None = None
+    secret_key: str | None = None
 
     @property
     def scale(self) -> TimeScale:
@@ -76,6 +82,8 @@ class ClientConfig:
             raise ConfigError(f"time_scale must be > 0, got {self.time_scale!r}")
         if not self.namesrv_addr or ":" not in self.namesrv_addr:
             raise ConfigError(f"namesrv_addr must be host:port, got {self.namesrv_addr!r}")
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ConfigError("access_key and secret_key go together: give both or neither")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.type in ("int",) and (isinstance(v, bool) or not isinstance(v, int)):
@@ -192,6 +200,11 @@ class ConsumerConfig(ClientConfig):
     pull_threshold_for_all: int = 10_000
     # local offset store (broadcasting); None: ~/.rocketmq_offsets
     local_offset_store_dir: str | None = None
+    # Event volume in large groups (EVENTS.md): above this many members a ``rebalance`` event carries
+    # ``cid_all_digest`` instead of ``cid_all`` (None: always the list), and with the second switch a
+    # rebalance equal to the previous one for its topic (same members, same allocation) is left out.
+    rebalance_event_digest_over: int | None = None
+    omit_repeated_rebalance_events: bool = False
     # RocketMQ 5.x behaviour switches (all off = 4.9)
     rebalance_retry_when_unbalanced: bool = False  # >=5.2: 1 s retry while a round is not balanced
     pull_request_dispatch_delay: int = 0  # >=5.0: 500 ms before a new queue's first pull

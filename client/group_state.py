@@ -27,12 +27,13 @@ Only this module writes to the three tables; everyone else reads them through re
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from client.allocate import AllocateMessageQueueStrategy, sort_cid_all, sort_mq_all
+from client.allocate import ALLOCATION_CACHE, AllocateMessageQueueStrategy, sort_mq_all
 from client.config import ConsumerConfig
 from client.process_queue import ProcessQueue
 from client.pull_core import FlowControl, flow_control_check
@@ -200,9 +201,10 @@ class GroupState:
     def allocate(self, topic: str, cid_all: Iterable[str]) -> tuple[list[str], set[MessageQueue]]:
         """(sorted cid_all, this client's queues of ``topic``) as the strategy divides them; the strategy's
         exceptions propagate (the round is then unbalanced)."""
-        mq_all = sort_mq_all(self._topic_queues.get(topic, ()))
-        cids = sort_cid_all(cid_all)
-        return cids, set(self.strategy.allocate(self.group, self.client_id, mq_all, cids) or [])
+        _mq_all, cids, mine = ALLOCATION_CACHE.allocate(
+            self.strategy, self.group, self.client_id, self._topic_queues.get(topic, ()), cid_all
+        )
+        return cids, set(mine)
 
     def need_lock(self, is_order: bool) -> bool:
         """Whether a new queue must be locked at the broker before it is added."""
@@ -349,3 +351,18 @@ class GroupState:
         unlockDelayTimeMills has passed since its last lock."""
         cfg = self.config
         return pq.dropped and now_ms > pq.last_lock_timestamp + cfg.ms(cfg.unlock_delay_time_mills)
+
+
+def cid_all_digest(cid_all: Iterable[str]) -> str:
+    """EVENTS.md's ``cid_all_digest``: SHA-256 of the distinct ids sorted by code point, one per line."""
+    return hashlib.sha256("\n".join(sorted(set(cid_all))).encode("utf-8")).hexdigest()
+
+
+def rebalance_event_fields(
+    cid_all: list[str], allocated: list[str], digest_over: int | None
+) -> dict[str, object]:
+    """The member and allocation fields of a ``rebalance`` event: the member list, or its digest when the
+    group has more than ``digest_over`` distinct members."""
+    if digest_over is not None and len(set(cid_all)) > digest_over:
+        return {"cid_all_digest": cid_all_digest(cid_all), "allocated": allocated}
+    return {"cid_all": list(cid_all), "allocated": allocated}

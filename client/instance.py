@@ -21,6 +21,7 @@ from client.ports import GroupApi
 from client.process_queue import PullRequest
 from client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
 from client.scheduler import SingleThreadScheduler
+from protocol.acl import SessionCredentials
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
@@ -163,7 +164,7 @@ class MQClientInstance:
         clock: Clock | None = None,
     ) -> None:
         self.config = config
-        self.client_id = client_id or build_client_id(config.instance_name)
+        self.client_id = client_id or build_client_id(config.instance_name, config.client_ip)
         self.log = log or EventLog.null()
         self.clock = clock or SystemClock()
         # scaled like every other timer, with a floor so a slow loopback connect is not cut short
@@ -172,6 +173,7 @@ class MQClientInstance:
             log=self.log,
             connect_timeout_s=connect_s,
             close_socket_if_timeout=config.client_close_socket_if_timeout,
+            credentials=SessionCredentials.resolve(config.access_key, config.secret_key, environ={}),
         )
         self.api = MQClientAPI(self.remoting)
         self.consumer_table: dict[str, ConsumerInner] = {}
@@ -186,7 +188,7 @@ class MQClientInstance:
         self._tg: asyncio.TaskGroup | None = None
         self._runner: asyncio.Task[None] | None = None
         self._started = False
-        self._random = random.Random()
+        self._random = random.Random(config.random_seed)
         # defaultMQProducer (CLIENT_INNER_PRODUCER): the consumers' send-back fallback, made on first use
         self.inner_producer: Any = None
         self.inner_producer_lock = asyncio.Lock()

@@ -73,7 +73,9 @@ class Producer:
             self.config = ProducerConfig.from_mapping(base, **options)
         self.log = log or EventLog.null()
         self.clock = clock or SystemClock()
-        self.client_id = build_client_id(self.config.instance_name or new_instance_name())
+        self.client_id = build_client_id(
+            self.config.instance_name or new_instance_name(), self.config.client_ip
+        )
         self.instance: MQClientInstance = MQClientManager.get_or_create(
             self.config, self.client_id, self.log, self.clock
         )

@@ -15,7 +15,14 @@ from typing import Any
 
 from client.config import ConsumerConfig
 from client.errors import MQClientError
-from client.group_state import DropReason, GroupState, StartKind, StartPlan, shorts
+from client.group_state import (
+    DropReason,
+    GroupState,
+    StartKind,
+    StartPlan,
+    rebalance_event_fields,
+    shorts,
+)
 from client.offset_store import ReadOffsetType
 from client.ports import EventSink, GroupApi, GroupOffsets, MessageQueueListener, PullDispatcher
 from client.process_queue import ProcessQueue, PullRequest
@@ -62,6 +69,8 @@ class RebalanceImpl:
         self.clock = clock
         self.group = state.group
         self.client_id = state.client_id
+        # per topic: the member set and allocation of the last rebalance event written
+        self._last_rebalance_seen: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
 
     @property
     def config(self) -> ConsumerConfig:
@@ -139,14 +148,20 @@ class RebalanceImpl:
     def _emit_rebalance(
         self, topic: str, cid_all: list[str], allocated: set[MessageQueue], changed: bool, strategy: str
     ) -> None:
+        cfg = self.config
+        alloc = shorts(allocated)
+        if cfg.omit_repeated_rebalance_events:
+            seen = (frozenset(cid_all), tuple(alloc))
+            if not changed and self._last_rebalance_seen.get(topic) == seen:
+                return
+            self._last_rebalance_seen[topic] = seen
         self.log.emit(
             "rebalance",
             group=self.group,
             client_id=self.client_id,
             topic=topic,
             strategy=strategy,
-            cid_all=list(cid_all),
-            allocated=shorts(allocated),
+            **rebalance_event_fields(cid_all, alloc, cfg.rebalance_event_digest_over),
             changed=bool(changed),
         )
 

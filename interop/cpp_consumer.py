@@ -312,6 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--instance", default=None, help="instance name (default: pid and start time)")
     p.add_argument("--threads", type=int, default=4, help="consume threads")
+    p.add_argument("--access-key", default=None, help="ACL session credentials (with --secret-key)")
+    p.add_argument("--secret-key", default=None)
     p.add_argument("--node", default=None, help="node name in events (default: cpp-<pid>)")
     p.add_argument("--log-file", default=None, help="events file (JSON lines); stderr when absent")
     p.add_argument("--client-log-dir", default=None, help="folder the client writes its own log to")
@@ -336,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     consumer.set_namesrv_addr(args.namesrv)
     consumer.set_instance_name(instance)
     consumer.set_thread_count(args.threads)
+    if args.access_key or args.secret_key:
+        # AclClientRPCHook's C++ twin: every request signed with these
+        consumer.set_session_credentials(args.access_key or "", args.secret_key or "", "")
     dll.SetPushConsumerLogLevel.argtypes = [ctypes.c_void_p, ctypes.c_int]
     dll.SetPushConsumerLogLevel(consumer._handle, 5)  # DEBUG: the rebalance rounds the follower reads
     # Message trace must be OPEN (0) before start(): with it closed, 2.1.0's shutdown() crashes.

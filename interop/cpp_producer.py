@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefix", default="cpp")
     p.add_argument("--tags", default=None)
     p.add_argument("--broker-name", default="broker-a", help="broker name written in events")
+    p.add_argument("--access-key", default=None, help="ACL session credentials (with --secret-key)")
+    p.add_argument("--secret-key", default=None)
     p.add_argument("--node", default=None)
     p.add_argument("--log-file", default=None)
     args = p.parse_args(argv)
@@ -39,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     events = EventWriter(args.node or f"cpp-producer-{os.getpid()}", args.log_file, role="producer")
     producer = Producer(args.group)
     producer.set_namesrv_addr(args.namesrv)
+    if args.access_key or args.secret_key:
+        # AclClientRPCHook's C++ twin: every request signed with these
+        producer.set_session_credentials(args.access_key or "", args.secret_key or "", "")
     dll.SetProducerMessageTrace.argtypes = [ctypes.c_void_p, ctypes.c_int]
     dll.SetProducerMessageTrace(producer._handle, 0)  # OPEN: see cpp_consumer.py
     producer.start()

@@ -9,13 +9,16 @@ directory was skipped), 2 usage or input errors (no run directory, no events, Ja
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.discover import RunDirError
+from pipeline.discover import RunDirError, RunFile
 from pipeline.session import DEFAULT_MASTER, Progress, SparkHandle, SparkUnavailable, start_spark
 
 
@@ -46,7 +49,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-report", action="store_true", help="write summary.json only")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument(
+        "--time-scale",
+        type=_positive_float,
+        help="the run's time scale (default: the chaos runner's, from the events; else 1)",
+    )
+    p.add_argument(
+        "--after",
+        metavar="FILE",
+        help="start Spark now, then wait until FILE exists before reading the run (the chaos runner "
+        "starts the analysis this way while the experiment runs, so that Spark is warm at its end)",
+    )
     return p
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
+    return value
 
 
 def build_ingest_parser() -> argparse.ArgumentParser:
@@ -101,6 +125,102 @@ def ingest(argv: list[str]) -> int:
         return _fail(str(exc))
     finally:
         handle.stop()
+
+
+def _wait_for(path: Path, poll_s: float = 0.05) -> bool:
+    """Wait until `path` exists; False when the process that started us went away first."""
+    parent = os.getppid()
+    while not path.exists():
+        if os.getppid() != parent:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+def _warm_up(spark: Any) -> None:
+    """Run the whole analysis once on a tiny simulated run, so that the JVM has loaded, compiled and
+    generated the code of every stage before the real run arrives."""
+    from pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time
+    from pipeline.ingest import load_json_run
+    from pipeline.metrics import Analysis
+    from pipeline.report import collect_plot_data
+    from pipeline.synth import realistic_run
+
+    with tempfile.TemporaryDirectory(prefix="rmq-analyze-warm-") as tmp:
+        realistic_run(tmp, events=1500, seed=1)
+        run = load_json_run(spark, tmp, columns=AVAILABILITY_COLUMNS)
+        analysis = Analysis(run.events, run.stats)
+        try:
+            summary = analysis.summary()
+            clock = add_rocketmq_time(summary, analysis, tmp)
+            collect_plot_data(analysis, clock=clock)
+        finally:
+            analysis.close()
+            run.release()
+
+
+def first_event_line(files: list[RunFile]) -> tuple[str, int] | None:
+    """(file, line number) of the first well-formed event line, or None when the files hold none: a
+    folder of anything else is rejected before Spark starts. Lines that cannot be JSON objects are
+    skipped without decoding them."""
+    from pipeline.reference import iter_lines, parse_line
+
+    for run_file in files:
+        for number, text in iter_lines(run_file.path):
+            if text.lstrip(" \t").startswith("{") and parse_line(text) is not None:
+                return run_file.rel, number
+    return None
+
+
+def _check_input(args: argparse.Namespace) -> str | None:
+    """Why the input cannot be analysed (checked before Spark's work), or None."""
+    try:
+        if args.format == "json":
+            from pipeline.discover import discover
+
+            files = discover(args.run_dir)
+            if not files:
+                return f"no *.jsonl event files under {args.run_dir!r}"
+            if first_event_line(files) is None:
+                return f"no well-formed event lines in {args.run_dir!r} (see EVENTS.md)"
+        else:
+            from pipeline.ingest import check_parquet_copy
+
+            check_parquet_copy(args.run_dir)
+    except RunDirError as exc:
+        return str(exc)
+    return None
+
+
+SMALL_INPUT_BYTES = 64 * 1024 * 1024
+
+
+def _fit_partitions(spark: Any, args: argparse.Namespace) -> None:
+    """A small run (an experiment's few MB) gets one shuffle partition per core: more only add task
+    waves of milliseconds each to the analysis' many small stages."""
+    if not spark.sparkContext.master.startswith("local") or args.format != "json":
+        return
+    from pipeline.discover import discover
+
+    size = sum(os.path.getsize(f.path) for f in discover(args.run_dir))
+    if size < SMALL_INPUT_BYTES:
+        spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+
+
+def _write_summary(out_dir: Path, summary: dict[str, Any]) -> None:
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+def _experiment(run_dir: str) -> tuple[str | None, str | None]:
+    """The experiment's name and question from the chaos runner's manifest.json, when there is one."""
+    try:
+        manifest = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(manifest, dict):
+        return None, None
+    name, question = manifest.get("name"), manifest.get("question")
+    return (name if isinstance(name, str) else None), (question if isinstance(question, str) else None)
 
 
 def _start_spark(master: str | None, progress: Progress) -> SparkHandle | int:
@@ -179,48 +299,67 @@ def analyze(args: argparse.Namespace) -> int:
             return analyze_root(args)
     progress = Progress(enabled=not args.quiet)
     out_dir = Path(args.out or args.run_dir)
-    # Input errors are reported before paying for a Spark start.
+    # Input errors are reported before paying for a Spark start (unless asked to start it early).
+    if args.after:
+        # Started beside a running experiment: its processes' timers come first (2 cores are common).
+        with contextlib.suppress(OSError):
+            os.nice(10)
+    else:
+        problem = _check_input(args)
+        if problem:
+            return _fail(problem)
     try:
-        if args.format == "json":
-            from pipeline.discover import discover
-
-            if not discover(args.run_dir):
-                return _fail(f"no *.jsonl event files under {args.run_dir!r}")
-        else:
-            from pipeline.ingest import check_parquet_copy
-
-            check_parquet_copy(args.run_dir)
-    except RunDirError as exc:
+        with progress.stage("start spark") as info:
+            handle = start_spark(args.master)
+            info["info"] = handle.spark.sparkContext.master
+    except SparkUnavailable as exc:
         return _fail(str(exc))
-    handle = _start_spark(args.master, progress)
-    if isinstance(handle, int):
-        return handle
     try:
+        if args.after:
+            with progress.stage("warm up"):
+                _warm_up(handle.spark)
+            with progress.stage("wait for the run"):
+                if not _wait_for(Path(args.after)):
+                    return _fail(f"gave up waiting for {args.after!r}: the process that started us is gone")
+            problem = _check_input(args)
+            if problem:
+                return _fail(problem)
+        if handle.owned:  # a session we were handed (tests share one) keeps its settings
+            _fit_partitions(handle.spark, args)
+        from pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time
         from pipeline.ingest import load_json_run, load_parquet_run
         from pipeline.metrics import Analysis
 
         with progress.stage("read events") as info:
             load = load_json_run if args.format == "json" else load_parquet_run
-            run = load(handle.spark, args.run_dir)
+            run = load(handle.spark, args.run_dir, columns=AVAILABILITY_COLUMNS)
             info["info"] = f"{run.stats.events} events, {run.stats.malformed_lines} malformed lines"
+        if run.stats.events == 0:
+            run.release()
+            return _fail(f"no well-formed event lines in {args.run_dir!r}")
         analysis: Analysis | None = None
         try:
             with progress.stage("metrics") as info:
                 analysis = Analysis(run.events, run.stats)
                 summary = analysis.summary()
                 info["info"] = f"{len(summary['groups'])} group(s)"
+            with progress.stage("unavailability"):
+                side_dir = args.run_dir if args.format == "json" else None
+                clock = add_rocketmq_time(summary, analysis, side_dir, args.time_scale)
             out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-            if run.stats.events == 0:
-                return _fail(f"no well-formed event lines in {args.run_dir!r} (summary.json written)")
-            if not args.no_report:
-                from pipeline.report import collect_plot_data, write_report
+            summary["answer"] = []
+            if args.no_report:
+                _write_summary(out_dir, summary)
+            else:
+                from pipeline.report import answers, collect_plot_data, write_report
 
                 with progress.stage("report"):
-                    data = collect_plot_data(analysis)
-                    write_report(
-                        out_dir / "report.html", summary, data, f"Run {Path(args.run_dir).resolve().name}"
-                    )
+                    data = collect_plot_data(analysis, clock=clock)
+                    summary["answer"] = answers(summary, data)
+                    _write_summary(out_dir, summary)
+                    name, question = _experiment(args.run_dir)
+                    title = f"Run {Path(args.run_dir).resolve().name}" + (f" ({name})" if name else "")
+                    write_report(out_dir / "report.html", summary, data, title, question)
         finally:
             if analysis is not None:
                 analysis.close()
@@ -238,17 +377,25 @@ def print_verdict(summary: dict[str, Any], out_dir: Path, report: bool) -> int:
         conv = g["convergence"]
         worst = max((c["convergence_ms"] for c in conv if c["converged"]), default=0)
         not_conv = sum(1 for c in conv if not c["converged"])
+        rmq = g.get("rocketmq_time")
+        times = (
+            f"  overlap {g['overlap_ms']} ms  orphan {g['orphan_ms']} ms  stalled {g['stalled_ms']} ms"
+            if rmq is None
+            else f"  RocketMQ s summed over queues: overlap {rmq['overlap_ms'] / 1000:.1f}"
+            f"  orphan {rmq['orphan_ms'] / 1000:.1f}  stalled {rmq['stalled_ms'] / 1000:.1f}"
+            f"  unavailable {rmq['unavailable_ms'] / 1000:.1f}"
+        )
         print(
             f"{group}: {g['verdict'].upper()}  sent {g['sent']}  consumed {g['consumed_unique']}"
-            f"  lost {g['lost']}"
-            f"  duplicates {g['duplicates']}  overlap {g['overlap_ms']} ms  orphan {g['orphan_ms']} ms"
-            f"  stalled {g['stalled_ms']} ms  slowest convergence {worst} ms"
+            f"  lost {g['lost']}  duplicates {g['duplicates']}{times}  slowest convergence {worst} ms wall"
             + (f"  never converged {not_conv}" if not_conv else "")
         )
         if g["verdict"] != "ok":
             failed.append(group)
     if not summary["groups"]:
         print("no consumer group in this run")
+    for sentence in summary.get("answer") or []:
+        print(f"answer: {sentence}")
     print(f"summary: {out_dir / 'summary.json'}")
     if report:
         print(f"report:  {out_dir / 'report.html'}")

@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.unavailability import CAUSE_TEXT, CAUSES, IDLE_THRESHOLD_RMQ_MS, RunClock
+
 METRICS: dict[str, str] = {
     "sent": "Distinct messages the producers sent to the group's topics and the broker acknowledged.",
     "consumed_unique": "Distinct messages the group's consumers processed successfully.",
@@ -27,13 +29,19 @@ METRICS: dict[str, str] = {
     "queues). Happens briefly during a rebalance, before the old owner lets go.",
     "orphan_ms": "Time during which a queue of the group had no owner at all, counted from the group's "
     "first queue assignment to the end of the run (summed over queues). Messages on it wait.",
-    "stalled_ms": "Time during which a queue was owned only by paused (frozen) consumers: owned on paper "
-    "but nobody working on it.",
+    "stalled_ms": "Time during which a queue was owned only by paused (frozen) consumers, summed over "
+    "queues: owned on paper but nobody working on it.",
     "concurrent_consume_ms": "Time during which two different consumers were processing messages of "
     "the same queue at the same moment. Forbidden for an orderly group.",
     "order_violations": "Orderly deliveries that went backwards (an offset not above an earlier one) "
     "within one consumer's ownership of a queue.",
 }
+
+UNAVAILABLE_TEXT = (
+    "Time during which messages waited on a queue (one had waited more than 3 s of RocketMQ time) and "
+    "nobody consumed it, summed over queues, by cause: no owner; allocated but not taken (an orderly "
+    "consumer waiting for the broker's lock); owner paused; owner running but consuming nothing."
+)
 
 VERDICT_RULES = (
     "The verdict is FAIL when a message was lost, when an orderly group (one that consumed in ORDERLY "
@@ -41,6 +49,26 @@ VERDICT_RULES = (
     "change of membership (a consumer starting, stopping or being killed) the group never became whole "
     "again before the run ended. Whole means: every queue has exactly one owner, that owner is alive, and "
     "every running consumer has rebalanced with the current member list. Otherwise the verdict is OK."
+)
+
+OWNERSHIP_TEXT = (
+    "Each row is a queue; each bar is the time one consumer owned it (colour = consumer; a "
+    "restarted node's new process is '#2'). Hatched: the owner was paused. The thin strip under "
+    "a row marks the time its messages waited and nobody consumed them, coloured by cause. "
+    "Numbered markers above the chart are the chaos runner's actions (dashed) and the broker's "
+    "channel expiries and lock take-overs (dotted); small ticks are the broker's NOTIFY sends."
+)
+
+RATE_TEXT = (
+    "Messages each consumer node finished per wall second; the grey line is what the producers "
+    "sent. A consumer that stops at a kill or pause drops to zero; the others speed up to drain "
+    "the backlog once they take over its queues."
+)
+
+DUPLICATES_TEXT = (
+    "Deliveries of a message after its first one, by when they happened: after a kill the new "
+    "owner resumes from the last committed offset; after a pause past the channel expiry, the "
+    "resumed consumer re-consumes what it had fetched before the others took over."
 )
 
 ACTION_COLORS = {
@@ -67,6 +95,7 @@ class PlotData:
     duplicates: list[dict[str, Any]] = field(default_factory=list)  # group bucket n
     sends: list[dict[str, Any]] = field(default_factory=list)  # group bucket n
     orderly: set[str] = field(default_factory=set)  # groups with ORDERLY consumption
+    clock: RunClock | None = None  # the run's t = 0 and time scale (summary.json's run fields)
 
 
 def pick_bucket_ms(duration_ms: int, target: int = 150) -> int:
@@ -78,7 +107,7 @@ def pick_bucket_ms(duration_ms: int, target: int = 150) -> int:
     return 60_000 * math.ceil(raw / 60_000)
 
 
-def collect_plot_data(analysis: Any, max_intervals: int = 20_000) -> PlotData:
+def collect_plot_data(analysis: Any, max_intervals: int = 20_000, clock: RunClock | None = None) -> PlotData:
     """Aggregate in Spark what the plots need; collect only the aggregates."""
     import pyspark.sql.functions as F
 
@@ -137,10 +166,191 @@ def collect_plot_data(analysis: Any, max_intervals: int = 20_000) -> PlotData:
         .collect()
     ]
     orderly = {r["group"] for r in analysis.orderly_groups().collect()}
-    return PlotData(start, end, bucket_ms, intervals, nemeses, rates, duplicates, sends, orderly)
+    return PlotData(start, end, bucket_ms, intervals, nemeses, rates, duplicates, sends, orderly, clock)
 
 
-# -- pictures -----------------------------------------------------------------------------------------
+# -- time and markers ---------------------------------------------------------------------------------
+
+FONT = 13  # at 850 px wide the pictures stay legible when a 700 px screen shrinks them by a quarter
+FIG_W = 8.5
+LANE_H = 1.0  # inches for the marker lane: three rows of numbered circles that never touch
+LANE_ROWS = (3.3, 2.0, 0.7)
+# Outside the consumers' palette (tab10/tab20), so a strip is never read as an owner.
+CAUSE_COLORS = {
+    "no_owner": "#000000",
+    "lock_wait": "#ff00ff",
+    "owner_paused": "#5a5a5a",
+    "owner_idle": "#ffd700",
+}
+BROKER_MARKS = {
+    "channel_expired": ("channel expired (no NOTIFY)", "#8c564b"),
+    "lock_taken_over": ("broker lock taken over", "#e377c2"),
+}
+
+
+def _clock(data: PlotData | None, summary: dict[str, Any] | None = None) -> RunClock:
+    if data is not None and data.clock is not None:
+        return data.clock
+    run = (summary or {}).get("run", {})
+    start = data.run_start if data is not None else (run.get("start_ms") or 0)
+    return RunClock(run.get("t0_ms") or start, run.get("time_scale") or 1.0)
+
+
+def _when(ts: int, clock: RunClock) -> str:
+    """t = RocketMQ seconds (wall seconds)."""
+    if clock.time_scale == 1.0:
+        return f"t = {clock.at_s(ts):.1f} s"
+    return f"t = {clock.at_s(ts):.1f} s ({clock.wall_s(ts):.2f} s wall)"
+
+
+def _rmq_s(ms: int | None) -> str:
+    return "-" if ms is None else f"{ms / 1000:.1f} s"
+
+
+def pause_spans(data: PlotData) -> list[tuple[str, int, int]]:
+    """(node, start, end) of each paused stretch: a pause until the next resume, kill or stop."""
+    out, since = [], {}
+    for n in sorted(data.nemeses, key=lambda n: n["ts_ms"]):
+        node, action = n["target"], n["action"]
+        if action == "pause" and node not in since:
+            since[node] = n["ts_ms"]
+        elif action in ("resume", "kill", "stop") and node in since:
+            out.append((node, since.pop(node), n["ts_ms"]))
+    out += [(node, ts, data.run_end) for node, ts in since.items()]
+    return out
+
+
+@dataclass
+class Marker:
+    ts: int
+    text: str
+    color: str
+    kind: str  # nemesis or a broker mark
+
+
+def group_markers(data: PlotData, group: str, summary_group: dict[str, Any] | None) -> list[Marker]:
+    """The chaos runner's actions on the group's nodes (and on nodes of no group, such as brokers) and
+    the broker's channel expiries and lock take-overs, in time order; actions of one instant merged."""
+    mine = group_nodes(data, group)
+    everyone = {r["node"] for r in data.intervals if r["node"]} | {r["node"] for r in data.rates}
+    by_time: dict[int, list[dict[str, Any]]] = {}
+    for n in data.nemeses:
+        if n["target"] in mine or n["target"] not in everyone:
+            by_time.setdefault(n["ts_ms"], []).append(n)
+    out = [
+        Marker(
+            ts,
+            ", ".join(f"{a['action']} {a['target']}" for a in acts),
+            ACTION_COLORS.get(acts[0]["action"], "gray"),
+            "nemesis",
+        )
+        for ts, acts in sorted(by_time.items())
+    ]
+    taken: dict[tuple[int, str], list[str]] = {}
+    for m in (summary_group or {}).get("broker_markers", []):
+        if m["kind"] == "channel_expired":
+            out.append(
+                Marker(
+                    m["ts_ms"],
+                    f"{m.get('broker')} expired {m.get('node')}'s channel, no NOTIFY",
+                    BROKER_MARKS["channel_expired"][1],
+                    "channel_expired",
+                )
+            )
+        elif m["kind"] == "lock_taken_over":
+            # Take-overs come in batches (one per queue): one marker per client and instant.
+            taken.setdefault((m["ts_ms"] // max(1, data.bucket_ms), m.get("node", "?")), []).append(m)  # type: ignore[arg-type]
+    for (_, node), ms in taken.items():
+        first = min(x["ts_ms"] for x in ms)  # type: ignore[index]
+        prev = sorted({x.get("previous_node", "?") for x in ms})  # type: ignore[union-attr]
+        out.append(
+            Marker(
+                first,
+                f"{node} took {len(ms)} queue lock(s) of {', '.join(prev)} (expired)",
+                BROKER_MARKS["lock_taken_over"][1],
+                "lock_taken_over",
+            )
+        )
+    out.sort(key=lambda m: m.ts)
+    return out
+
+
+def _levels(xs: list[float], gap: float, lanes: int = 3) -> list[int]:
+    """A lane per label so that labels closer than `gap` never share one (greedy, lowest lane first)."""
+    last = [-math.inf] * lanes
+    out = []
+    for x in xs:
+        lane = next((i for i in range(lanes) if x - last[i] >= gap), min(range(lanes), key=lambda i: last[i]))
+        last[lane] = x
+        out.append(lane)
+    return out
+
+
+def _figure(height: float, markers: list[Marker]) -> tuple[Any, Any, Any]:
+    """A figure with a marker lane above the main axes (sharing x), so labels never sit on the data."""
+    import matplotlib.pyplot as plt
+
+    if not markers:
+        fig, ax = plt.subplots(figsize=(FIG_W, height))
+        return fig, None, ax
+    fig, (lane, ax) = plt.subplots(
+        2,
+        1,
+        figsize=(FIG_W, height + LANE_H),
+        sharex=True,
+        gridspec_kw={"height_ratios": [LANE_H, height], "hspace": 0.04},
+    )
+    return fig, lane, ax
+
+
+def _draw_markers(
+    lane: Any, ax: Any, markers: list[Marker], clock: RunClock, x_max: float, notifies: list[int] = ()
+) -> None:  # type: ignore[assignment]
+    """Numbered markers in their own lane (staggered), a line through the data for each, and small
+    ticks for the broker's NOTIFY sends; the numbers are explained under the picture."""
+    if lane is None:
+        return
+    xs = [clock.at_s(m.ts) for m in markers]
+    levels = _levels(xs, gap=max(x_max, 1e-9) * 0.035)
+    for i, (m, x, level) in enumerate(zip(markers, xs, levels, strict=True), start=1):
+        dashed = "--" if m.kind == "nemesis" else ":"
+        ax.axvline(x, color=m.color, linestyle=dashed, linewidth=1.2)
+        lane.axvline(x, color=m.color, linestyle=dashed, linewidth=0.8, alpha=0.5)
+        lane.annotate(
+            str(i),
+            (x, LANE_ROWS[level]),
+            ha="center",
+            va="center",
+            fontsize=FONT - 1,
+            color="white",
+            fontweight="bold",
+            bbox={"boxstyle": "circle,pad=0.2", "facecolor": m.color, "edgecolor": "none"},
+        )
+    for ts in notifies:
+        lane.plot([clock.at_s(ts)] * 2, [-0.45, 0.0], color="#1f77b4", linewidth=0.8)
+    lane.set_ylim(-0.5, 4.0)
+    lane.set_yticks([])
+    lane.tick_params(axis="x", which="both", bottom=False)
+    for side in ("top", "right", "left"):
+        lane.spines[side].set_visible(False)
+    if notifies:
+        lane.text(  # beside the lane, where no tick can be
+            1.01,
+            -0.25,
+            "NOTIFY\nsent",
+            transform=lane.get_yaxis_transform(),
+            ha="left",
+            va="center",
+            fontsize=FONT - 3,
+            color="#1f77b4",
+        )
+
+
+def _x_label(ax: Any, clock: RunClock) -> None:
+    if clock.time_scale == 1.0:
+        ax.set_xlabel("seconds since t = 0", fontsize=FONT)
+    else:
+        ax.set_xlabel(f"RocketMQ seconds since t = 0 (wall seconds = x {clock.time_scale:g})", fontsize=FONT)
 
 
 def _png(fig: Any) -> str:
@@ -152,42 +362,26 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _seconds(data: PlotData) -> Any:
-    return lambda ms: (ms - data.run_start) / 1000.0
-
-
 def group_nodes(data: PlotData, group: str) -> set[str]:
     """Nodes of the group's consumers (from its ownership intervals and consumption lines)."""
     nodes = {r["node"] for r in data.intervals if r["group"] == group and r["node"]}
     return nodes | {r["node"] for r in data.rates if r["group"] == group}
 
 
-def _mark_nemeses(ax: Any, data: PlotData, group: str) -> None:
-    """Vertical dashed lines at the chaos runner's actions on this group's nodes (and on nodes of no
-    group, such as brokers), labelled; actions of the same instant share one label."""
-    to_x = _seconds(data)
-    mine = group_nodes(data, group)
-    everyone = {r["node"] for r in data.intervals if r["node"]} | {r["node"] for r in data.rates}
-    by_time: dict[int, list[dict[str, Any]]] = {}
-    for n in data.nemeses:
-        if n["target"] in mine or n["target"] not in everyone:
-            by_time.setdefault(n["ts_ms"], []).append(n)
-    for ts, actions in sorted(by_time.items()):
-        color = ACTION_COLORS.get(actions[0]["action"], "gray")
-        x = to_x(ts)
-        ax.axvline(x, color=color, linestyle="--", linewidth=1.3)
-        text = ", ".join(f"{a['action']} {a['target']}" for a in actions)
-        ax.annotate(
-            text,
-            (x, 0.98),
-            xycoords=("data", "axes fraction"),
-            rotation=90,
-            fontsize=8,
-            va="top",
-            ha="right",
-            color=color,
-            bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
-        )
+def client_labels(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Consumers by node name; a node's later processes (restarts) get '#2', '#3' in order of start."""
+    first: dict[str, int] = {}
+    node: dict[str, str] = {}
+    for r in rows:
+        c = r["client_id"]
+        first[c] = min(first.get(c, r["start"]), r["start"])
+        node.setdefault(c, r["node"] or c)
+    out: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for c in sorted(first, key=lambda c: (first[c], c)):
+        seen[node[c]] = seen.get(node[c], 0) + 1
+        out[c] = node[c] if seen[node[c]] == 1 else f"{node[c]} #{seen[node[c]]}"
+    return out
 
 
 def _queue_sort_key(q: tuple[str, str]) -> tuple[Any, ...]:
@@ -195,24 +389,27 @@ def _queue_sort_key(q: tuple[str, str]) -> tuple[Any, ...]:
     return (q[0], broker, int(qid) if qid.isdigit() else qid)
 
 
-def plot_ownership(data: PlotData, group: str) -> str | None:
-    """Gantt chart: one row per queue, one bar per ownership interval, coloured by consumer."""
+def plot_ownership(
+    data: PlotData, group: str, markers: list[Marker], summary_group: dict[str, Any] | None = None
+) -> str | None:
+    """Gantt chart: one row per queue, one bar per ownership interval, coloured by consumer; paused
+    stretches hatched; unavailable stretches as a strip under the bars, coloured by cause."""
     import matplotlib.pyplot as plt
 
     rows = [r for r in data.intervals if r["group"] == group]
     if not rows:
         return None
+    clock = _clock(data)
     queues = sorted({(r["topic"], r["queue"]) for r in rows}, key=_queue_sort_key)
-    owners = sorted({r["client_id"] for r in rows})
-    label = {
-        c: next((f"{r['node']} ({c})" for r in rows if r["client_id"] == c and r["node"]), c) for c in owners
-    }
+    label = client_labels(rows)
+    owners = sorted(label, key=lambda c: label[c])
     cmap = plt.get_cmap("tab10" if len(owners) <= 10 else "tab20")
     color = {c: cmap(i % cmap.N) for i, c in enumerate(owners)}
     y = {q: i for i, q in enumerate(queues)}
-    many_topics = len({q[0] for q in queues}) > 1
-    to_x = _seconds(data)
-    fig, ax = plt.subplots(figsize=(12, max(2.8, 0.32 * len(queues) + 1.6)))
+    many_topics = len(_real_topics(sorted({q[0] for q in queues}))) > 1
+    x = clock.at_s
+    fig_h = max(2.8, 0.3 * len(queues) + 1.4)
+    fig, lane, ax = _figure(fig_h, markers)
     # Each owner of a queue gets its own lane inside the queue's row, so two owners at once show as two
     # parallel bars (overlap) rather than one bar hiding the other.
     lanes: dict[tuple[str, str], list[str]] = {}
@@ -220,120 +417,221 @@ def plot_ownership(data: PlotData, group: str) -> str | None:
         owners_of = lanes.setdefault((r["topic"], r["queue"]), [])
         if r["client_id"] not in owners_of:
             owners_of.append(r["client_id"])
+    pauses = pause_spans(data)
     for r in rows:
         queue = (r["topic"], r["queue"])
         n, i = len(lanes[queue]), lanes[queue].index(r["client_id"])
-        height = 0.8 / n
+        height = 0.72 / n
+        mid = y[queue] - 0.44 + (i + 0.5) * height
         ax.barh(
-            y[queue] - 0.4 + (i + 0.5) * height,
-            max(to_x(r["end"]) - to_x(r["start"]), 0.0005),
-            left=to_x(r["start"]),
+            mid,
+            max(x(r["end"]) - x(r["start"]), 0.0005),
+            left=x(r["start"]),
             height=height * 0.92,
             color=color[r["client_id"]],
-            alpha=0.8,
+            alpha=0.85,
             edgecolor="black",
             linewidth=0.3,
         )
+        for node, ps, pe in pauses:
+            s, e = max(ps, r["start"]), min(pe, r["end"])
+            if node == r["node"] and e > s:
+                ax.barh(
+                    mid,
+                    x(e) - x(s),
+                    left=x(s),
+                    height=height * 0.92,
+                    facecolor="white",
+                    alpha=0.55,
+                    hatch="////",
+                    edgecolor="#444",
+                    linewidth=0,
+                )
+    causes_seen: set[str] = set()
+    for q in (summary_group or {}).get("unavailability", {}).get("queues", []):
+        key = (q["topic"], q["queue"])
+        if key not in y:
+            continue
+        for sp in q["spans"]:
+            causes_seen.add(sp["cause"])
+            ax.barh(
+                y[key] + 0.36,
+                sp["to_s"] - sp["from_s"],
+                left=sp["from_s"],
+                height=0.14,
+                color=CAUSE_COLORS[sp["cause"]],
+                linewidth=0,
+            )
     ax.set_yticks(range(len(queues)))
-    ax.set_yticklabels([f"{t} {q}" if many_topics else q for t, q in queues], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlim(0, max(to_x(data.run_end), 0.001))
-    ax.set_xlabel("seconds since the run started")
-    ax.set_title(f"{group}: which consumer owned which queue, and when (one lane per owner)")
-    _mark_nemeses(ax, data, group)
+    ax.set_yticklabels([_queue_label(t, q, many_topics) for t, q in queues], fontsize=FONT - 2)
+    ax.tick_params(axis="x", labelsize=FONT - 1)
+    ax.set_ylim(len(queues) - 0.5, -0.5)
+    x_max = max(x(data.run_end), 0.001)
+    ax.set_xlim(min(0.0, x(data.run_start)), x_max)
+    _x_label(ax, clock)
+    (lane or ax).set_title(f"{group}: who owned which queue, and when", fontsize=FONT + 1)
+    _draw_markers(lane, ax, markers, clock, x_max, _notifies(summary_group))
     handles = [plt.Rectangle((0, 0), 1, 1, color=color[c]) for c in owners]
-    ax.legend(handles, [label[c] for c in owners], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    names = [label[c] for c in owners]
+    if pauses and any(node in group_nodes(data, group) for node, _, _ in pauses):
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", hatch="////", edgecolor="#444"))
+        names.append("paused (SIGSTOP)")
+    for cause in CAUSES:
+        if cause in causes_seen:
+            handles.append(plt.Rectangle((0, 0), 1, 1, color=CAUSE_COLORS[cause]))
+            names.append(f"unavailable: {CAUSE_TEXT[cause].split(' (')[0]}")
+    ax.legend(
+        handles,
+        names,
+        fontsize=FONT - 1,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.7 / (0.85 * fig_h)),  # just under the axis label, whatever the height
+        ncol=min(len(names), 3),
+        frameon=False,
+    )
     return _png(fig)
+
+
+def _queue_label(topic: str, queue: str, many_topics: bool) -> str:
+    """'b:3' style labels: the topic only when there are several; a retry topic as 'retry'."""
+    if topic.startswith("%RETRY%"):
+        return f"retry {queue}"
+    return f"{topic} {queue}" if many_topics else queue
+
+
+def _notifies(summary_group: dict[str, Any] | None) -> list[int]:
+    return [m["ts_ms"] for m in (summary_group or {}).get("broker_markers", []) if m["kind"] == "notify_sent"]
 
 
 def _per_second(n: int, bucket_ms: int) -> float:
     return n * 1000.0 / bucket_ms
 
 
-def plot_rates(data: PlotData, group: str) -> str | None:
+def plot_rates(data: PlotData, group: str, markers: list[Marker]) -> str | None:
     """Messages processed per second by each consumer node (and sent, for comparison)."""
-    import matplotlib.pyplot as plt
-
     rows = [r for r in data.rates if r["group"] == group]
     if not rows:
         return None
+    clock = _clock(data)
     first = min(r["bucket"] for r in rows)
     last = max(r["bucket"] for r in rows)
     xs = list(range(first, last + 1))
-    to_s = [(b * data.bucket_ms) / 1000.0 for b in xs]
-    fig, ax = plt.subplots(figsize=(12, 3.6))
+    at = [clock.at_s(data.run_start + b * data.bucket_ms) for b in xs]
+    fig, lane, ax = _figure(3.0, markers)
     sends = {r["bucket"]: r["n"] for r in data.sends if r["group"] == group}
     if sends:
-        ax.plot(to_s, [_per_second(sends.get(b, 0), data.bucket_ms) for b in xs], color="lightgray",
-                linewidth=2.5, label="sent (all producers)")  # fmt: skip
+        ax.plot(
+            at,
+            [_per_second(sends.get(b, 0), data.bucket_ms) for b in xs],
+            color="lightgray",
+            linewidth=2.5,
+            label="sent (all producers)",
+        )
     for node in sorted({r["node"] for r in rows}):
         counts = {r["bucket"]: r["n"] for r in rows if r["node"] == node}
         # Buckets without a line are zeros (a paused or dead consumer), not gaps to draw across.
-        ax.plot(to_s, [_per_second(counts.get(b, 0), data.bucket_ms) for b in xs], linewidth=1.2, label=node)
-    _mark_nemeses(ax, data, group)
-    ax.set_xlabel("seconds since the run started")
-    ax.set_ylabel("messages / s")
-    ax.set_title(f"{group}: consumption rate per consumer (buckets of {data.bucket_ms} ms)")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.plot(at, [_per_second(counts.get(b, 0), data.bucket_ms) for b in xs], linewidth=1.2, label=node)
+    _time_axes(data, lane, ax, markers, "messages / wall s", f"{group}: consumption rate per consumer")
+    ax.legend(fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, frameon=False)
     return _png(fig)
 
 
-def plot_duplicates(data: PlotData, group: str) -> str | None:
-    import matplotlib.pyplot as plt
+def _time_axes(data: PlotData, lane: Any, ax: Any, markers: list[Marker], ylabel: str, title: str) -> None:
+    """The shared x axis of the time charts (RocketMQ seconds since t = 0), their markers and labels."""
+    clock = _clock(data)
+    x_max = max(clock.at_s(data.run_end), 0.001)
+    ax.set_xlim(min(0.0, clock.at_s(data.run_start)), x_max)
+    _draw_markers(lane, ax, markers, clock, x_max)
+    _x_label(ax, clock)
+    ax.set_ylabel(ylabel, fontsize=FONT)
+    ax.tick_params(labelsize=FONT - 1)
+    (lane or ax).set_title(title, fontsize=FONT + 1)
 
+
+def plot_duplicates(data: PlotData, group: str, markers: list[Marker]) -> str | None:
     rows = sorted((r["bucket"], r["n"]) for r in data.duplicates if r["group"] == group)
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(12, 2.8))
-    width = data.bucket_ms / 1000.0
-    ax.bar([b * width for b, _ in rows], [n for _, n in rows], width=width, align="edge", color="crimson")
-    ax.set_xlim(0, max((data.run_end - data.run_start) / 1000.0, 0.001))
-    _mark_nemeses(ax, data, group)
-    ax.set_xlabel("seconds since the run started")
-    ax.set_ylabel("duplicate deliveries")
-    ax.set_title(f"{group}: duplicate deliveries over time (buckets of {data.bucket_ms} ms)")
+    clock = _clock(data)
+    fig, lane, ax = _figure(2.4, markers)
+    width = clock.rmq_ms(data.bucket_ms) / 1000.0
+    ax.bar(
+        [clock.at_s(data.run_start + b * data.bucket_ms) for b, _ in rows],
+        [n for _, n in rows],
+        width=width,
+        align="edge",
+        color="crimson",
+    )
+    _time_axes(data, lane, ax, markers, "duplicates", f"{group}: duplicate deliveries over time")
     return _png(fig)
 
 
-def plot_convergence(entries: list[dict[str, Any]], group: str, run_start: int) -> str | None:
+def plot_convergence(entries: list[dict[str, Any]], group: str, clock: RunClock) -> str | None:
     import matplotlib.pyplot as plt
 
     if not entries:
         return None
-    fig, ax = plt.subplots(figsize=(12, max(2.2, 0.36 * len(entries) + 1.2)))
-    labels = [f"{(e['change_ms'] - run_start) / 1000:.3f} s  {e['cause']}"[:80] for e in entries]
-    values = [e["convergence_ms"] if e["converged"] else 0 for e in entries]
-    top = max([*values, 1])
+    fig, ax = plt.subplots(figsize=(FIG_W, max(2.0, 0.34 * len(entries) + 1.0)))
+    labels = [f"t = {clock.at_s(e['change_ms']):.1f} s  {_short_cause(e['cause'])}"[:48] for e in entries]
+    values = [clock.rmq_ms(e["convergence_ms"]) / 1000 if e["converged"] else 0 for e in entries]
+    top = max([*values, 0.001])
     colors = ["steelblue" if e["converged"] else "crimson" for e in entries]
     ax.barh(range(len(entries)), values, color=colors)
     for i, e in enumerate(entries):
-        text = f"{e['convergence_ms']} ms" if e["converged"] else "never whole again before the run ended"
-        ax.annotate(text, (values[i], i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8,
-                    color="black" if e["converged"] else "crimson")  # fmt: skip
+        text = f"{values[i]:.2f} s ({e['convergence_ms']} ms wall)" if e["converged"] else "never whole again"
+        ax.annotate(
+            text,
+            (values[i], i),
+            xytext=(4, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=FONT - 1,
+            color="black" if e["converged"] else "crimson",
+        )
     ax.set_yticks(range(len(entries)))
-    ax.set_yticklabels(labels, fontsize=8)
-    ax.set_xlim(0, top * 1.35)
+    ax.set_yticklabels(labels, fontsize=FONT - 1)
+    ax.set_xlim(0, top * 1.6)
     ax.invert_yaxis()
-    ax.set_xlabel("time until the group was whole again (ms)")
-    ax.set_title(f"{group}: convergence after each change of membership")
+    ax.tick_params(axis="x", labelsize=FONT - 1)
+    ax.set_xlabel("RocketMQ seconds until the group was whole again", fontsize=FONT)
+    ax.set_title(f"{group}: convergence after each change of membership", fontsize=FONT + 1)
     return _png(fig)
+
+
+def _short_cause(cause: str) -> str:
+    """'start 127.0.0.1@123#456 on consumer-3' -> 'start consumer-3' (client ids are in summary.json)."""
+    parts = []
+    for one in cause.split("; "):
+        words = one.split(" ")
+        parts.append(f"{words[0]} {words[-1]}" if len(words) == 4 and words[2] == "on" else one)
+    return "; ".join(parts)
 
 
 # -- text ---------------------------------------------------------------------------------------------
 
 
-def _fmt_s(ms: int, run_start: int) -> str:
-    return f"{(ms - run_start) / 1000:.3f} s"
+def _real_topics(topics: list[str]) -> list[str]:
+    """The topics producers send to (a group's %RETRY% topic only carries its own retries)."""
+    return [t for t in topics if not t.startswith(("%RETRY%", "%DLQ%"))]
 
 
 def narrative(summary: dict[str, Any], data: PlotData | None) -> list[str]:
     """Plain sentences about the run as a whole."""
     run = summary["run"]
+    clock = _clock(data, summary)
     out = []
     if run["start_ms"] is not None and run["end_ms"] is not None:
+        span = (run["end_ms"] - run["start_ms"]) / 1000
+        scale = clock.time_scale
+        lasted = (
+            f"{span / scale:.1f} s of RocketMQ time ({span:.2f} s wall at time scale {scale:g})"
+            if scale != 1
+            else f"{span:.3f} s"
+        )
         out.append(
-            f"The run lasted {(run['end_ms'] - run['start_ms']) / 1000:.3f} s and logged {run['events']} "
-            f"events ({run['malformed_lines']} damaged or unreadable lines were skipped)."
+            f"The run lasted {lasted} and logged {run['events']} events ({run['malformed_lines']} damaged or "
+            "unreadable lines were skipped). Times are counted from the experiment's t = 0 (the start of its "
+            "schedule), in RocketMQ seconds as in the experiment file, with wall seconds beside them."
         )
     groups = summary["groups"]
     if groups:
@@ -342,39 +640,84 @@ def narrative(summary: dict[str, Any], data: PlotData | None) -> list[str]:
     else:
         out.append("No consumer group appears in this run.")
     if data is not None and data.nemeses:
-        actions = [
-            f"{n['action']} {n['target']} at {_fmt_s(n['ts_ms'], data.run_start)}" for n in data.nemeses
-        ]
+        actions = [f"{n['action']} {n['target']} at {_when(n['ts_ms'], clock)}" for n in data.nemeses]
         shown = "; ".join(actions[:20]) + ("; ..." if len(actions) > 20 else "")
-        out.append(f"The chaos runner acted {len(actions)} time(s): {shown}.")
+        out.append(
+            f"The chaos runner wrote {len(actions)} nemesis event(s) (a restart is written as a stop and a "
+            f"start): {shown}."
+        )
     elif data is not None:
         out.append("The chaos runner did nothing to the processes in this run.")
     return out
 
 
-def group_story(name: str, g: dict[str, Any], run_start: int, orderly: bool) -> list[str]:
+def duplicates_after(data: PlotData, group: str, markers: list[Marker]) -> list[tuple[Marker | None, int]]:
+    """Duplicate deliveries attributed to the change they followed (the latest marker before them, to
+    the width of a plot bucket); None for those before any change."""
+    counts: dict[int, int] = {}
+    changes = [m for m in markers if m.kind in ("nemesis", "channel_expired")]
+    for r in data.duplicates:
+        if r["group"] != group:
+            continue
+        end = data.run_start + (r["bucket"] + 1) * data.bucket_ms
+        idx = max((i for i, m in enumerate(changes) if m.ts < end), default=-1)
+        counts[idx] = counts.get(idx, 0) + r["n"]
+    return [(changes[i] if i >= 0 else None, n) for i, n in sorted(counts.items())]
+
+
+def group_story(
+    name: str,
+    g: dict[str, Any],
+    clock: RunClock,
+    orderly: bool,
+    dups: list[tuple[Marker | None, int]] = (),  # type: ignore[assignment]
+) -> list[str]:
     """Plain sentences about one group: what went wrong or right, with the numbers."""
+    rmq = g.get("rocketmq_time") or {k: clock.rmq_ms(g[k]) for k in ("orphan_ms", "overlap_ms", "stalled_ms")}
     out = [
-        f"{g['consumed_unique']} of the {g['sent']} messages sent to {', '.join(g['topics']) or 'no topic'} "
-        f"were consumed; {g['lost']} lost, {g['duplicates']} extra deliveries of {g['duplicated_messages']} "
-        "message(s)."
+        f"{g['consumed_unique']} of the {g['sent']} messages sent to "
+        f"{', '.join(_real_topics(g['topics'])) or 'no topic'} were consumed; {g['lost']} lost, "
+        f"{g['duplicates']} extra deliveries of {g['duplicated_messages']} message(s)."
     ]
+    if dups:
+        parts = [
+            f"{n} after {m.text} ({_when(m.ts, clock)})" if m else f"{n} before any change" for m, n in dups
+        ]
+        out.append("Extra deliveries by the change they followed: " + "; ".join(parts) + ".")
+    un = g.get("unavailability")
+    if un and un["total_ms"]:
+        causes = ", ".join(
+            f"{CAUSE_TEXT[c]} {_rmq_s(ms)}" for c, ms in un["by_cause_rocketmq_ms"].items() if ms
+        )
+        out.append(
+            f"{len(un['queues'])} queue(s) were unavailable (messages waiting, nobody consuming them) for "
+            f"{_rmq_s(un['total_rocketmq_ms'])} of RocketMQ time, summed over queues: {causes}."
+        )
     if g["orphan_ms"]:
-        out.append(f"Queues went without an owner for {g['orphan_ms']} ms in total (summed over queues).")
+        out.append(
+            f"Queues went without an owner for {_rmq_s(rmq['orphan_ms'])} ({g['orphan_ms']} ms wall), "
+            "summed over queues."
+        )
     if g["overlap_ms"]:
-        out.append(f"Queues had two owners at once for {g['overlap_ms']} ms in total.")
+        out.append(
+            f"Queues had two owners at once for {_rmq_s(rmq['overlap_ms'])} ({g['overlap_ms']} ms wall), "
+            "summed over queues."
+        )
     if g["stalled_ms"]:
-        out.append(f"Queues were held only by paused consumers for {g['stalled_ms']} ms in total.")
+        out.append(
+            f"Queues were held only by paused consumers for {_rmq_s(rmq['stalled_ms'])} "
+            f"({g['stalled_ms']} ms wall), summed over queues."
+        )
     for e in g["convergence"]:
-        when = _fmt_s(e["change_ms"], run_start)
+        when = _when(e["change_ms"], clock)
+        cause = _short_cause(e["cause"])
         if e["converged"]:
             out.append(
-                f"After '{e['cause']}' at {when} the group was whole again {e['convergence_ms']} ms later."
+                f"After '{cause}' at {when} the group was whole again "
+                f"{_rmq_s(clock.rmq_ms(e['convergence_ms']))} later ({e['convergence_ms']} ms wall)."
             )
         else:
-            out.append(
-                f"After '{e['cause']}' at {when} the group never became whole again before the run ended."
-            )
+            out.append(f"After '{cause}' at {when} the group never became whole again before the run ended.")
     reasons = []
     if g["lost"]:
         reasons.append(f"{g['lost']} message(s) were lost")
@@ -398,20 +741,189 @@ def group_story(name: str, g: dict[str, Any], run_start: int, orderly: bool) -> 
     return out
 
 
-def render_html(summary: dict[str, Any], data: PlotData | None, title: str) -> str:
-    run = summary["run"]
-    run_start = run["start_ms"] or 0
+# -- the answer to the experiment's question -----------------------------------------------------------
+
+
+def _episodes(un: dict[str, Any], gap_s: float) -> list[dict[str, Any]]:
+    """Per queue, unavailable spans closer than `gap_s` joined into one episode with its causes."""
+    out = []
+    for q in un.get("queues", []):
+        cur: dict[str, Any] | None = None
+        for sp in q["spans"]:
+            if cur is not None and sp["from_s"] - cur["to_s"] <= gap_s:
+                cur["to_s"] = sp["to_s"]
+            else:
+                cur = {"queue": q["queue"], "from_s": sp["from_s"], "to_s": sp["to_s"], "causes": {}}
+                out.append(cur)
+            cur["causes"][sp["cause"]] = cur["causes"].get(sp["cause"], 0.0) + sp["to_s"] - sp["from_s"]
+    return out
+
+
+def answer_for_group(
+    name: str,
+    g: dict[str, Any],
+    clock: RunClock,
+    markers: list[Marker],
+    dups: list[tuple[Marker | None, int]],
+) -> list[str]:
+    """One sentence per change the chaos runner made to the group: what it cost, in RocketMQ seconds,
+    with the RocketMQ timer that explains it."""
+    gap = IDLE_THRESHOLD_RMQ_MS / 1000
+    episodes = _episodes(g.get("unavailability") or {}, gap)
+    changes = [m for m in markers if m.kind == "nemesis" and not m.text.startswith(("resume", "start"))]
+    expiries = [m for m in markers if m.kind == "channel_expired"]
+    takeovers = [m for m in markers if m.kind == "lock_taken_over"]
+    dup_of = {id(m): n for m, n in dups if m is not None}
+    out = []
+    for i, m in enumerate(changes):
+        at = clock.at_s(m.ts)
+        until = clock.at_s(changes[i + 1].ts) if i + 1 < len(changes) else math.inf
+        mine = [e for e in episodes if at - 0.5 <= e["from_s"] < until]
+        text = f"{name}: after '{m.text}' at t = {at:.1f} s"
+        conv = [
+            e
+            for e in g["convergence"]
+            if e["change_ms"] >= m.ts
+            and e["cause"].startswith(("kill", "stop"))
+            and clock.at_s(e["change_ms"]) < until
+        ]
+        if mine:
+            longest = max(e["to_s"] - e["from_s"] for e in mine)
+            causes: dict[str, float] = {}
+            for e in mine:
+                for c, v in e["causes"].items():
+                    causes[c] = causes.get(c, 0.0) + v
+            main = max(causes, key=lambda c: causes[c])
+            share = ", ".join(
+                f"{CAUSE_TEXT[c].split(' (')[0]} {v:.1f} s"
+                for c, v in sorted(causes.items(), key=lambda kv: -kv[1])
+                if v >= 0.05  # what rounds to 0.0 s says nothing
+            )
+            text += (
+                f", {len(mine)} queue(s) were unavailable for up to {longest:.1f} s of RocketMQ time "
+                f"(summed: {share})"
+            )
+            end = max(e["to_s"] for e in mine)
+            if main == "lock_wait":
+                took = [t for t in takeovers if at <= clock.at_s(t.ts) <= end + gap]
+                text += (
+                    ": the broker keeps a dead client's queue locks until they expire, 60 s after their "
+                    "last renewal (every 20 s), and the others take the queues at their next rebalance "
+                    "(every 20 s)"
+                )
+                if took:
+                    text += f"; the locks were taken over at t = {clock.at_s(took[0].ts):.1f} s"
+            elif main == "owner_paused":
+                exp = [x for x in expiries if at <= clock.at_s(x.ts) <= end + gap]
+                notified = [
+                    n
+                    for n in g.get("broker_markers", [])
+                    if n["kind"] == "notify_sent"
+                    and n.get("detail") != "register"
+                    and at <= n["at_s"] <= end + gap
+                ]
+                if exp or notified:
+                    if exp:
+                        e_at = clock.at_s(exp[0].ts)
+                        text += (
+                            f": the broker expired the paused consumer's channel at t = {e_at:.1f} s "
+                            f"({e_at - at:.1f} s after the pause; 120 s without a heartbeat, "
+                            "checked every 10 s)"
+                        )
+                    if notified:
+                        n = notified[0]
+                        text += (
+                            f"{';' if exp else ':'} {n.get('broker')} notified the group at "
+                            f"t = {n['at_s']:.1f} s ({n.get('detail')})"
+                        )
+                    else:
+                        text += " and sent no NOTIFY"
+                    text += f", and the others took its queues over at t = {end:.1f} s (their next rebalance)"
+                else:
+                    text += (
+                        ": the pause was shorter than the broker's 120 s channel expiry, so nobody took "
+                        "the queues over until the consumer resumed"
+                    )
+            elif main == "no_owner":
+                text += ": until the others' rebalance gave the queues a new owner"
+            else:
+                text += ": their owner kept them but consumed nothing"
+        elif conv and all(e["converged"] for e in conv):
+            worst = max(clock.rmq_ms(e["convergence_ms"]) for e in conv) / 1000
+            text += (
+                f", the group was whole again within {worst:.1f} s of RocketMQ time (the broker notified "
+                "the group at once) and no queue's messages waited longer than 3 s"
+            )
+        else:
+            text += ", no queue's messages waited longer than 3 s of RocketMQ time"
+        n = dup_of.get(id(m), 0)
+        after = [x for x in expiries if x.ts > m.ts and (i + 1 >= len(changes) or x.ts < changes[i + 1].ts)]
+        n_exp = sum(dup_of.get(id(x), 0) for x in after)
+        resumes = [
+            r
+            for r in markers
+            if r.kind == "nemesis"
+            and r.text.startswith(("resume", "start"))
+            and r.ts > m.ts
+            and (i + 1 >= len(changes) or r.ts < changes[i + 1].ts)
+        ]
+        n_res = sum(dup_of.get(id(r), 0) for r in resumes)
+        total = n + n_exp + n_res
+        text += f"; {_plural(total, 'duplicate delivery', 'duplicate deliveries')} followed"
+        if n_res and resumes:
+            text += f" ({n_res} after '{resumes[0].text}')"
+        out.append(text + ".")
+    return out
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one}" if n == 1 else f"{n or 'no'} {many}"
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def answers(summary: dict[str, Any], data: PlotData | None) -> list[str]:
+    """The experiment's question answered, one sentence per change, from summary.json's numbers."""
+    if data is None:
+        return []
+    clock = _clock(data, summary)
+    out = []
+    for name, g in summary["groups"].items():
+        markers = group_markers(data, name, g)
+        said = answer_for_group(name, g, clock, markers, duplicates_after(data, name, markers))
+        if len(summary["groups"]) == 1:  # the group's name adds nothing
+            said = [_capital(x[len(name) + 2 :]) for x in said]
+        out += said
+    return out
+
+
+def render_html(
+    summary: dict[str, Any], data: PlotData | None, title: str, question: str | None = None
+) -> str:
+    clock = _clock(data, summary)
     esc = html.escape
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{esc(title)}</title>",
-        "<style>body{font-family:sans-serif;max-width:1250px;margin:2em auto;color:#222;line-height:1.45}"
-        "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-        "text-align:left;vertical-align:top}.ok{color:#060;font-weight:bold}"
-        ".fail{color:#b00;font-weight:bold}img{max-width:100%;border:1px solid #eee}small{color:#555}"
-        ".num{text-align:right}</style></head><body>",
+        "<style>body{font-family:sans-serif;max-width:900px;margin:1.5em auto;padding:0 1em;color:#222;"
+        "line-height:1.45}table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;"
+        "padding:3px 8px;text-align:left;vertical-align:top}.ok{color:#060;font-weight:bold}"
+        ".fail{color:#b00;font-weight:bold}img{width:100%;max-width:880px;border:1px solid #eee}"
+        "small{color:#555}.num{text-align:right}.answer{background:#f3f6fb;border-left:4px solid #1f77b4;"
+        "padding:.4em .9em}ol.marks{font-size:.92em}</style></head><body>",
         f"<h1>{esc(title)}</h1>",
     ]
+    said = summary.get("answer") or answers(summary, data)
+    if question or said:
+        parts.append("<div class='answer'>")
+        if question:
+            parts.append(f"<p><b>Question:</b> {esc(question)}</p>")
+        if said:
+            parts.append("<p><b>Answer:</b> " + " ".join(esc(s) for s in said) + "</p>")
+        parts.append("</div>")
     overall = "fail" if any(g["verdict"] == "fail" for g in summary["groups"].values()) else "ok"
     parts.append(f"<p>Overall verdict: <span class='{overall}'>{overall.upper()}</span></p>")
     parts.append("<h2>What happened</h2><ul>")
@@ -423,8 +935,25 @@ def render_html(summary: dict[str, Any], data: PlotData | None, title: str) -> s
         parts.append("<th>what it means</th></tr>")
         for key, meaning in METRICS.items():
             parts.append(f"<tr><td>{key}</td>")
-            parts += [f"<td class='num'>{g[key]}</td>" for g in summary["groups"].values()]
+            for g in summary["groups"].values():
+                rmq = (g.get("rocketmq_time") or {}).get(key)
+                cell = (
+                    f"{g[key]}"
+                    if rmq is None
+                    else f"{_rmq_s(rmq)} RocketMQ<br><small>{g[key]} ms wall</small>"
+                )
+                parts.append(f"<td class='num'>{cell}</td>")
             parts.append(f"<td><small>{esc(meaning)}</small></td></tr>")
+        parts.append("<tr><td>unavailable</td>")
+        for g in summary["groups"].values():
+            un = g.get("unavailability") or {}
+            causes = "<br>".join(
+                f"<small>{esc(CAUSE_TEXT[c])}: {_rmq_s(v)}</small>"
+                for c, v in (un.get("by_cause_rocketmq_ms") or {}).items()
+                if v
+            )
+            parts.append(f"<td class='num'>{_rmq_s(un.get('total_rocketmq_ms'))} RocketMQ<br>{causes}</td>")
+        parts.append(f"<td><small>{esc(UNAVAILABLE_TEXT)}</small></td></tr>")
         parts.append("<tr><td>verdict</td>")
         parts += [
             f"<td class='{g['verdict']}'>{g['verdict'].upper()}</td>" for g in summary["groups"].values()
@@ -435,51 +964,67 @@ def render_html(summary: dict[str, Any], data: PlotData | None, title: str) -> s
             f"<h2>Group {esc(name)}: <span class='{g['verdict']}'>{g['verdict'].upper()}</span></h2><ul>"
         )
         orderly = data is not None and name in data.orderly
-        parts += [f"<li>{esc(s)}</li>" for s in group_story(name, g, run_start, orderly)]
+        markers = group_markers(data, name, g) if data is not None else []
+        dups = duplicates_after(data, name, markers) if data is not None else []
+        parts += [f"<li>{esc(s)}</li>" for s in group_story(name, g, clock, orderly, dups)]
         parts.append("</ul>")
         images: list[tuple[str, str | None, str]] = []
         if data is not None:
             images += [
-                ("Queue ownership", plot_ownership(data, name),
-                 "Each row is a queue; each bar is the time one consumer owned it (colour = consumer). "
-                 "Dashed lines are the chaos runner's actions. A gap in a row is a queue nobody served "
-                 "(orphan time); two bars over the same instant are two owners (overlap). After a kill, "
-                 "the victim's bars stop and, once the others notice and rebalance, other colours take "
-                 "over."),
-                ("Consumption rate", plot_rates(data, name),
-                 "Messages each consumer node finished per second; the grey line is what the producers "
-                 "sent. A consumer that stops at a kill or pause drops to zero; the others speed up to drain "
-                 "the backlog once they take over its queues."),
-                ("Duplicates", plot_duplicates(data, name),
-                 "Deliveries of a message after its first one, by when they happened. They cluster after "
-                 "a kill: the new owner resumes from the last committed offset."),
-            ]  # fmt: skip
+                (
+                    "Queue ownership",
+                    plot_ownership(data, name, markers, g),
+                    OWNERSHIP_TEXT,
+                ),
+                (
+                    "Consumption rate",
+                    plot_rates(data, name, markers),
+                    RATE_TEXT,
+                ),
+                (
+                    "Duplicates",
+                    plot_duplicates(data, name, markers),
+                    DUPLICATES_TEXT,
+                ),
+            ]
         images.append(
-            ("Convergence", plot_convergence(g["convergence"], name, run_start),
-             "For each start, stop or kill in the group: how long until every queue had exactly one live "
-             "owner and every running consumer had rebalanced with the current member list. Red: never.")
-        )  # fmt: skip
+            (
+                "Convergence",
+                plot_convergence(g["convergence"], name, clock),
+                "For each start, stop or kill in the group: how long until every queue had exactly one live "
+                "owner and every running consumer had rebalanced with the current member list. Red: never.",
+            )
+        )
         for caption, png, explanation in images:
             if png:
                 parts.append(f"<h3>{esc(caption)}</h3><p><small>{esc(explanation)}</small></p>")
                 parts.append(f"<img alt='{esc(caption)}' src='data:image/png;base64,{png}'>")
+                if caption == "Queue ownership" and markers:
+                    parts.append("<ol class='marks'>")
+                    parts += [f"<li>{esc(m.text)} at {esc(_when(m.ts, clock))}</li>" for m in markers]
+                    parts.append("</ol>")
         parts.append("<details><summary>convergence entries (summary.json)</summary><pre>")
         parts.append(esc(json.dumps(g["convergence"], indent=1)))
         parts.append("</pre></details>")
     parts.append(f"<h2>How the verdict is decided</h2><p>{esc(VERDICT_RULES)}</p>")
     parts.append(
-        "<p><small>Times are milliseconds of the processes' clocks; intervals include their start and "
-        "exclude their end. Definitions: the project's event-log contract (EVENTS.md).</small></p>"
+        "<p><small>Durations are RocketMQ time (wall milliseconds divided by the run's time scale) with the "
+        "wall-clock milliseconds of the processes beside them; intervals include their start and exclude "
+        "their end. Definitions: the project's event-log contract (EVENTS.md).</small></p>"
     )
     parts.append("</body></html>")
     return "".join(parts)
 
 
 def write_report(
-    path: str | os.PathLike[str], summary: dict[str, Any], data: PlotData | None, title: str
+    path: str | os.PathLike[str],
+    summary: dict[str, Any],
+    data: PlotData | None,
+    title: str,
+    question: str | None = None,
 ) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write(render_html(summary, data, title))
+        fh.write(render_html(summary, data, title, question))

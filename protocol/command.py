@@ -14,7 +14,7 @@ from typing import Any, Final, Generic, TypeVar
 import msgpack
 
 from protocol.codes import Flag, ResponseCode
-from protocol.model import WireError
+from protocol.model import JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN, WireError
 
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 PROTOCOL_VERSION: Final = 1
@@ -64,9 +64,21 @@ def _typed(mapping: Any, name: str, where: str, default: Any, check: Any, typena
 
 
 def field_int(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
-    return _typed(
+    """An int field within Java's ``long`` (every RocketMQ number is a long or narrower)."""
+    value = _typed(
         mapping, name, where, default, lambda v: isinstance(v, int) and not isinstance(v, bool), "int"
     )
+    if value is not default and not JAVA_LONG_MIN <= value <= JAVA_LONG_MAX:
+        raise InvalidParameter(f"{where}.{name}" if where else name, f"{value} is outside a 64-bit long")
+    return value
+
+
+def field_int32(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
+    """An int field that is a Java ``int`` in RocketMQ (queue ids, counts, reconsume times)."""
+    value = field_int(mapping, name, where, default)
+    if value is not default and not JAVA_INT_MIN <= value <= JAVA_INT_MAX:
+        raise InvalidParameter(f"{where}.{name}" if where else name, f"{value} is outside a 32-bit int")
+    return value
 
 
 def field_str(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
@@ -96,6 +108,9 @@ class RemotingCommand:
     ext: dict[str, Any] = field(default_factory=dict)
     body: Any = None
     version: int = PROTOCOL_VERSION
+    # A native request's ACL material (protocol.acl.SignedContent): its key, signature and signed bytes
+    # as sent, which the translation to typed fields would lose. None for msgpack commands.
+    auth: Any = None
 
     @property
     def is_response(self) -> bool:
@@ -123,6 +138,9 @@ class RemotingCommand:
     # Typed access to header fields; a wrong type is INVALID_PARAMETER naming the field.
     def ext_int(self, name: str, default: Any = REQUIRED) -> Any:
         return field_int(self.ext, name, "", default)
+
+    def ext_int32(self, name: str, default: Any = REQUIRED) -> Any:
+        return field_int32(self.ext, name, "", default)
 
     def ext_str(self, name: str, default: Any = REQUIRED) -> Any:
         return field_str(self.ext, name, "", default)

@@ -13,6 +13,13 @@ from typing import Any
 
 SUB_ALL = "*"
 
+# Java's ``long`` and ``int``: every number on the wire is one of them in RocketMQ, so larger values
+# are refused up front (SQLite and the native record format hold 64 bits, nothing more).
+JAVA_LONG_MIN = -(2**63)
+JAVA_LONG_MAX = 2**63 - 1
+JAVA_INT_MIN = -(2**31)
+JAVA_INT_MAX = 2**31 - 1
+
 
 class WireError(ValueError):
     """A structure on the wire is missing a field or has one of the wrong type.
@@ -36,13 +43,17 @@ def _req(d: Any, key: str, typ: type | tuple[type, ...], where: str) -> Any:
     # bool is an int subclass; an int field must not accept True/False and vice versa
     if typ is int and (isinstance(v, bool) or not isinstance(v, int)):
         raise WireError(f"{where}.{key}" if where else key, f"expected int, got {type(v).__name__}")
+    if typ is int and not JAVA_LONG_MIN <= v <= JAVA_LONG_MAX:
+        raise WireError(f"{where}.{key}" if where else key, f"{v} is outside a 64-bit long")
     if not isinstance(v, typ):
         name = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
         raise WireError(f"{where}.{key}" if where else key, f"expected {name}, got {type(v).__name__}")
     return v
 
 
-def _opt(d: dict, key: str, typ: type | tuple[type, ...], where: str, default: Any) -> Any:
+def _opt(d: Any, key: str, typ: type | tuple[type, ...], where: str, default: Any) -> Any:
+    if not isinstance(d, dict):
+        raise WireError(where or key, "expected a map")
     if key not in d or d[key] is None:
         return default
     return _req(d, key, typ, where)

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast
 
+from protocol.acl import SessionCredentials, sign_ext
 from protocol.codes import Flag, ResponseCode, code_name
 from protocol.command import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -58,11 +59,18 @@ class MsgpackCodec:
     def encode(self, cmd: RemotingCommand) -> bytes:
         return encode_frame(cmd)
 
+    @property
+    def buffered(self) -> int:
+        return self._decoder.buffered
+
 
 CodecFactory = Callable[[int], Codec]
 ConnectionCallback = Callable[["Connection"], None]
 
 _WRITE_HIGH_WATER = 4 * 1024 * 1024
+# A frame must arrive whole within this long of its first byte (servers only): a peer cannot park
+# megabytes of half-sent frames on the server for ever.
+DEFAULT_PARTIAL_FRAME_TIMEOUT_S = 10.0
 _conn_ids = itertools.count(1)
 
 
@@ -133,8 +141,13 @@ class Connection(asyncio.Protocol):
         on_close: Callable[[Connection], None] | None = None,
         log: Any = None,
         codec: Codec | None = None,
+        partial_frame_timeout_s: float | None = None,
+        server_side: bool = False,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.id = next(_conn_ids)
+        # Requests sent on this connection are signed as RocketMQ's AclClientRPCHook signs them.
+        self.credentials = credentials
         self.attrs: dict[str, Any] = {}
         self.remote_addr = ""
         self.local_addr = ""
@@ -153,6 +166,11 @@ class Connection(asyncio.Protocol):
         self._on_close = on_close
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._write_paused = False
+        # Server side only: a peer that does not read its answers is not read from either, so the
+        # answers it has not taken stay bounded (a client never stops reading, so no deadlock).
+        self._pause_reading_on_write = server_side
+        self._partial_timeout_s = partial_frame_timeout_s
+        self._partial_timer: asyncio.TimerHandle | None = None
         self._log = log
         self._loop = asyncio.get_running_loop()
         self.closed_future: asyncio.Future[None] = self._loop.create_future()
@@ -183,6 +201,8 @@ class Connection(asyncio.Protocol):
             self._warn("closing connection: the codec failed", reason=f"{type(exc).__name__}: {exc}")
             self.close()
             return
+        if self._partial_timeout_s is not None:
+            self._watch_partial_frame(bool(commands))
         for cmd in commands:
             if cmd.is_response:
                 fut = self._pending.pop(cmd.opaque, None)
@@ -191,9 +211,34 @@ class Connection(asyncio.Protocol):
                 continue
             self._start_request(cmd)
 
+    def _watch_partial_frame(self, progressed: bool) -> None:
+        # The clock runs from the first byte of the frame now incomplete: a peer streaming whole frames
+        # back to back always has a partial one buffered, and must not be cut off for that.
+        if self._partial_timer is not None and (progressed or not getattr(self.codec, "buffered", 0)):
+            self._partial_timer.cancel()
+            self._partial_timer = None
+        if self._partial_timer is None and getattr(self.codec, "buffered", 0):
+            assert self._partial_timeout_s is not None
+            self._partial_timer = asyncio.get_running_loop().call_later(
+                self._partial_timeout_s, self._partial_frame_expired
+            )
+
+    def _partial_frame_expired(self) -> None:
+        self._partial_timer = None
+        if getattr(self.codec, "buffered", 0) and not self.closed:
+            self._warn(
+                "closing connection: a frame did not arrive whole in time",
+                buffered=getattr(self.codec, "buffered", 0),
+                timeout_s=self._partial_timeout_s,
+            )
+            self.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._transport = None
+        if self._partial_timer is not None:
+            self._partial_timer.cancel()
+            self._partial_timer = None
         err = RemotingConnectionError(f"connection to {self.remote_addr} closed")
         for fut in self._pending.values():
             if not fut.done():
@@ -213,22 +258,33 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        self._sync_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._sync_reading()
         for w in self._drain_waiters:
             if not w.done():
                 w.set_result(None)
         self._drain_waiters.clear()
 
     # -- requests from the peer -------------------------------------------------------------------
+    def _sync_reading(self) -> None:
+        """Read from the peer unless requests are backlogged or (server side) it is not reading."""
+        pause = bool(self._backlog) or (self._pause_reading_on_write and self._write_paused)
+        if self._transport is None or pause == self._reading_paused:
+            return
+        self._reading_paused = pause
+        if pause:
+            self._transport.pause_reading()
+        else:
+            self._transport.resume_reading()
+
     def _start_request(self, cmd: RemotingCommand) -> None:
         if self._inflight >= self._max_inflight:
             # Over the bound: park the request and stop reading, so the peer's sends back up.
             self._backlog.append(cmd)
-            if not self._reading_paused and self._transport is not None:
-                self._reading_paused = True
-                self._transport.pause_reading()
+            self._sync_reading()
             return
         self._inflight += 1
         task = asyncio.get_running_loop().create_task(self._run_request(cmd))
@@ -237,6 +293,9 @@ class Connection(asyncio.Protocol):
 
     async def _run_request(self, cmd: RemotingCommand) -> None:
         try:
+            if self._pause_reading_on_write and self._write_paused:
+                # Do not build answers the peer is not taking (a pull's messages): wait until it reads.
+                await self._drain()
             resp = await self._dispatcher.handle(self, cmd)
             if resp is not None and not cmd.is_oneway:
                 self.send_response(resp)
@@ -244,24 +303,39 @@ class Connection(asyncio.Protocol):
             self._inflight -= 1
             if self._backlog and not self.closed:
                 self._start_request(self._backlog.popleft())
-            if self._reading_paused and not self._backlog and self._transport is not None:
-                self._reading_paused = False
-                self._transport.resume_reading()
+            if self._reading_paused and not self._backlog:
+                self._sync_reading()
 
     # -- sending ----------------------------------------------------------------------------------
     def _write(self, cmd: RemotingCommand) -> None:
         if self._transport is None or self._transport.is_closing():
             raise RemotingConnectionError(f"connection to {self.remote_addr} is closed")
+        if self.credentials is not None and not cmd.is_response:
+            sign_ext(cmd.ext, cmd.body, self.credentials)
         self._transport.write(self.codec.encode(cmd))
         self.last_activity = self._loop.time()
 
     def send_response(self, resp: RemotingCommand) -> bool:
-        """Write a response produced outside a handler (e.g. a long-poll answered later)."""
-        try:
-            self._write(resp)
-            return True
-        except RemotingConnectionError:
+        """Write a response (also one produced outside a handler, e.g. a long-poll answered later).
+
+        A response the codec cannot encode (a stored value the peer's format cannot carry) is replaced
+        by a SYSTEM_ERROR answer saying why: the request is answered and the connection lives on."""
+        if self._transport is None or self._transport.is_closing():
             return False
+        try:
+            data = self.codec.encode(resp)
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            self._warn("answer could not be encoded", code=resp.code, opaque=resp.opaque, reason=reason)
+            fallback = RemotingCommand(
+                ResponseCode.SYSTEM_ERROR,
+                resp.opaque,
+                int(Flag.RESPONSE),
+                f"the answer could not be encoded: {reason}"[:512],
+            )
+            data = self.codec.encode(fallback)
+        self._transport.write(data)
+        return True
 
     async def _drain(self) -> None:
         if self._write_paused and not self.closed:
@@ -376,8 +450,10 @@ class RemotingServer:
         max_inflight: int = 256,
         log: Any = None,
         codec_factory: CodecFactory | None = None,
+        partial_frame_timeout_s: float = DEFAULT_PARTIAL_FRAME_TIMEOUT_S,
     ) -> None:
         self.host = host
+        self.partial_frame_timeout_s = partial_frame_timeout_s
         self.codec_factory: CodecFactory = codec_factory or MsgpackCodec
         self._port = port
         self.max_frame_bytes = max_frame_bytes
@@ -429,15 +505,23 @@ class RemotingServer:
             on_close=self._conn_closed,
             log=self._log,
             codec=self.codec_factory(self.max_frame_bytes),
+            partial_frame_timeout_s=self.partial_frame_timeout_s,
+            server_side=True,
         )
 
-    async def start(self) -> None:
+    async def start(self, *, serve: bool = True) -> None:
+        """Bind the port; with ``serve=False`` connections are not accepted until ``start_serving``
+        (the port is known, so the owner can finish setting up before the first request)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._make_protocol, self.host, self._port, reuse_address=True
+            self._make_protocol, self.host, self._port, reuse_address=True, start_serving=serve
         )
         sock = self._server.sockets[0]
         self._port = sock.getsockname()[1]
+
+    async def start_serving(self) -> None:
+        if self._server is not None:
+            await self._server.start_serving()
 
     @property
     def port(self) -> int:
@@ -476,7 +560,9 @@ class RemotingClient:
         connect_timeout_s: float = 3.0,
         close_socket_if_timeout: bool = True,
         log: Any = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
+        self.credentials = credentials
         self.max_frame_bytes = max_frame_bytes
         self.max_inflight = max_inflight
         self.connect_timeout_s = connect_timeout_s
@@ -547,6 +633,7 @@ class RemotingClient:
                 max_inflight=self.max_inflight,
                 on_close=on_close,
                 log=self._log,
+                credentials=self.credentials,
             )
 
         try:

@@ -177,10 +177,21 @@ class _LineWriter:
             self._thread.join(timeout)
 
 
-class _QueueLogger:
-    """structlog 'logger' whose output goes to a _LineWriter."""
+class LineSink(Protocol):
+    """Where an EventLog's rendered lines go: a file written by a thread (processes), or a buffer the
+    simulator writes in virtual time."""
 
-    def __init__(self, writer: _LineWriter | None) -> None:
+    def put(self, line: str) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _QueueLogger:
+    """structlog 'logger' whose output goes to a LineSink."""
+
+    def __init__(self, writer: LineSink | None) -> None:
         self._writer = writer
 
     def msg(self, line: str) -> None:
@@ -210,13 +221,18 @@ class EventLog:
         clock: Clock | None = None,
         console: bool | None = None,
         stream: TextIO | None = None,
+        sink: LineSink | None = None,
         _discard: bool = False,
     ) -> None:
         self.node = node
         self.role = role
         self.path = path
         self.clock: Clock = clock or SystemClock()
-        self._writer = None if _discard else _LineWriter(path, stream)
+        self._writer: LineSink | None = None
+        if sink is not None:
+            self._writer = sink
+        elif not _discard:
+            self._writer = _LineWriter(path, stream)
         self._closed = False
 
         def stamp(_: Any, __: str, ev: dict[str, Any]) -> dict[str, Any]:
@@ -429,5 +445,6 @@ def local_ip() -> str:
     return _local_ip
 
 
-def build_client_id(instance_name: str | None = None) -> str:
-    return f"{local_ip()}@{instance_name or new_instance_name()}"
+def build_client_id(instance_name: str | None = None, client_ip: str | None = None) -> str:
+    """RocketMQ's ``clientIP@instanceName`` (ClientConfig.buildMQClientId); the IP defaults to this host's."""
+    return f"{client_ip or local_ip()}@{instance_name or new_instance_name()}"

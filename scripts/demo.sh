@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: set up, run the demo experiment on a local cluster of real processes
 # (2 brokers, 16 queues, 4 consumers; one killed, one paused and resumed, one restarted),
-# analyse it with the PySpark pipeline, and print where the report is.
+# analyse it with the PySpark pipeline, and print the verdict and where the report is
+# (rmq-chaos run prints both, once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
@@ -12,13 +13,4 @@ fi
 ensure_venv '.[dev,pipeline]'
 out="runs/demo-$(date +%Y%m%d-%H%M%S)"
 echo "==> running chaos/experiments/demo.toml into $out"
-set +e
-"$VENV/bin/rmq-chaos" run chaos/experiments/demo.toml --out "$out" "$@"
-rc=$?
-set -e
-echo
-if [ -f "$out/report.html" ]; then
-    echo "report:  $out/report.html"
-    echo "summary: $out/summary.json"
-fi
-exit $rc
+exec "$VENV/bin/rmq-chaos" run chaos/experiments/demo.toml --out "$out" "$@"

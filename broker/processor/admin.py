@@ -38,11 +38,11 @@ class AdminBrokerProcessor:
             raise InvalidParameter("topic", problem)
         nums = {}
         for name in ("readQueueNums", "writeQueueNums"):
-            n = cmd.ext_int(name)
+            n = cmd.ext_int32(name)
             if not 1 <= n <= MAX_QUEUE_NUMS:
                 raise InvalidParameter(name, f"must be in 1..{MAX_QUEUE_NUMS}, got {n}")
             nums[name] = n
-        perm = cmd.ext_int("perm")
+        perm = cmd.ext_int32("perm")
         if perm not in VALID_PERMS:
             raise InvalidParameter("perm", f"must be 6 (read+write), 4 (read) or 2 (write), got {perm}")
         tc = TopicConfig(topic, nums["readQueueNums"], nums["writeQueueNums"], perm)

@@ -4,7 +4,15 @@
 from __future__ import annotations
 
 from broker.consumer_manager import ClientChannelInfo
-from broker.processor.common import ext_name
+from broker.processor.common import (
+    MAX_GROUPS_PER_HEARTBEAT,
+    MAX_SUBSCRIPTIONS_PER_GROUP,
+    YIELD_EVERY,
+    check_count,
+    ext_name,
+    group_name_problem,
+    yield_now,
+)
 from broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, BrokerServices, Handler
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, InvalidParameter, RemotingCommand
@@ -15,15 +23,22 @@ _ATTR_LAST_HEARTBEAT = "last_heartbeat"
 
 
 def parse_heartbeat(body: dict) -> HeartbeatData:
+    check_count(body.get("consumerDataSet"), MAX_GROUPS_PER_HEARTBEAT, "consumerDataSet")
+    check_count(body.get("producerDataSet"), MAX_GROUPS_PER_HEARTBEAT, "producerDataSet")
+    consumers = body.get("consumerDataSet")
+    for i, cd in enumerate(consumers if isinstance(consumers, list) else ()):
+        if isinstance(cd, dict):
+            subs = cd.get("subscriptionDataSet")
+            check_count(subs, MAX_SUBSCRIPTIONS_PER_GROUP, f"consumerDataSet[{i}].subscriptionDataSet")
     hb = HeartbeatData.from_wire(body)
     if not hb.client_id:
         raise InvalidParameter("clientID", "is empty")
     for i, cd in enumerate(hb.consumer_data_set):
-        if not cd.group_name:
-            raise InvalidParameter(f"consumerDataSet[{i}].groupName", "is empty")
+        if (problem := group_name_problem(cd.group_name)) is not None:
+            raise InvalidParameter(f"consumerDataSet[{i}].groupName", problem)
     for i, pd in enumerate(hb.producer_data_set):
-        if not pd.group_name:
-            raise InvalidParameter(f"producerDataSet[{i}].groupName", "is empty")
+        if (problem := group_name_problem(pd.group_name)) is not None:
+            raise InvalidParameter(f"producerDataSet[{i}].groupName", problem)
     return hb
 
 
@@ -55,7 +70,11 @@ class ClientManageProcessor:
         wall = b.clock.now_ms()
         conn.attrs[ATTR_CLIENT_ID] = hb.client_id
         groups: dict[str, str] = conn.attrs.setdefault(ATTR_GROUPS, {})
-        for cd in hb.consumer_data_set:
+        for n, cd in enumerate(hb.consumer_data_set, 1):
+            if n % YIELD_EVERY == 0:
+                await yield_now()
+                if conn.closed:
+                    return cmd.response()
             group = cd.group_name
             tc, created = b.topic_manager.create_retry_topic(group, b.config.retry_queue_nums)
             if created:
@@ -129,6 +148,7 @@ class ClientManageProcessor:
                     request_client_id=client_id,
                 )
             b.notify_group(consumer_group, "unregister")
+            b.forget_group(consumer_group)
         return cmd.response()
 
     async def get_consumer_list_by_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -4,8 +4,15 @@ lock part of AdminBrokerProcessor)."""
 from __future__ import annotations
 
 from broker.offset_manager import resolve_query_offset
-from broker.processor.common import ext_name, ext_queue_id
-from broker.processor.services import BrokerServices, Handler
+from broker.processor.common import (
+    MAX_QUEUES_PER_LOCK,
+    YIELD_EVERY,
+    check_count,
+    ext_name,
+    ext_queue_id,
+    yield_now,
+)
+from broker.processor.services import ATTR_CLIENT_ID, BrokerServices, Handler
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import (
     CommandError,
@@ -28,10 +35,28 @@ def parse_lock_body(cmd: RemotingCommand) -> tuple[str, str, list[MessageQueue]]
     if not client_id:
         raise InvalidParameter("body.clientId", "is empty")
     field_bool(body, "onlyThisBroker", "body", False)
-    mqs = [
-        MessageQueue.from_wire(d, f"body.mqSet[{i}]") for i, d in enumerate(field_list(body, "mqSet", "body"))
-    ]
+    raw = field_list(body, "mqSet", "body")
+    check_count(raw, MAX_QUEUES_PER_LOCK, "body.mqSet")
+    mqs = [MessageQueue.from_wire(d, f"body.mqSet[{i}]") for i, d in enumerate(raw)]
     return group, client_id, mqs
+
+
+def check_lock_owner(conn: Connection, client_id: str) -> None:
+    """Only the client registered on this connection (by its heartbeat) may lock or unlock for its id:
+    naming another client's id would release or take that client's queues. Stricter than RocketMQ,
+    which trusts the clientId in the body; a real client heartbeats on the connection it locks over."""
+    registered = conn.attrs.get(ATTR_CLIENT_ID)
+    if registered != client_id:
+        who = (
+            f"the client registered on this connection is {registered}" if registered else "no heartbeat yet"
+        )
+        raise CommandError(
+            ResponseCode.NO_PERMISSION, f"clientId {client_id} may not lock or unlock here: {who}"
+        )
+
+
+def _chunks(mqs: list[MessageQueue]) -> list[list[MessageQueue]]:
+    return [mqs[i : i + YIELD_EVERY] for i in range(0, len(mqs), YIELD_EVERY)] or [[]]
 
 
 class ConsumerManageProcessor:
@@ -81,15 +106,28 @@ class ConsumerManageProcessor:
 
     async def lock_batch_mq(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group, client_id, mqs = parse_lock_body(cmd)
+        check_lock_owner(conn, client_id)
         b = self.broker
-        result = b.lock_manager.try_lock_batch(group, mqs, client_id, b.clock.monotonic_ms())
-        for mq, previous in result.acquired:
-            b.emit_lock("lock_acquired", group, client_id, mq, previous_client_id=previous)
-        return cmd.response(body={"lockOKMQSet": [mq.to_wire() for mq in result.locked]})
+        locked: list[MessageQueue] = []
+        seen: set[MessageQueue] = set()
+        for i, chunk in enumerate(_chunks(mqs)):
+            if i:
+                await yield_now()
+            fresh = [mq for mq in chunk if mq not in seen]
+            seen.update(fresh)
+            result = b.lock_manager.try_lock_batch(group, fresh, client_id, b.clock.monotonic_ms())
+            for mq, previous in result.acquired:
+                b.emit_lock("lock_acquired", group, client_id, mq, previous_client_id=previous)
+            locked.extend(result.locked)
+        return cmd.response(body={"lockOKMQSet": [mq.to_wire() for mq in locked]})
 
     async def unlock_batch_mq(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group, client_id, mqs = parse_lock_body(cmd)
+        check_lock_owner(conn, client_id)
         b = self.broker
-        for mq in b.lock_manager.unlock_batch(group, mqs, client_id):
-            b.emit_lock("lock_released", group, client_id, mq, reason="unlock")
+        for i, chunk in enumerate(_chunks(mqs)):
+            if i:
+                await yield_now()
+            for mq in b.lock_manager.unlock_batch(group, chunk, client_id):
+                b.emit_lock("lock_released", group, client_id, mq, reason="unlock")
         return cmd.response()

@@ -49,9 +49,9 @@ class PullMessageProcessor:
         """One run of the request; None when it was held and has been woken up since."""
         group = ext_name(cmd, "consumerGroup")
         topic = ext_name(cmd, "topic")
-        queue_id = cmd.ext_int("queueId")
+        queue_id = cmd.ext_int32("queueId")
         queue_offset = cmd.ext_int("queueOffset")
-        max_msg_nums = cmd.ext_int("maxMsgNums")
+        max_msg_nums = cmd.ext_int32("maxMsgNums")
         commit_offset = cmd.ext_int("commitOffset", 0)
         suspend_ms = max(0, cmd.ext_int("suspendTimeoutMillis", 0))
         sub_string = cmd.ext_str("subscription", None)

@@ -17,6 +17,8 @@ from broker.store import (
 from broker.topic_config import TopicConfig, topic_name_problem
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, InvalidParameter, RemotingCommand, field_map
+from protocol.model import JAVA_LONG_MAX as _LONG_MAX
+from protocol.model import JAVA_LONG_MIN as _LONG_MIN
 from protocol.model import is_retry_topic, retry_topic
 from protocol.remoting import Connection
 
@@ -63,16 +65,16 @@ class SendMessageProcessor:
         # which raise INVALID_PARAMETER naming the field.
         if not (
             type(group) is str and group and type(topic) is str and topic
-            and type(queue_id) is int and type(born) is int
+            and type(queue_id) is int and type(born) is int and _LONG_MIN <= born <= _LONG_MAX
         ):  # fmt: skip
             ext_name(cmd, "producerGroup")
             topic = ext_name(cmd, "topic")
-            queue_id = cmd.ext_int("queueId")
+            queue_id = cmd.ext_int32("queueId")
             born = cmd.ext_int("bornTimestamp")
         tags = cmd.ext_str("tags", None) if "tags" in ext else None
         keys = cmd.ext_str("keys", None) if "keys" in ext else None
-        reconsume_times = cmd.ext_int("reconsumeTimes", 0) if "reconsumeTimes" in ext else 0
-        max_reconsume_times = cmd.ext_int("maxReconsumeTimes", None) if "maxReconsumeTimes" in ext else None
+        reconsume_times = cmd.ext_int32("reconsumeTimes", 0) if "reconsumeTimes" in ext else 0
+        max_reconsume_times = cmd.ext_int32("maxReconsumeTimes", None) if "maxReconsumeTimes" in ext else None
         body_map = cmd.body_map()
         payload = body_map.get("body")
         if not isinstance(payload, bytes):
@@ -165,9 +167,9 @@ class SendMessageProcessor:
         queue_id = ext_queue_id(cmd)
         offset = cmd.ext_int("offset")
         origin_msg_id = cmd.ext_str("originMsgId", None)
-        delay_level = cmd.ext_int("delayLevel", 0)
+        delay_level = cmd.ext_int32("delayLevel", 0)
         b = self.broker
-        max_reconsume = cmd.ext_int("maxReconsumeTimes", b.config.default_max_reconsume_times)
+        max_reconsume = cmd.ext_int32("maxReconsumeTimes", b.config.default_max_reconsume_times)
         orig = self._find_original(group, origin_topic, queue_id, offset, origin_msg_id)
         if orig is None:
             raise CommandError(

@@ -53,6 +53,10 @@ class NativeCodec:
             out.append(cmd)
         return out
 
+    @property
+    def buffered(self) -> int:
+        return self._decoder.buffered
+
     def encode(self, cmd: RemotingCommand) -> bytes:
         if cmd.is_response:
             frame = response_to_native(self._incoming.pop(cmd.opaque, None), cmd, self.context)

@@ -32,6 +32,7 @@ async def start_native_port(
         max_frame_bytes=primary.max_frame_bytes,
         max_inflight=primary.max_inflight,
         log=log,
+        partial_frame_timeout_s=primary.partial_frame_timeout_s,
     )
     advertised = host if host not in ("0.0.0.0", "", "::") else local_ip()
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from protocol.acl import native_signed_content
 from protocol.codes import Flag, RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.model import retry_topic
@@ -174,6 +175,12 @@ _DEPRECATED_CONSUME_FROM = {
 }
 
 _INT_RE = re.compile(r"-?\d+")
+# A number string longer than this is no Java long (19 digits and a sign); it stays a string and the
+# handler answers INVALID_PARAMETER, instead of Python parsing thousands of digits (or refusing to).
+_MAX_INT_CHARS = 24
+# Bodies inflate at most to this (a producer's compressed SEND); beyond it the body is cut just past the
+# limit, so the size check answers MESSAGE_ILLEGAL instead of the broker inflating a bomb.
+MAX_INFLATED_BODY: Final = 16 * 1024 * 1024
 # fastjson writes maps with number keys unquoted ({0:"addr"}); quote them before a retry.
 _BARE_KEY_RE = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
 
@@ -199,7 +206,7 @@ def convert_value(value: Any, kind: str) -> Any:
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        if isinstance(value, str) and _INT_RE.fullmatch(value.strip()):
+        if isinstance(value, str) and len(value) <= _MAX_INT_CHARS and _INT_RE.fullmatch(value.strip()):
             return int(value.strip())
         return value
     if kind == BOOL:
@@ -287,7 +294,7 @@ def json_body(value: Any) -> bytes:
 def _enum_name(value: Any, names: Mapping[int, str] | tuple[str, ...]) -> Any:
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and _INT_RE.fullmatch(value):
+    if isinstance(value, str) and len(value) <= _MAX_INT_CHARS and _INT_RE.fullmatch(value):
         value = int(value)
     if isinstance(value, int):
         if isinstance(names, tuple):
@@ -356,7 +363,7 @@ def _send_request(ext: dict[str, Any], raw_body: bytes | None) -> tuple[dict[str
     sys_flag = ext.get("sysFlag")
     if isinstance(sys_flag, int) and not isinstance(sys_flag, bool) and sys_flag & COMPRESSED_FLAG:
         try:
-            body = zlib.decompress(body)
+            body = inflate_bounded(body, MAX_INFLATED_BODY)
         except zlib.error:
             pass  # stored as sent; the consumer sees what the producer sent
     if props.get(PROPERTY_TAGS):
@@ -364,6 +371,16 @@ def _send_request(ext: dict[str, Any], raw_body: bytes | None) -> tuple[dict[str
     if props.get(PROPERTY_KEYS):
         ext["keys"] = props[PROPERTY_KEYS]
     return ext, {"body": body, "properties": props}
+
+
+def inflate_bounded(data: bytes, limit: int) -> bytes:
+    """zlib-inflate ``data`` to at most ``limit + 1`` bytes (one more than allowed tells the caller it
+    was too large) without ever holding more."""
+    d = zlib.decompressobj()
+    out = d.decompress(data, limit + 1)
+    if len(out) <= limit and not d.unconsumed_tail:
+        out += d.flush()
+    return out[: limit + 1]
 
 
 def _pull_request(ext: dict[str, Any]) -> dict[str, Any]:
@@ -418,7 +435,9 @@ def request_from_native(frame: NativeFrame) -> RemotingCommand:
         parsed = parse_json_body(frame.body)
         body = parsed if parsed is not None else frame.body
     flag = frame.flag & (Flag.RESPONSE | Flag.ONEWAY)
-    return RemotingCommand(code, frame.opaque, flag, frame.remark, ext, body)
+    cmd = RemotingCommand(code, frame.opaque, flag, frame.remark, ext, body)
+    cmd.auth = native_signed_content(frame.ext, frame.body)
+    return cmd
 
 
 def response_from_native(request_code: int | None, frame: NativeFrame) -> RemotingCommand:

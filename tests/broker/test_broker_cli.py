@@ -63,3 +63,12 @@ def test_namesrv_flags():
     args = namesrv_parser().parse_args(["--port", "0", "--time-scale", "0.1"])
     assert (args.host, args.port, args.time_scale) == ("127.0.0.1", 0, 0.1)
     assert namesrv_parser().parse_args([]).port == 9876
+
+
+@pytest.mark.parametrize("module", ["broker.__main__", "broker.namesrv_main"])
+def test_every_flag_has_a_help_text(module: str) -> None:
+    import importlib
+
+    parser = importlib.import_module(module).build_parser()
+    missing = [a.option_strings[0] for a in parser._actions if a.option_strings and not a.help]
+    assert missing == []

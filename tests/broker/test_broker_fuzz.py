@@ -1,4 +1,7 @@
-"""Property tests: random frames and random commands thrown at a live broker, which must keep answering.
+"""Property tests: random frames and random commands thrown at a live durable broker, on both ports,
+which must keep answering. Values span the whole signed and unsigned 64-bit range; admin codes are
+fuzzed too (except the two that change the broker's behaviour on purpose). ``scripts/fuzz.py`` runs the
+same kind of attack for millions of frames.
 
 The broker runs on its own event loop in a thread; the tests talk to it over blocking sockets.
 """
@@ -6,14 +9,16 @@ The broker runs on its own event loop in a thread; the tests talk to it over blo
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import struct
+import tempfile
 import threading
 from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kit.broker import RecordingLog
 
@@ -43,7 +48,8 @@ BODY_KEYS = [
 scalars = st.one_of(
     st.none(),
     st.booleans(),
-    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.sampled_from([2**31, -(2**31) - 1, 2**63 - 1, 2**63, -(2**63), 2**64 - 1]),
     st.floats(allow_nan=True),
     st.text(max_size=12),
     st.sampled_from(["T", "g", "%RETRY%g", "*", "a || b", "watch"]),
@@ -72,10 +78,14 @@ class LiveBroker:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.broker = BrokerController(BrokerConfig(port=0), log=RecordingLog())
+        self.store_dir = tempfile.TemporaryDirectory()
+        config = BrokerConfig(port=0, store_dir=self.store_dir.name)
+        self.broker = BrokerController(config, log=RecordingLog())
         self.run(self.broker.start())
         host, port = self.broker.address.rsplit(":", 1)
         self.addr = (host, int(port))
+        native = self.run(self.broker.start_native_port(0))
+        self.native_addr = (host, int(native.rsplit(":", 1)[1]))
 
     def run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
@@ -85,6 +95,7 @@ class LiveBroker:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
+        self.store_dir.cleanup()
 
 
 class Wire:
@@ -185,15 +196,34 @@ def fuzzer(live):
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# what broke a durable broker once: numbers no Java long holds
+@example(
+    cmd={
+        "code": 15,
+        "ext": {"consumerGroup": "g", "topic": "T", "queueId": 0, "commitOffset": 2**63},
+        "body": None,
+        "oneway": False,
+    }
+)
+@example(
+    cmd={
+        "code": 10,
+        "ext": {"producerGroup": "p", "topic": "T", "queueId": 0, "bornTimestamp": 2**64 - 1},
+        "body": {"body": b"x"},
+        "oneway": False,
+    }
+)
 @given(cmd=commands)
 def test_random_commands_are_answered_and_the_broker_keeps_serving(live, fuzzer, cmd):
     lb, watch = live
     ext = dict(cmd["ext"])
     if isinstance(ext.get("suspendTimeoutMillis"), int):
-        ext["suspendTimeoutMillis"] = min(ext["suspendTimeoutMillis"], 100)  # bound long-poll holds
+        ext["suspendTimeoutMillis"] = min(ext["suspendTimeoutMillis"], 300)  # bound long-poll holds
     opaque = fuzzer.request(cmd["code"], ext, cmd["body"], oneway=cmd["oneway"])
     # a sync ping after it: everything before the ping's answer is the fuzzed command's doing
-    resp, before = fuzzer.read_until(fuzzer.request(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": 0}))
+    # a durable write after it: the store must still take writes
+    probe = {"consumerGroup": "watch", "topic": "T", "queueId": 0, "commitOffset": 1}
+    resp, before = fuzzer.read_until(fuzzer.request(RequestCode.UPDATE_CONSUMER_OFFSET, probe))
     assert resp.code == ResponseCode.SUCCESS
     replies = [c for c in before if c.is_response and c.opaque == opaque]
     if cmd["oneway"]:
@@ -210,4 +240,44 @@ def test_random_commands_are_answered_and_the_broker_keeps_serving(live, fuzzer,
             assert reply.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     assert_still_answering(watch)
     # bad input is answered as such, never by a handler crashing into SYSTEM_ERROR
+    assert [line for line in lb.broker.log.lines if line[0] == "error"] == []
+
+
+def _native_frame(code: int, opaque: int, ext: dict[str, str], body: bytes, oneway: bool) -> bytes:
+    header = {"code": code, "language": "JAVA", "version": 399, "opaque": opaque, "flag": 2 if oneway else 0}
+    hdr = json.dumps(header | {"extFields": ext}).encode()
+    return struct.pack(">II", 4 + len(hdr) + len(body), len(hdr)) + hdr + body
+
+
+native_values = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**64 - 1).map(str),
+    st.sampled_from(["", "true", "T", "g", "9" * 30, "1" * 5000, "1e25", "-0", " 7 "]),
+    st.text(max_size=12),
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    code=st.one_of(st.sampled_from(FUZZ_CODES), st.integers(min_value=-(2**15), max_value=2**15 - 1)),
+    ext=st.dictionaries(st.sampled_from(FIELD_NAMES), native_values, max_size=8),
+    body=st.one_of(st.binary(max_size=64), bodies.map(lambda b: json.dumps(b, default=repr).encode())),
+)
+def test_random_native_commands_are_answered(live, code, ext, body):
+    lb, watch = live
+    if "suspendTimeoutMillis" in ext:
+        ext["suspendTimeoutMillis"] = "200"
+    sock = socket.create_connection(lb.native_addr, timeout=5)
+    try:
+        sock.sendall(_native_frame(code, 7, ext, body, oneway=False))
+        data = b""
+        while len(data) < 8 or len(data) < 4 + struct.unpack_from(">I", data)[0]:
+            chunk = sock.recv(1 << 16)
+            assert chunk, "the broker closed the connection instead of answering"
+            data += chunk
+        (info,) = struct.unpack_from(">I", data, 4)
+        header = json.loads(data[8 : 8 + (info & 0xFFFFFF)])
+        assert header["opaque"] == 7 and header["flag"] & 1 and header["code"] in VALID_CODES
+    finally:
+        sock.close()
+    assert_still_answering(watch)
     assert [line for line in lb.broker.log.lines if line[0] == "error"] == []

@@ -166,7 +166,10 @@ async def test_notify_on_channel_expired_policy(make_broker, make_peer):
 async def test_an_idle_connection_is_closed_and_its_member_dropped(make_broker, make_peer):
     """The Netty idle handler closes a connection with no read or write for 120 s (1.2 s here), before
     the channel-expiry scan would find the registration: a close, so the group is notified."""
-    broker = await make_broker(time_scale=0.01)
+    # Both timers start at B's last heartbeat; a scan tick landing between the 120 s mark and the idle
+    # close would expire B first (rare in Java, frequent on a loaded machine). A longer expiry here
+    # leaves the idle handler alone to act, which is what this test is about.
+    broker = await make_broker(time_scale=0.01, channel_expired_timeout_ms=240_000)
     a, b = make_peer(broker.address), make_peer(broker.address)
     await b.heartbeat("B")
     await a.heartbeat("A")
@@ -229,6 +232,8 @@ async def test_disable_notify(make_broker, make_peer):
 async def test_lock_rules_over_the_wire(make_broker, make_peer):
     broker = await make_broker(time_scale=0.005)  # lock life 300 ms
     a, b = make_peer(broker.address), make_peer(broker.address)
+    await a.heartbeat("A")
+    await b.heartbeat("B")
     assert await a.lock("g", "A", [mq(0), mq(1)]) == [("T", 0), ("T", 1)]
     assert await b.lock("g", "B", [mq(1), mq(2)]) == [("T", 2)]
     await b.lock("g", "B", [mq(0)], unlock=True)  # not the holder: nothing happens
@@ -243,6 +248,23 @@ async def test_lock_rules_over_the_wire(make_broker, make_peer):
         RequestCode.LOCK_BATCH_MQ, body={"consumerGroup": "g", "clientId": "A", "mqSet": [{}]}
     )
     assert resp.code == ResponseCode.INVALID_PARAMETER and "body.mqSet[0].topic" in resp.remark
+
+
+async def test_a_lock_names_the_client_of_its_own_connection(broker, make_peer):
+    a, b = make_peer(broker.address), make_peer(broker.address)
+    await a.heartbeat("A")
+    assert await a.lock("g", "A", [mq(0)]) == [("T", 0)]
+    for code in (RequestCode.UNLOCK_BATCH_MQ, RequestCode.LOCK_BATCH_MQ):
+        body = {"consumerGroup": "g", "clientId": "A", "mqSet": [mq(0).to_wire()]}
+        resp = await b.call(code, body=body)  # a stranger naming A: no heartbeat on its connection
+        assert resp.code == ResponseCode.NO_PERMISSION and "clientId A" in resp.remark
+    await b.heartbeat("B")
+    resp = await b.call(
+        RequestCode.UNLOCK_BATCH_MQ, body={"consumerGroup": "g", "clientId": "A", "mqSet": [mq(0).to_wire()]}
+    )
+    assert resp.code == ResponseCode.NO_PERMISSION and "registered on this connection is B" in resp.remark
+    assert await b.lock("g", "B", [mq(0)]) == []  # A still holds it
+    assert not broker.log.of("lock_released")
 
 
 async def test_offsets_commit_query_and_set_zero_rule(broker, make_peer):

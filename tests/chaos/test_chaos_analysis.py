@@ -28,7 +28,9 @@ FAKE_PIPELINE = textwrap.dedent(
         "verdict": verdict, "sent": 10, "consumed_unique": 10 if verdict == "ok" else 7,
         "lost": 0 if verdict == "ok" else 3, "duplicates": 1,
         "convergence": [
-            {"change_ms": 1, "cause": "kill consumer-2", "converged": True, "convergence_ms": 42}]}}}
+            {"change_ms": 1, "cause": "kill consumer-2", "converged": True, "convergence_ms": 42,
+             "convergence_rocketmq_ms": 840}]}},
+        "answer": ["consumer-2's queues were served again 0.8 s after the kill"]}
     (run / "summary.json").write_text(json.dumps(summary))
     (run / "report.html").write_text("<html></html>")
     sys.exit(0 if verdict == "ok" else 1)
@@ -62,8 +64,10 @@ def test_verdict_and_exit_code_come_from_the_analysis(
     assert r.result.verdict == verdict and r.result.exit_code == code
     if verdict is not None:
         assert f"verdict: {verdict.upper()} (analysis)" in text
-        assert f"report: {run_dir / 'report.html'}" in text
-        assert "group g1: " + verdict in text and "slowest convergence 42 ms" in text
+        assert f"report:  {run_dir / 'report.html'}" in text
+        assert f"summary: {run_dir / 'summary.json'}" in text
+        assert "group g1: " + verdict in text and "slowest convergence 0.8 s RocketMQ (42 ms wall)" in text
+        assert "answer: consumer-2's queues were served again 0.8 s after the kill" in text
         assert json.loads((run_dir / "summary.json").read_text())["groups"]["g1"]["verdict"] == verdict
     else:
         assert "the analysis failed (python -m pipeline exited with 2)" in text

@@ -136,8 +136,8 @@ def test_tally_counts_and_drain_condition() -> None:
     tally.feed([{"event": "message_consumed", "group": "g1", "topic": "T", "msg_id": "m2"}])
     assert tally.drained()
     tally.feed([{"event": "nemesis", "action": "kill", "target": "consumer-1", "client_id": "c1"}])
-    line = progress_line(12.34, 60, tally, (3, 1, 4))
-    assert line.startswith("[  12.3s/60.0s run]")
+    line = progress_line(12.34, 60, tally, (3, 1, 4), time_scale=0.05)
+    assert line.startswith("[t=  247s/1200s   12.3s/60.0s wall run]")
     assert "sent 3" in line and "g1 3 (+1 dup)" in line and "consumers 3/4 (1 paused)" in line
     assert "last: kill consumer-1" in line
     assert tally.groups["g1"].live_clients == set()

@@ -139,6 +139,10 @@ def test_short_experiment_with_a_consumer_sigkill(tmp_path: Path) -> None:
     proxies = manifest["nodes"]["consumer-1"]["proxies"]
     assert proxies["brokers"]["broker-b"]["accepted"] >= 1 and proxies["namesrv"]["accepted"] >= 1
     assert "proxies" not in manifest["nodes"]["consumer-3"]
+    for info in manifest["nodes"].values():  # the manifest names files that are there
+        for rel in [*info["log_files"], info["out_file"]]:
+            assert (run_dir / rel).is_file(), rel
+    assert not (run_dir / "run").exists()
 
     # and the analysis' own definitions (EVENTS.md, plain-Python reference) find nothing wrong
     reference = pytest.importorskip("pipeline.reference")

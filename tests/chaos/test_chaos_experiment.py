@@ -82,6 +82,23 @@ def test_wrong_type_and_bad_value_each_name_their_line() -> None:
     assert any(line == line_of(text, "queues = 0") and "must be > 0" in msg for line, msg in got)
 
 
+def test_schedule_mistakes_are_reported_with_the_others() -> None:
+    text = BASE.replace("time_scale = 0.05", "time_scale = -1") + (
+        '\n[[nemesis]]\naction = "kill"\ntarget = "consumer-9"\nat = 10\n'
+        '\n[[nemesis]]\naction = "pause"\ntarget = "consumer-1"\nat = 700\n'
+    )
+    got = problems(text)
+    assert [line for line, _ in got] == [
+        line_of(text, "time_scale"), line_of(text, '"consumer-9"'), line_of(text, "at = 700"),
+    ]  # fmt: skip
+    assert "unknown node 'consumer-9'" in got[1][1] and "not before the end" in got[2][1]
+    # a broken [[consumers]] table is not echoed as unknown targets
+    broken = text.replace("count = 4", 'count = 4\nstrategy = "NOPE"')
+    assert [msg for _, msg in problems(broken) if "consumer-9" in msg or "strategy" in msg] == [
+        "consumers[1].strategy: must be one of AVG, AVG_BY_CIRCLE, CONSISTENT_HASH; got 'NOPE'"
+    ]
+
+
 def test_toml_syntax_error_reports_line() -> None:
     text = BASE + "\n[[nemesis]]\naction = kill\n"
     [(line, msg)] = problems(text)

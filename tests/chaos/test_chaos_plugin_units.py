@@ -140,3 +140,25 @@ def test_convergence_needs_agreement_and_exclusive_full_coverage(lab: RmqLab) ->
     lab.sup.member("consumer-2").state = "stopped"
     with pytest.raises(LabTimeout, match="still sees"):
         lab.wait_converged("g", timeout_s=0.3)
+
+
+def test_a_users_project_gets_no_loop_scope_warning_and_keeps_its_own_choice(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "test_user.py").write_text(
+        "def test_scope(request, rmq_time_scale):\n"
+        "    print('SCOPE=' + request.config.getini('asyncio_default_fixture_loop_scope'))\n"
+    )
+
+    def run(*extra: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "test_user.py", *extra],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout + done.stderr
+
+    plain = run()
+    assert "SCOPE=function" in plain and 'asyncio_default_fixture_loop_scope" is unset' not in plain
+    assert "SCOPE=module" in run("-o", "asyncio_default_fixture_loop_scope=module")

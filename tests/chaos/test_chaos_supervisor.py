@@ -189,3 +189,37 @@ def test_supervisor_death_leaves_no_orphans(tmp_path: Path, standin: dict[str, s
         if host.poll() is None:
             host.kill()
             host.wait()
+
+
+def test_a_relative_run_directory_keeps_every_file_one_level_deep(
+    tmp_path: Path, standin: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Children run with the run directory as their working directory: a relative path handed to them
+    # would be resolved a second time, inside it.
+    monkeypatch.chdir(tmp_path)
+    s = Supervisor("runs/rel", time_scale=0.05, env=standin, ready_timeout_s=10)
+    try:
+        s.add("consumer-1", "consumer", "standin_role", ["--ready", "cid"], group="g1")
+        m = s.start("consumer-1")
+        log = Path(m.log_files[0])
+        assert log.is_absolute() and log == tmp_path / "runs" / "rel" / "consumer-1.jsonl"
+        assert log.is_file() and Path(m.out_file).is_file()
+        assert not (tmp_path / "runs" / "rel" / "runs").exists()
+    finally:
+        s.close(timeout_s=2)
+
+
+def test_a_durable_broker_of_a_relative_run_directory_gets_an_absolute_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chaos.cluster import LocalCluster
+
+    monkeypatch.chdir(tmp_path)
+    cluster = LocalCluster("runs/rel", time_scale=0.05)
+    try:
+        m = cluster.add_broker("broker-a", durable=True)
+        store = Path(m.args[m.args.index("--store-dir") + 1])
+        assert store == tmp_path / "runs" / "rel" / "store" / "broker-a" and store.is_dir()
+        assert cluster.run_dir == tmp_path / "runs" / "rel"
+    finally:
+        cluster.sup.close(timeout_s=2)

@@ -110,10 +110,12 @@ def run_experiment(tmp_path: Path, text: str) -> tuple[int, Path, str]:
     exp_file = tmp_path / "experiment.toml"
     exp_file.write_text(text)
     run_dir = tmp_path / "run"
+    # A relative --out, as scripts/demo.sh passes: every file must still land one level deep.
     proc = subprocess.run(
-        [sys.executable, "-m", "chaos", "run", str(exp_file), "--out", str(run_dir), "--no-analyze"],
+        [sys.executable, "-m", "chaos", "run", str(exp_file), "--out", "run", "--no-analyze"],
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=tmp_path,
     )
     return proc.returncode, run_dir, proc.stdout + proc.stderr

@@ -127,9 +127,9 @@ class Lab:
         argv += ["--log-file", str(self.dir / f"{name}.jsonl")]
         return self._start(name, argv)
 
-    def cpp_producer(self, name: str, topic: str, count: int, prefix: str) -> Proc:
+    def cpp_producer(self, name: str, topic: str, count: int, prefix: str, *extra: str) -> Proc:
         argv = [str(REAL_PYTHON), "interop/cpp_producer.py", "--namesrv", self.native, "--topic", topic]
-        argv += ["--count", str(count), "--prefix", prefix, "--node", name]
+        argv += ["--count", str(count), "--prefix", prefix, "--node", name, *extra]
         argv += ["--log-file", str(self.dir / f"{name}.jsonl")]
         return self._start(name, argv)
 

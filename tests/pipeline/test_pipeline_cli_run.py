@@ -14,7 +14,8 @@ import pytest
 from kit.handmade import EXPECTED_GROUP, RUN
 
 from pipeline.__main__ import main
-from pipeline.reference import summarize_run
+from pipeline.availability_reference import summarize_run
+from pipeline.reference import summarize_run as contract_summary
 from pipeline.synth import chaotic_run, realistic_run, write_run
 
 
@@ -26,6 +27,7 @@ def test_analyze_writes_summary_and_report_into_the_run_directory(
     facts = realistic_run(run_dir, events=8_000, seed=11)
     assert main([str(run_dir)]) == 0  # every group ok
     summary = json.loads((run_dir / "summary.json").read_text())
+    assert isinstance(summary.pop("answer"), list)
     assert summary == summarize_run(run_dir)
     report = (run_dir / "report.html").read_text()
     # Two groups, four pictures each (ownership, rate, duplicates, convergence), all inline.
@@ -33,7 +35,7 @@ def test_analyze_writes_summary_and_report_into_the_run_directory(
     assert "kill consumer-2" in report and "Verdict OK" in report
     captured = capsys.readouterr()
     assert "verdict: OK" in captured.out
-    for stage in ("start spark", "read events", "metrics", "report"):
+    for stage in ("start spark", "read events", "metrics", "unavailability", "report"):
         assert f"[rmq-analyze] {stage}" in captured.err
     assert facts["kill_ms"] in [c["change_ms"] for c in summary["groups"]["g-concurrent"]["convergence"]]
 
@@ -81,7 +83,17 @@ def test_ingest_then_analyse_the_parquet_copy(spark: Any, tmp_path: Path) -> Non
         == 0
     )
     from_parquet = json.loads((tmp_path / "p" / "summary.json").read_text())
-    assert from_parquet == summarize_run(run_dir)
+    # The copy keeps the contract's fields only: the broker's markers and the runner's clock stay behind.
+    contract = contract_summary(run_dir)
+    assert {k: from_parquet["run"][k] for k in contract["run"]} == contract["run"]
+    for name, g in contract["groups"].items():
+        got = from_parquet["groups"][name]
+        assert {k: got[k] for k in g if k != "convergence"} == {
+            k: v for k, v in g.items() if k != "convergence"
+        }
+        assert [{k: e[k] for k in c} for e, c in zip(got["convergence"], g["convergence"], strict=True)] == (
+            g["convergence"]
+        )
 
 
 def test_input_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -93,6 +105,11 @@ def test_input_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "no *.jsonl event files" in capsys.readouterr().err
     assert main([str(tmp_path / "empty"), "--format", "parquet"]) == 2
     assert "not a Parquet copy" in capsys.readouterr().err
+    # A folder of anything but events is turned away before Spark starts, and gets no summary.json.
+    junk = write_run(tmp_path / "junk", {"a.jsonl": ["not json", '{"ts_ms": "1"}', "", "[1, 2]"]})
+    assert main([str(junk)]) == 2
+    assert "no well-formed event lines" in capsys.readouterr().err
+    assert not (junk / "summary.json").exists()
     # The Parquet copy replaces its folder: never the run itself, a folder around it, or other files.
     run_dir = write_run(tmp_path / "run", {"a.jsonl": ["{}"]})
     (tmp_path / "other").mkdir()
@@ -156,7 +173,7 @@ def test_a_root_of_runs_in_one_application(
         assert stage in captured.err
     assert "2026/run-0: FAIL (g-concurrent)" in captured.out and "2026/run-1: OK" in captured.out
     for rel in ("2026/run-0", "2026/run-1", "loose"):
-        assert json.loads((out / rel / "summary.json").read_text()) == summarize_run(root / rel), rel
+        assert json.loads((out / rel / "summary.json").read_text()) == contract_summary(root / rel), rel
         assert "data:image/png;base64," in (out / rel / "report.html").read_text()
     with open(out / "runs.csv", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))

@@ -1,0 +1,189 @@
+"""Benchmark of rmq-sim: simulated RocketMQ seconds per wall second, events per wall second and peak
+memory for one group of 10, 100 and 1,000 consumers (10,000 with --huge) on 4 queues per consumer, with
+a steady workload and a consumer killed and one restarted every minute. Prints JSON on stdout.
+
+Baseline, in the same run: the 10-consumer experiment as real processes (rmq-chaos, time scale 0.05)
+and the very same file simulated, both in RocketMQ seconds per wall second.
+
+    python scripts/bench/sim.py                        # 10, 100, 1000 consumers, 600 s of RocketMQ time
+    python scripts/bench/sim.py --sizes 100 --seconds 3600
+    python scripts/bench/sim.py --huge --no-baseline   # adds 10,000 consumers
+
+Each simulation runs in its own process (``python -m sim run``), so its CPU time and peak RSS are its
+own. The goals (not asserted anywhere): an hour of 1,000 consumers in under 2 minutes of wall time, and a
+100-consumer experiment at least 1,000 times faster than real time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def experiment(consumers: int, seconds: float, time_scale: float = 1.0, rate: float | None = None) -> str:
+    """One group, 4 queues per consumer over two brokers, kill and restart every minute."""
+    queues = 4 * consumers
+    queues += queues % 2
+    rate = rate if rate is not None else max(5.0, consumers / 10)
+    count = int(rate * seconds * 0.9) or 1  # rate: messages per RocketMQ second
+    return f"""\
+name = "bench-{consumers}"
+question = "benchmark"
+time_scale = {time_scale}
+duration = {seconds}
+seed = 1
+drain_timeout = {max(120.0, seconds / 4)}
+
+[cluster]
+brokers = 2
+
+[[topics]]
+name = "BenchTopic"
+queues = {queues}
+
+[[consumers]]
+group = "GID_bench"
+topic = "BenchTopic"
+count = {consumers}
+consume_ms = 1
+
+[workload]
+rate = {rate / time_scale if time_scale != 1 else rate}
+count = {count}
+
+[[nemesis]]
+action = "kill"
+target = "consumer:random"
+every = 60
+
+[[nemesis]]
+action = "restart"
+target = "consumer:next"
+every = 60
+from = 30
+"""
+
+
+def _events(run_dir: Path) -> int:
+    n = 0
+    for f in run_dir.rglob("*.jsonl"):
+        with open(f, "rb") as fh:
+            n += sum(1 for _ in fh)
+    return n
+
+
+def _child(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    """Run a command; its wall time, CPU seconds and peak RSS (from wait4, this child only)."""
+    t0 = time.monotonic()
+    with open(cwd / "output.txt", "wb") as out:
+        p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return {
+        "rc": p.returncode,
+        "wall_s": round(time.monotonic() - t0, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+    }
+
+
+def simulate(text: str, work: Path, label: str) -> dict[str, Any]:
+    d = work / label
+    d.mkdir(parents=True)
+    (d / "exp.toml").write_text(text)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    r = _child(
+        [sys.executable, "-m", "sim", "run", "exp.toml", "--out", "run", "--no-analyze", "--quiet"], env, d
+    )
+    manifest = json.loads((d / "run" / "manifest.json").read_text())
+    sim_ms = manifest["ended_ms"] - manifest["started_ms"]
+    scale = manifest["time_scale"]
+    events = _events(d / "run")
+    rocketmq_s = sim_ms / 1000 / scale
+    return {
+        **r,
+        "rocketmq_seconds": round(rocketmq_s, 1),
+        "rocketmq_s_per_wall_s": round(rocketmq_s / r["wall_s"], 1),
+        "rocketmq_s_per_cpu_s": round(rocketmq_s / r["cpu_s"], 1) if r["cpu_s"] else None,
+        "events": events,
+        "events_per_wall_s": round(events / r["wall_s"]),
+        "drained": manifest["drained"],
+        "errors": manifest["errors"],
+    }
+
+
+def real(text: str, work: Path) -> dict[str, Any]:
+    d = work / "real"
+    d.mkdir(parents=True)
+    (d / "exp.toml").write_text(text)
+    r = _child(
+        [sys.executable, "-m", "chaos", "run", "exp.toml", "--out", str(d / "run"), "--no-analyze"],
+        dict(os.environ),
+        d,
+    )
+    manifest = json.loads((d / "run" / "manifest.json").read_text())
+    scale = manifest["time_scale"]
+    rocketmq_s = (manifest["ended_ms"] - manifest["started_ms"]) / 1000 / scale
+    events = _events(d / "run")
+    return {
+        **r,
+        "note": "cpu_s includes the roles' processes (the supervisor reaps them); peak_rss_mb is the largest",
+        "rocketmq_seconds": round(rocketmq_s, 1),
+        "rocketmq_s_per_wall_s": round(rocketmq_s / r["wall_s"], 1),
+        "rocketmq_s_per_cpu_s": round(rocketmq_s / r["cpu_s"], 1) if r["cpu_s"] else None,
+        "events": events,
+        "events_per_wall_s": round(events / r["wall_s"]),
+        "drained": manifest["drained"],
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000], help="group sizes")
+    p.add_argument("--huge", action="store_true", help="also 10,000 consumers")
+    p.add_argument("--seconds", type=float, default=600, help="RocketMQ seconds per simulation (default 600)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the real-process baseline")
+    p.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary folder)")
+    args = p.parse_args()
+    sizes = sorted(set(args.sizes + ([10_000] if args.huge else [])))
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="rmq-bench-sim-"))
+    work.mkdir(parents=True, exist_ok=True)
+    os.chdir(ROOT)
+    out: dict[str, Any] = {"benchmark": "sim", "seconds": args.seconds, "cpus": os.cpu_count(), "sizes": {}}
+    if not args.no_baseline:
+        small = experiment(10, 600, time_scale=0.05, rate=5)
+        out["baseline"] = {
+            "real_processes": real(small, work),
+            "simulated": simulate(small, work, "baseline-sim"),
+        }
+        b = out["baseline"]
+        for unit in ("wall", "cpu"):
+            key = f"rocketmq_s_per_{unit}_s"
+            b[f"sim_over_real_per_{unit}_s"] = round(b["simulated"][key] / b["real_processes"][key], 1)
+    for n in sizes:
+        out["sizes"][str(n)] = simulate(experiment(n, args.seconds), work, f"n{n}")
+        print(f"{n} consumers: {out['sizes'][str(n)]}", file=sys.stderr, flush=True)
+    # Wall time on a shared machine depends on the neighbours; CPU seconds are reported beside it.
+    hundred = out["sizes"].get("100")
+    if hundred:
+        out["goal_100_consumers_1000x"] = hundred["rocketmq_s_per_wall_s"] >= 1000
+    thousand = out["sizes"].get("1000")
+    if thousand:
+        # an hour at the measured rate (the experiment may be shorter than an hour)
+        out["projected_hour_1000_consumers_wall_s"] = round(3600 / thousand["rocketmq_s_per_wall_s"], 1)
+        out["goal_hour_1000_under_120s"] = out["projected_hour_1000_consumers_wall_s"] < 120
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

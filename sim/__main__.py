@@ -1,0 +1,234 @@
+"""``rmq-sim``: run an experiment simulated (one process, virtual time, seeded), or replay a simulated run.
+
+Exit codes: ``run`` as ``rmq-chaos run`` (0 verdict ok, 1 fail, 2 bad input, 3 the run did not complete);
+``replay`` 0 when every event file is identical, 1 when one differs, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+from chaos.experiment import ExperimentError
+from sim.experiment import SimExperiment, load, parse
+
+HASH_SEED = "0"
+
+
+def shipped(name: str) -> tuple[str, str] | None:
+    """(source, text) of a shipped experiment: the simulator's own (sim/experiments), then rmq-chaos's."""
+    for package in ("sim", "chaos"):
+        entry = resources.files(package) / "experiments" / f"{name}.toml"
+        if entry.is_file():
+            return f"{package}/experiments/{name}.toml", entry.read_text(encoding="utf-8")
+    return None
+
+
+def resolve(path_or_name: str) -> SimExperiment:
+    """An experiment file, or a shipped experiment by name."""
+    p = Path(path_or_name)
+    if not p.is_file() and "/" not in path_or_name:
+        name = path_or_name.removesuffix(".toml")
+        found = shipped(name)
+        if found is not None:
+            return parse(found[1], source=found[0], default_name=name)
+    return load(p)
+
+
+def seed_arg(text: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"the seed must be an integer, got {text!r}") from None
+
+
+def event_files(run_dir: Path) -> dict[str, str]:
+    """Every event file of a run (relative path -> SHA-256 of its bytes)."""
+    out = {}
+    for p in sorted(run_dir.rglob("*.jsonl")):
+        rel = p.relative_to(run_dir).as_posix()
+        if not any(part.startswith((".", "_")) for part in Path(rel).parts):
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _simulate(sx: SimExperiment, run_dir: Path, seed: int | None, quiet: bool) -> int:
+    from sim.cluster import SimCluster
+
+    cluster = SimCluster(sx, run_dir, seed=seed, progress=not quiet)
+    result = cluster.run()
+    rate = result.sim_seconds / result.wall_seconds if result.wall_seconds > 0 else float("inf")
+    print(
+        f"simulated {result.sim_seconds:.1f}s in {result.wall_seconds:.1f}s wall ({rate:.0f}x), "
+        f"{result.events} events; verdict from live counts: {result.quick_verdict.upper()}"
+    )
+    for e in result.errors:
+        print(f"error: {e.splitlines()[0]}")
+    if result.skipped:
+        print(f"{len(result.skipped)} nemesis action(s) skipped (see manifest.json)")
+    if result.errors:
+        return 3
+    return 0 if result.quick_verdict == "ok" else 1
+
+
+def _analyze(run_dir: Path) -> int | None:
+    from chaos.runner import pipeline_available
+
+    if not pipeline_available():
+        print("analysis skipped: the pipeline extra (pyspark) is not installed")
+        return None
+    print("analysing the run (python -m pipeline) ...", flush=True)
+    return subprocess.call([sys.executable, "-m", "pipeline", str(run_dir)])
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        sx = resolve(args.file)
+    except ExperimentError as e:
+        print(e, file=sys.stderr)
+        return 2
+    seed = sx.exp.seed if args.seed is None else args.seed
+    run_dir = (
+        Path(args.out)
+        if args.out
+        else Path("runs") / f"{sx.exp.name}-sim{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    if run_dir.exists() and any(run_dir.rglob("*.jsonl")):
+        print(f"rmq-sim: {run_dir} already holds a run's logs; choose another --out", file=sys.stderr)
+        return 2
+    rc = _simulate(sx, run_dir, seed, args.quiet)
+    if rc != 3 and not args.no_analyze:
+        arc = _analyze(run_dir)
+        if arc is not None:
+            rc = arc if arc in (0, 1) else 3
+    print(f"run directory: {run_dir}")
+    return rc
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    manifest_path = run_dir / "manifest.json"
+    if not run_dir.is_dir():
+        print(f"rmq-sim: {run_dir} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except OSError:
+        print(f"rmq-sim: {run_dir} has no manifest.json: not a run directory", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"rmq-sim: {manifest_path}: not valid JSON ({e})", file=sys.stderr)
+        return 2
+    if not isinstance(manifest, dict) or manifest.get("mode") != "sim":
+        mode = manifest.get("mode", "real processes") if isinstance(manifest, dict) else "?"
+        print(
+            f"rmq-sim: {run_dir} is not a simulated run (its manifest says mode: {mode}); only rmq-sim runs "
+            "can be replayed",
+            file=sys.stderr,
+        )
+        return 2
+    seed = manifest.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        print(f"rmq-sim: {manifest_path}: 'seed' is not an integer: {seed!r}", file=sys.stderr)
+        return 2
+    recorded = manifest.get("experiment")
+    source = recorded.get("source") if isinstance(recorded, dict) else None
+    try:
+        sx = parse(
+            (run_dir / "experiment.toml").read_text(encoding="utf-8"),
+            # the source the run was made from, which its first event names
+            source=source if isinstance(source, str) else str(run_dir / "experiment.toml"),
+            default_name=str(manifest.get("name") or "experiment"),
+        )
+    except OSError as e:
+        print(f"rmq-sim: cannot read {run_dir / 'experiment.toml'}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except ExperimentError as e:
+        print(e, file=sys.stderr)
+        return 2
+    original = event_files(run_dir)
+    tmp = None
+    if args.out:
+        out = Path(args.out)
+        if out.exists() and any(out.rglob("*.jsonl")):
+            print(f"rmq-sim: {out} already holds a run's logs; choose another --out", file=sys.stderr)
+            return 2
+    else:
+        tmp = tempfile.mkdtemp(prefix="rmq-sim-replay-")
+        out = Path(tmp) / "replay"
+    try:
+        print(f"replaying {run_dir} (seed {seed}) into {out}")
+        _simulate(sx, out, seed, quiet=True)
+        again = event_files(out)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    differ = sorted(f for f in set(original) | set(again) if original.get(f) != again.get(f))
+    if not differ:
+        print(f"identical: {len(original)} event files, byte for byte")
+        return 0
+    print(f"DIFFERENT: {len(differ)} of {len(set(original) | set(again))} event files differ:")
+    for f in differ[:20]:
+        where = (
+            "only in the original"
+            if f not in again
+            else "only in the replay"
+            if f not in original
+            else "differs"
+        )
+        print(f"  {f}: {where}")
+    return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rmq-sim",
+        description="Run a chaos experiment simulated: the real broker, name server and client code in one "
+        "process on a virtual clock and an in-memory network, reproducible from a seed.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="run|replay")
+    run = sub.add_parser("run", help="simulate an experiment file (or a shipped experiment by name)")
+    run.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
+    run.add_argument("--seed", type=seed_arg, default=None, help="seed (default: the file's 'seed')")
+    run.add_argument(
+        "--out", default=None, metavar="DIR", help="run directory (default runs/NAME-simSEED-TIME)"
+    )
+    run.add_argument("--no-analyze", action="store_true", help="skip rmq-analyze; verdict from live counts")
+    run.add_argument("--quiet", action="store_true", help="no progress lines")
+    run.set_defaults(func=cmd_run)
+    rep = sub.add_parser(
+        "replay", help="re-run a simulated run from its manifest and compare the event files"
+    )
+    rep.add_argument("run_dir", metavar="RUN_DIR")
+    rep.add_argument(
+        "--out", default=None, metavar="DIR", help="keep the replay here (default: a temporary dir)"
+    )
+    rep.set_defaults(func=cmd_replay)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+def entry() -> int:
+    """The console script: string hashes (and so set order) must not change between runs of one seed."""
+    if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
+        env = {**os.environ, "PYTHONHASHSEED": HASH_SEED}
+        os.execve(sys.executable, [sys.executable, "-m", "sim", *sys.argv[1:]], env)
+    return main()
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

@@ -1,0 +1,861 @@
+"""A whole experiment in one process: the real name server, brokers, consumers and producers as virtual
+processes on the virtual loop and the in-memory network, driven by the chaos lab's schedule.
+
+The run directory is the one ``rmq-chaos`` writes (``NODE.jsonl`` per process, ``NODE.2.jsonl`` after a
+restart, ``chaos.jsonl``, ``experiment.toml``, ``manifest.json`` with ``"mode": "sim"`` and the seed), so
+``rmq-analyze`` reads it unchanged. Every random choice comes from a generator seeded by the experiment's
+seed and the node's name, so one seed gives the same bytes in every file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from broker.config import BrokerConfig, NamesrvConfig
+from broker.controller import BrokerController
+from broker.namesrv import NamesrvController
+from broker.topic_config import PERM_READ_WRITE, TopicConfig
+from chaos.admin import AdminClient, AdminError
+from chaos.cluster import route_brokers
+from chaos.experiment import NETWORK_ACTIONS, Step
+from chaos.runner import fault_request, versions
+from chaos.tally import RunTally, progress_line
+from client.config import ConsumerConfig, ProducerConfig
+from client.consumer_base import normalize_enums
+from client.errors import MQClientError
+from client.instance import MQClientManager
+from client.producer import DEFAULT_PRODUCER_GROUP, Producer
+from client.producer_main import make_body
+from client.push_consumer import PushConsumer
+from protocol.model import Message, MessageModel
+from protocol.remoting import RemotingError
+from protocol.runtime import EventLog
+from sim.dist import Distribution
+from sim.experiment import SimExperiment
+from sim.loop import CURRENT, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
+from sim.network import Network
+
+NAMESRV_PORT = 9876
+BROKER_PORT = 10911
+_COUNTED = ('"message_sent"', '"message_consumed"', '"consumer_started"', '"consumer_stopped"', '"nemesis"')
+
+
+class LogFiles:
+    """Appends for many files through few open handles: lines wait in memory up to ``limit`` bytes."""
+
+    def __init__(self, limit: int = 8 << 20) -> None:
+        self.limit = limit
+        self._buf: dict[Path, list[str]] = {}
+        self._size = 0
+        self.lines = 0
+
+    def append(self, path: Path, line: str) -> None:
+        self._buf.setdefault(path, []).append(line + "\n")
+        self._size += len(line) + 1
+        self.lines += 1
+        if self._size >= self.limit:
+            self.flush()
+
+    def flush(self) -> None:
+        for path, lines in self._buf.items():
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write("".join(lines))
+        self._buf.clear()
+        self._size = 0
+
+
+class _Sink:
+    """An EventLog's line sink in the simulation: the run's files, plus the live tally."""
+
+    def __init__(self, files: LogFiles, path: Path, tally: Callable[[str], None]) -> None:
+        self._files = files
+        self._path = path
+        self._tally = tally
+        path.touch()
+
+    def put(self, line: str) -> None:
+        self._files.append(self._path, line)
+        if any(k in line for k in _COUNTED):
+            self._tally(line)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class SimNode:
+    """One named process of the cluster across its incarnations (chaos.supervisor.Member's counterpart)."""
+
+    node: str
+    role: str
+    group: str | None = None
+    topic: str | None = None
+    spec: Any = None
+    state: str = "new"  # new | running | paused | stopping | stopped | exited
+    incarnation: int = 0
+    proc: VirtualProcess | None = None
+    main: asyncio.Task[Any] | None = None
+    log: EventLog | None = None
+    address: str | None = None
+    client_ids: list[str] = field(default_factory=list)
+    log_files: list[str] = field(default_factory=list)
+    returncode: int | None = None
+    server: Any = None  # the live NamesrvController / BrokerController
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "group": self.group,
+            "client": "python" if self.role == "consumer" else None,
+            "state": self.state,
+            "incarnations": self.incarnation,
+            "client_ids": list(self.client_ids),
+            "log_files": list(self.log_files),
+            "address": self.address,
+            "returncode": self.returncode,
+        }
+
+
+class SimError(RuntimeError):
+    """The simulated cluster could not do what the experiment asks (a node never became ready, ...)."""
+
+
+@dataclass
+class SimResult:
+    run_dir: Path
+    drained: bool = False
+    quick_verdict: str = "fail"
+    errors: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    sim_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    events: int = 0
+
+
+class SimCluster:
+    def __init__(
+        self,
+        sx: SimExperiment,
+        run_dir: str | Path,
+        *,
+        seed: int | None = None,
+        out: TextIO | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.sx = sx
+        self.exp = sx.exp
+        self.seed = self.exp.seed if seed is None else seed
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.out = out or sys.stdout
+        self.progress = progress
+        self.loop = VirtualLoop()
+        self.net = Network(self.loop, self.seed, sx.sim.latency_ms)
+        self.clock = VirtualClock(self.loop)
+        self.files = LogFiles()
+        self.tally = RunTally({c.group: {c.topic} for c in self.exp.consumers})
+        self.result = SimResult(self.run_dir)
+        self.nodes: dict[str, SimNode] = {}
+        self._pids = 0
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._end_now: asyncio.Event | None = None
+        self._t0 = 0.0
+        self._wall0 = 0.0
+        self.executed = 0
+        self.namesrv_addr = ""
+        self.brokers: dict[str, str] = {}
+        self._client_ids: list[str] = []
+        # Killed processes stay referenced until the run ends: collecting their tasks would close the
+        # coroutines and run their finally blocks, which a SIGKILLed process never does.
+        self._graveyard: list[VirtualProcess] = []
+        self.chaos = self._new_process("chaos")
+        # rmq-chaos talks to the brokers from their own host, and brokers take admin requests from
+        # loopback only
+        self.net.assign_ip("chaos", "127.0.0.1")
+        self.log = self._event_log("chaos", "chaos", "chaos.jsonl")
+        self.admin: AdminClient | None = None
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    def _new_process(self, node: str, incarnation: int = 1) -> VirtualProcess:
+        self._pids += 1
+        proc = VirtualProcess(node, incarnation)
+        proc.pid = 100 + self._pids
+        return proc
+
+    def _event_log(self, node: str, role: str, file: str) -> EventLog:
+        return EventLog(
+            node,
+            role,
+            None,
+            clock=self.clock,
+            console=False,
+            sink=_Sink(self.files, self.run_dir / file, self._count),
+        )
+
+    def _count(self, line: str) -> None:
+        with contextlib.suppress(ValueError):
+            ev = json.loads(line)
+            if isinstance(ev, dict):
+                self.tally.feed([ev])
+
+    def rng(self, *parts: object) -> random.Random:
+        return random.Random(":".join(str(p) for p in (self.seed, *parts)))
+
+    def say(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def _elapsed(self) -> float:
+        return self.loop.time() - self._t0
+
+    def _stamp(self) -> str:
+        return f"[sim {self._elapsed():7.1f}s | wall {time.monotonic() - self._wall0:6.1f}s]"
+
+    # -- the run -------------------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        """Run the whole experiment; returns when the virtual cluster is down and the files are written."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "experiment.toml").write_text(self.exp.text, encoding="utf-8")
+        self._wall0 = time.monotonic()
+        started_ms = self.clock.now_ms()
+        main = self.loop.create_task(self._main(), context=self.chaos.context)
+        try:
+            self.loop.run_until_complete(main)
+        except SimDeadlock as e:
+            self.result.errors.append(f"the simulation stalled: {e}")
+        finally:
+            self._cleanup()
+        self.result.sim_seconds = self.loop.time()
+        self.result.wall_seconds = time.monotonic() - self._wall0
+        self._finish(started_ms)
+        return self.result
+
+    def _cleanup(self) -> None:
+        for cid in self._client_ids:  # the process-wide table of client instances outlives no run
+            MQClientManager.remove(cid)
+        left = asyncio.all_tasks(self.loop)
+        for task in left:
+            task._log_destroy_pending = False  # type: ignore[attr-defined]
+        self.loop.close()
+        # The killed processes' coroutines end here, with the loop closed and their logs shut: whatever
+        # their finally blocks try fails at its first await, writes nothing, and is not reported.
+        for task in sorted(left, key=lambda t: t.get_name()):
+            with contextlib.suppress(BaseException):
+                task.get_coro().close()  # type: ignore[union-attr]
+        self._graveyard.clear()
+
+    async def _main(self) -> None:
+        exp = self.exp
+        self.log.emit(
+            "experiment_started",
+            name=exp.name,
+            seed=self.seed,
+            time_scale=exp.time_scale,
+            duration_s=exp.duration,
+            source=exp.source,
+            mode="sim",
+        )
+        self.admin = AdminClient(timeout_s=max(2.0, 5.0 * exp.time_scale))
+        try:
+            self.say(f"simulate {exp.name} (seed {self.seed}): {exp.question or '(no question given)'}")
+            self.say(f"run directory: {self.run_dir}")
+            await self._setup()
+            progress = asyncio.create_task(self._progress_loop())
+            await self._execute()
+            await self._drain()
+            self.log.emit("teardown", mode="kill")
+            killed = [
+                n.node for n in self.nodes.values() if n.role in ("consumer", "producer") and self._alive(n)
+            ]
+            for node in killed:
+                self._kill(self.nodes[node])
+            self.log.emit("teardown_clients_killed", nodes=killed)
+            progress.cancel()
+            for role in ("broker", "namesrv"):
+                for n in list(self.nodes.values()):
+                    if n.role == role and self._alive(n):
+                        await self._stop(n)
+        except (SimError, AdminError, RemotingError, TimeoutError) as e:
+            self.result.errors.append(str(e))
+            self.say(f"run failed: {e}")
+        finally:
+            await self.admin.close()
+
+    async def _setup(self) -> None:
+        exp = self.exp
+        self._declare()
+        self.say(f"starting name server and {len(exp.brokers)} broker(s)")
+        await self._start(self.nodes["namesrv"])
+        for b in exp.brokers:
+            await self._start(self.nodes[b])
+        assert self.admin is not None
+        for t in exp.topics:
+            deadline = self.loop.time() + 30
+            while True:
+                route = await self.admin.route(self.namesrv_addr, t.name)
+                if route_brokers(route) >= set(exp.brokers):
+                    break
+                if self.loop.time() > deadline:
+                    raise SimError(f"the name server does not route {t.name} to every broker")
+                await asyncio.sleep(0.1)
+        first = [n for c in exp.consumers if c.start <= 0 for n in c.nodes]
+        self.say(f"starting {len(first)} consumer(s)")
+        await self._start_all([self.nodes[node] for node in first])
+        self.log.emit("cluster_ready", nodes=sum(1 for n in self.nodes.values() if self._alive(n)))
+
+    def _declare(self) -> None:
+        exp = self.exp
+        self.nodes["namesrv"] = SimNode("namesrv", "namesrv")
+        for b in exp.brokers:
+            self.nodes[b] = SimNode(b, "broker")
+        for c in exp.consumers:
+            for node in c.nodes:
+                self.nodes[node] = SimNode(node, "consumer", c.group, c.topic, c)
+        if exp.workload:
+            for node, topic in exp.workload.nodes:
+                self.nodes[node] = SimNode(node, "producer", None, topic, exp.workload)
+
+    async def _execute(self) -> None:
+        exp = self.exp
+        self._t0 = self.loop.time()
+        self._end_now = asyncio.Event()
+        schedule = self.sx.schedule()
+        total = exp.wall(exp.duration)
+        self.say(
+            f"simulating {exp.duration:g}s of lab time ({total:g}s at time scale {exp.time_scale:g}), "
+            f"{len(schedule)} nemesis action(s)"
+        )
+        async with asyncio.TaskGroup() as tg:
+            if exp.workload:
+                tg.create_task(self._start_producers())
+            for c in exp.consumers:
+                if c.start > 0:
+                    tg.create_task(self._join(c.start, list(c.nodes)))
+            for step in schedule:
+                tg.create_task(self._step(step))
+            await asyncio.sleep(total)
+            self._end_now.set()
+        await self._heal()
+
+    async def _wait_until(self, lab_s: float) -> None:
+        assert self._end_now is not None
+        delay = self._t0 + self.exp.wall(lab_s) - self.loop.time()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._end_now.wait()
+
+    async def _start_producers(self) -> None:
+        w = self.exp.workload
+        assert w is not None
+        await self._wait_until(w.start)
+        await self._start_all([self.nodes[node] for node, _ in w.nodes])
+
+    async def _join(self, at: float, nodes: list[str]) -> None:
+        await self._wait_until(at)
+        assert self._end_now is not None
+        if self._end_now.is_set():
+            return
+        self.say(f"{self._stamp()} joining: {', '.join(nodes)}")
+        self.log.emit("consumers_joining", nodes=nodes, at=at)
+        for node in nodes:
+            async with self._locks.setdefault(node, asyncio.Lock()):
+                n = self.nodes[node]
+                if self._alive(n):
+                    self.result.skipped.append(f"join {node}: already {n.state}")
+                    self.log.emit("join_skipped", target=node, reason=f"{node} is already {n.state}")
+                    continue
+                await self._start(n)
+
+    async def _step(self, step: Step) -> None:
+        await self._wait_until(step.t)
+        async with self._locks.setdefault(step.target, asyncio.Lock()):
+            await self.execute(step)
+
+    async def execute(self, step: Step) -> None:
+        """One nemesis action; one that cannot apply now is logged and skipped, as in rmq-chaos."""
+        exp = self.exp
+        a, target, p = step.action, step.target, step.params
+        if self.progress:
+            self.say(f"{self._stamp()} {step.describe()}")
+        try:
+            n = self.nodes[target]
+            if a == "kill":
+                self._require(n, "running", "paused", "stopping")
+                self._nemesis("kill", n)
+                self._kill(n)
+            elif a == "stop":
+                self._require(n, "running", "paused")
+                self._nemesis("stop", n)
+                await self._stop(n)
+            elif a == "start":
+                self._require(n, "new", "stopped", "exited")
+                await self._start(n, nemesis=True)
+            elif a == "restart":
+                if self._alive(n):
+                    if p.get("mode", "stop") == "kill":
+                        self._nemesis("kill", n)
+                        self._kill(n)
+                    else:
+                        self._nemesis("stop", n)
+                        await self._stop(n)
+                down = exp.wall(p.get("down", 0.0))
+                if down > 0:
+                    await asyncio.sleep(down)
+                await self._start(n, nemesis=True)
+            elif a == "pause":
+                self._require(n, "running")
+                self._nemesis("pause", n, **({"gc": True} if p.get("gc") else {}))
+                assert n.proc is not None
+                n.proc.state = "paused"
+                n.state = "paused"
+            elif a == "resume":
+                self._require(n, "paused")
+                self._nemesis("resume", n, **({"gc": True} if p.get("gc") else {}))
+                assert n.proc is not None
+                self.loop.resume_process(n.proc)
+                n.state = "running"
+            elif a in NETWORK_ACTIONS:
+                self._network(step)
+            elif a == "fault":
+                await self._fault(step)
+            elif a == "fault-clear":
+                assert self.admin is not None
+                await self.admin.fault_clear(self.brokers[target])
+                self._nemesis(a, n)
+            elif a == "policy":
+                assert self.admin is not None
+                await self.admin.policy_set(
+                    self.brokers[target],
+                    notify_on_channel_expired=p.get("notify_on_channel_expired"),
+                    release_locks_on_close=p.get("release_locks_on_close"),
+                )
+                self._nemesis(a, n, **p)
+            self.executed += 1
+        except (SimError, AdminError, RemotingError, KeyError, ValueError) as e:
+            reason = str(e)
+            self.result.skipped.append(f"{step.describe()}: {reason}")
+            self.log.emit("nemesis_skipped", action=a, target=target, reason=reason)
+            self.say(f"{self._stamp()} skipped {step.describe()}: {reason.splitlines()[0]}")
+
+    def _network(self, step: Step) -> None:
+        a, target, p = step.action, step.target, step.params
+        broker = p.get("broker", "all")
+        if broker != "all" and broker not in self.exp.brokers:
+            raise ValueError(f"{target} has no link to {broker!r}")
+        peers = list(self.exp.brokers) if broker == "all" else [broker]
+        extra: dict[str, Any] = {"broker": broker}
+        if a == "latency":
+            extra["latency_ms"] = round(p["ms"] * self.exp.time_scale, 3)
+            extra["jitter_ms"] = round(p.get("jitter_ms", 0) * self.exp.time_scale, 3)
+        direction = p.get("direction", "both")
+        if p.get("direction"):
+            extra["direction"] = direction
+        if a != "heal":
+            extra["via"] = "sim"
+        self._nemesis(a, self.nodes[target], **extra)
+        for b in peers:
+            for src, dst in ((target, b), (b, target)):
+                if a == "latency":
+                    r = self.net.rule(src, dst)
+                    r.latency_ms, r.jitter_ms = extra["latency_ms"], extra["jitter_ms"]
+                elif a == "blackhole" and direction in ("both", "out" if src == target else "in"):
+                    # a cut link holds the frames, as TCP retransmits them until the heal
+                    self.net.rule(src, dst).blackhole = True
+            if a == "reset":
+                self.net.reset(target, b)
+            elif a == "heal":
+                self.net.heal(target, b)
+
+    async def _fault(self, step: Step) -> None:
+        p = step.params
+        assert self.admin is not None
+        client_id = None
+        if p.get("client"):
+            c = self.nodes[p["client"]]
+            if not c.client_ids:
+                raise SimError(f"{p['client']} has no client id yet")
+            client_id = c.client_ids[-1]
+        request, fields = fault_request(self.exp, step, client_id)
+        fault_id = await self.admin.fault_add(self.brokers[step.target], **request)
+        self._nemesis("fault", self.nodes[step.target], fault_id=fault_id, **fields)
+
+    async def _heal(self) -> None:
+        """What rmq-chaos undoes before draining: resume paused nodes, heal links, clear faults."""
+        for n in self.nodes.values():
+            if n.state == "paused":
+                await self.execute(Step(self.exp.duration, "resume", n.node, n.role, n.group, {}, 0))
+        touched = sorted(
+            {a for (a, b) in self.net.rules if a in self.nodes and self.nodes[a].role != "broker"}
+        )
+        for node in touched:
+            if any(not r.idle for (a, _b), r in self.net.rules.items() if a == node):
+                await self.execute(
+                    Step(self.exp.duration, "heal", node, "consumer", None, {"broker": "all"}, 0)
+                )
+        for b in sorted({s.target for s in self.sx.schedule() if s.action == "fault"}):
+            if self.nodes[b].state == "running":
+                await self.execute(Step(self.exp.duration, "fault-clear", b, "broker", None, {}, 0))
+
+    async def _drain(self) -> None:
+        exp = self.exp
+        deadline = self.loop.time() + exp.wall(exp.drain_timeout)
+        producers = [n for n in self.nodes.values() if n.role == "producer"]
+        while True:
+            done = all(n.state in ("exited", "stopped") for n in producers)
+            if done and self.tally.drained():
+                self.result.drained = True
+                break
+            if self.loop.time() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        for n in producers:
+            if n.state == "exited" and n.returncode not in (0, None):
+                self.result.errors.append(f"{n.node} exited with code {n.returncode}")
+            if n.state == "new":
+                self.result.errors.append(f"{n.node} never started")
+        self._show_progress("drain")
+        if self.result.drained:
+            self.say(f"drained: every group consumed all {self.tally.sent_total} sent message(s)")
+        else:
+            parts = [f"{g}: {k} missing" for g, k in sorted(self.tally.missing().items())]
+            self.say(f"not drained: {'; '.join(parts) or 'nothing consumed'}")
+        self.result.quick_verdict = "ok" if self.result.drained and not self.result.errors else "fail"
+
+    async def _progress_loop(self) -> None:
+        step = max(self.exp.wall(self.exp.duration) / 10, 0.5)
+        while True:
+            await asyncio.sleep(step)
+            self._show_progress(
+                "run" if self._end_now is not None and not self._end_now.is_set() else "drain"
+            )
+
+    def _show_progress(self, phase: str) -> None:
+        if not self.progress:
+            return
+        consumers = [n for n in self.nodes.values() if n.role == "consumer"]
+        live = sum(1 for n in consumers if self._alive(n))
+        paused = sum(1 for n in consumers if n.state == "paused")
+        line = progress_line(
+            self._elapsed(),
+            self.exp.wall(self.exp.duration),
+            self.tally,
+            (live, paused, len(consumers)),
+            phase,
+        )
+        self.say(f"{line} | wall {time.monotonic() - self._wall0:.1f}s")
+
+    # -- processes -----------------------------------------------------------------------------------
+    @staticmethod
+    def _alive(n: SimNode) -> bool:
+        return n.state in ("running", "paused", "stopping")
+
+    @staticmethod
+    def _require(n: SimNode, *states: str) -> None:
+        if n.state not in states:
+            raise SimError(f"{n.node} is {n.state}, not {' or '.join(states)}")
+
+    def _nemesis(self, action: str, n: SimNode, **extra: Any) -> None:
+        fields: dict[str, Any] = {"action": action, "target": n.node, "target_role": n.role}
+        if n.role == "consumer" and n.group is not None:
+            fields["group"] = n.group
+        if n.client_ids:
+            fields["client_id"] = n.client_ids[-1]
+        self.log.emit("nemesis", **fields, **extra)
+
+    async def _start(self, n: SimNode, *, nemesis: bool = False) -> None:
+        await self._await_ready(n, self._spawn(n, nemesis=nemesis))
+
+    async def _start_all(self, nodes: list[SimNode]) -> None:
+        """Spawn the nodes together, then wait until each is ready, as rmq-chaos starts them."""
+        spawned = [(n, self._spawn(n)) for n in nodes]
+        for n, ready in spawned:
+            await self._await_ready(n, ready)
+
+    def _spawn(self, n: SimNode, *, nemesis: bool = False) -> asyncio.Future[str]:
+        if self._alive(n):
+            raise SimError(f"{n.node} is already {n.state}")
+        n.incarnation += 1
+        name = f"{n.node}.jsonl" if n.incarnation == 1 else f"{n.node}.{n.incarnation}.jsonl"
+        n.log_files.append(name)
+        if nemesis:
+            self._nemesis("start", n)
+        proc = self._new_process(n.node, n.incarnation)
+        n.proc = proc
+        n.log = self._event_log(n.node, n.role, name)
+        n.state = "starting"
+        n.returncode = None
+        self.log.emit(
+            "process_spawned", target=n.node, target_role=n.role, pid=proc.pid, incarnation=n.incarnation
+        )
+        ready: asyncio.Future[str] = self.loop.create_future()
+        body = self._body(n, proc, ready)
+        n.main = self.loop.create_task(self._process_main(n, proc, body, ready), context=proc.context)
+        return ready
+
+    async def _await_ready(self, n: SimNode, ready: asyncio.Future[str]) -> None:
+        proc = n.proc
+        assert proc is not None
+        try:
+            async with asyncio.timeout(max(30.0, 60 * self.exp.time_scale)):
+                info = await ready
+        except TimeoutError:
+            self._kill(n)
+            raise SimError(f"{n.node} did not become ready") from None
+        except Exception as exc:
+            raise SimError(f"{n.node} failed to start: {exc}") from exc
+        if n.role == "consumer":
+            n.client_ids.append(info)
+            self._client_ids.append(info)
+        elif n.role == "producer":
+            self._client_ids.append(info)
+        else:
+            n.address = info
+        if n.state == "starting":
+            n.state = "running"
+        self.log.emit("process_ready", target=n.node, target_role=n.role, pid=proc.pid, ready=info)
+
+    async def _process_main(
+        self, n: SimNode, proc: VirtualProcess, body: Coroutine[Any, Any, int], ready: asyncio.Future[str]
+    ) -> None:
+        rc = 1
+        try:
+            rc = await body
+        except asyncio.CancelledError:
+            rc = 0  # SIGTERM: the body's own finally did the graceful part
+        except Exception as exc:
+            assert n.log is not None
+            n.log.error("process failed", error=repr(exc))
+            if not ready.done():
+                ready.set_exception(exc)
+        # the process exits: the kernel closes what is left open
+        if n.proc is proc and proc.alive:
+            proc.state = "exited"
+            self.net.process_died(proc)
+            n.state = "exited" if n.state != "stopping" else "stopped"
+            n.returncode = rc
+            self.log.emit("process_exited", target=n.node, target_role=n.role, returncode=rc)
+
+    def _kill(self, n: SimNode) -> None:
+        """SIGKILL: the process's callbacks never run again and the kernel closes its sockets."""
+        proc = n.proc
+        if proc is None or not proc.alive:
+            return
+        proc.state = "killed"
+        proc.held.clear()
+        self._graveyard.append(proc)
+        if n.log is not None:
+            n.log.close()
+        self.net.process_died(proc)
+        for t in proc.tasks:
+            t._log_destroy_pending = False  # type: ignore[attr-defined]
+        n.state = "stopped"
+        n.returncode = -9
+        if n.client_ids and n.role == "consumer":
+            MQClientManager.remove(n.client_ids[-1])
+        self.log.emit("process_exited", target=n.node, target_role=n.role, returncode=-9)
+
+    async def _stop(self, n: SimNode) -> None:
+        """SIGTERM (and SIGCONT): the graceful shutdown runs; SIGKILL after the supervisor's 10 s."""
+        proc, main = n.proc, n.main
+        if proc is None or main is None or not proc.alive:
+            return
+        if proc.state == "paused":
+            self.loop.resume_process(proc)
+        n.state = "stopping"
+        main.get_loop().call_soon(main.cancel, context=proc.context)
+        try:
+            async with asyncio.timeout(10.0):
+                await asyncio.shield(main)
+        except TimeoutError:
+            self.log.emit("process_stop_forced", target=n.node, target_role=n.role)
+            self._kill(n)
+        except asyncio.CancelledError:
+            if CURRENT.get() is not self.chaos:
+                raise
+
+    # -- what each role's process runs ---------------------------------------------------------------
+    def _body(self, n: SimNode, proc: VirtualProcess, ready: asyncio.Future[str]) -> Coroutine[Any, Any, int]:
+        if n.role == "namesrv":
+            return self._namesrv(n, ready)
+        if n.role == "broker":
+            return self._broker(n, ready)
+        if n.role == "consumer":
+            return self._consumer(n, proc, ready)
+        return self._producer(n, proc, ready)
+
+    async def _namesrv(self, n: SimNode, ready: asyncio.Future[str]) -> int:
+        cfg = NamesrvConfig(host=self.net.ip_of(n.node), port=NAMESRV_PORT, time_scale=self.exp.time_scale)
+        ctl = NamesrvController(cfg, log=n.log, clock=self.clock)
+        await ctl.start()
+        self.namesrv_addr = ctl.address
+        n.server = ctl
+        ready.set_result(ctl.address)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await ctl.shutdown()
+        return 0
+
+    async def _broker(self, n: SimNode, ready: asyncio.Future[str]) -> int:
+        exp = self.exp
+        cfg = BrokerConfig(
+            broker_name=n.node,
+            host=self.net.ip_of(n.node),
+            port=BROKER_PORT,
+            time_scale=exp.time_scale,
+            namesrv=self.namesrv_addr,
+            notify_on_channel_expired=exp.policies.notify_on_channel_expired,
+            release_locks_on_close=exp.policies.release_locks_on_close,
+        )
+        broker = BrokerController(cfg, log=n.log, clock=self.clock)
+        await broker.start()
+        n.server = broker
+        try:
+            for t in exp.topics:
+                per = exp.topic_queues_per_broker(t.name)
+                tc = TopicConfig(t.name, per, per, PERM_READ_WRITE)
+                if broker.topic_manager.put(tc):
+                    broker.topic_created(tc)
+            self.brokers[n.node] = broker.address
+            ready.set_result(broker.address)
+            await asyncio.Event().wait()
+        finally:
+            await broker.shutdown()
+        return 0
+
+    def _client_settings(self, n: SimNode, proc: VirtualProcess) -> dict[str, Any]:
+        return {
+            "namesrv_addr": self.namesrv_addr,
+            "time_scale": self.exp.time_scale,
+            "client_ip": self.net.ip_of(n.node),
+            # RocketMQ's pid#nanos, from the virtual process and clock
+            "instance_name": f"{proc.pid}#{int(self.loop.time() * 1e9)}",
+            "random_seed": self.rng(n.node, n.incarnation, "client").getrandbits(63),
+        }
+
+    async def _consumer(self, n: SimNode, proc: VirtualProcess, ready: asyncio.Future[str]) -> int:
+        spec = n.spec
+        sim = self.sx.sim
+        settings = self._client_settings(n, proc)
+        settings.update(
+            message_model=MessageModel.BROADCASTING if spec.broadcast else MessageModel.CLUSTERING,
+            consume_from_where=spec.consume_from,
+            local_offset_store_dir=str(self.run_dir / "offsets" / n.node),
+            rebalance_event_digest_over=sim.digest_over,
+            # RocketMQ's default, half an hour before start, on the virtual clock (local time, as parsed)
+            consume_timestamp=time.strftime(
+                "%Y%m%d%H%M%S", time.localtime(self.clock.now_ms() / 1000 - 30 * 60)
+            ),
+            omit_repeated_rebalance_events=sim.omit_repeated_rebalances,
+        )
+        config = ConsumerConfig.from_mapping(normalize_enums(settings))
+        consumer = PushConsumer(
+            spec.group, config=config, strategy=spec.strategy, log=n.log, clock=self.clock
+        )
+        consumer.subscribe(spec.topic, "*")
+        consume = sim.consume_ms or Distribution("constant", (float(spec.consume_ms),))
+        rng = self.rng(n.node, n.incarnation, "consume")
+
+        async def listener(msgs: list[Message]) -> None:
+            ms = sum(consume.sample(rng) for _ in msgs)
+            if ms > 0:
+                await asyncio.sleep(ms / 1000.0)
+
+        if spec.orderly:
+            consumer.register_message_listener_orderly(listener)
+        else:
+            consumer.register_message_listener(listener)
+        await consumer.start()
+        ready.set_result(consumer.client_id)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await consumer.shutdown()
+        return 0
+
+    async def _producer(self, n: SimNode, proc: VirtualProcess, ready: asyncio.Future[str]) -> int:
+        w = self.exp.workload
+        assert w is not None and n.topic is not None and n.log is not None
+        config = ProducerConfig.from_mapping(self._client_settings(n, proc))
+        producer = Producer(DEFAULT_PRODUCER_GROUP, config=config, log=n.log, clock=self.clock)
+        await producer.start()
+        ready.set_result(producer.client_id)
+        acked = failed = 0
+        slots = asyncio.Semaphore(32)
+        t0 = self.loop.time()
+        log, topic = n.log, n.topic
+
+        async def send_one(i: int) -> None:
+            nonlocal acked, failed
+            try:
+                await producer.send(topic, make_body(i, w.size, n.node), keys=f"{n.node}-{i}")
+                acked += 1
+            except MQClientError as exc:
+                failed += 1
+                log.emit("send_abandoned", topic=topic, index=i, error=str(exc))
+            finally:
+                slots.release()
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for i in range(w.count):
+                    delay = t0 + i / w.rate - self.loop.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    await slots.acquire()
+                    tg.create_task(send_one(i))
+        finally:
+            await producer.shutdown()
+        return 1 if failed else 0
+
+    # -- the end -------------------------------------------------------------------------------------
+    def _finish(self, started_ms: int) -> None:
+        exp = self.exp
+        self.result.events = self.files.lines
+        manifest = {
+            "mode": "sim",
+            "seed": self.seed,
+            "experiment": exp.to_dict(),
+            "experiment_file": "experiment.toml",
+            "name": exp.name,
+            "question": exp.question,
+            "time_scale": exp.time_scale,
+            "sim": self.sx.sim.to_dict(),
+            "versions": versions(),
+            "clients": {node: "python" for c in exp.consumers for node in c.nodes},
+            "started_ms": started_ms,
+            "ended_ms": self.clock.now_ms(),
+            "namesrv": self.namesrv_addr,
+            "brokers": dict(self.brokers),
+            "nodes": {name: n.info() for name, n in self.nodes.items()},
+            "nemesis_executed": self.executed,
+            "nemesis_skipped": self.result.skipped,
+            "drained": self.result.drained,
+            "live_counts": self.tally.summary(),
+            "errors": self.result.errors,
+            "interrupted": False,
+            "loop_errors": self.loop.errors[:50],
+        }
+        self.log.emit(
+            "experiment_finished",
+            drained=self.result.drained,
+            errors=len(self.result.errors),
+            interrupted=False,
+        )
+        self.files.flush()
+        (self.run_dir / "manifest.json").write_text(
+            json.dumps(manifest, indent=2, sort_keys=True, default=str)
+        )

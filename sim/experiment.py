@@ -1,0 +1,273 @@
+"""Experiment files for the simulator: ``rmq-chaos``'s language plus a ``[sim]`` table.
+
+The ``[sim]`` table (ignored nowhere: ``rmq-chaos`` rejects it as an unknown key) holds what only makes
+sense simulated::
+
+    [sim]
+    latency_ms = { dist = "uniform", low = 0.05, high = 0.2 }   # per frame and link (default)
+    consume_ms = { dist = "lognormal", median = 2, sigma = 0.5 }  # listener time per message, every group
+    digest_over = 64          # rebalance events carry cid_all_digest above this many members
+    omit_repeated_rebalances = true   # leave out a rebalance identical to the previous one
+
+    [[sim.gc]]                # GC pauses: pause, then resume after a drawn duration (seconds)
+    target = "consumer:random"
+    every = 30                # or at = [...], or random = N (with from/until)
+    pause_s = { dist = "exponential", mean = 2 }
+
+Everything else is checked by ``chaos.experiment`` with its own messages and line numbers; what the
+simulator cannot run (real clients, a durable store) is an error here, before anything starts.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos import experiment as chaos_experiment
+from chaos.experiment import Experiment, ExperimentError, Step
+from sim.dist import Distribution, parse_distribution
+
+DEFAULT_LATENCY = Distribution("uniform", (0.05, 0.2))
+DEFAULT_DIGEST_OVER = 64
+
+_SIM_KEYS = ("latency_ms", "consume_ms", "digest_over", "omit_repeated_rebalances", "gc")
+_GC_KEYS = ("target", "group", "at", "every", "from", "until", "times", "random", "pause_s")
+
+
+@dataclass(frozen=True)
+class GcSpec:
+    index: int
+    target: str
+    group: str | None
+    at: tuple[float, ...]
+    every: float | None
+    start: float | None
+    until: float | None
+    times: int | None
+    random_count: int | None
+    pause_s: Distribution
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    latency_ms: Distribution = DEFAULT_LATENCY
+    consume_ms: Distribution | None = None
+    digest_over: int = DEFAULT_DIGEST_OVER
+    omit_repeated_rebalances: bool = True
+    gc: tuple[GcSpec, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "latency_ms": self.latency_ms.describe(),
+            "consume_ms": self.consume_ms.describe() if self.consume_ms else None,
+            "digest_over": self.digest_over,
+            "omit_repeated_rebalances": self.omit_repeated_rebalances,
+            "gc": [{"target": g.target, "pause_s": g.pause_s.describe()} for g in self.gc],
+        }
+
+
+@dataclass(frozen=True)
+class SimExperiment:
+    exp: Experiment
+    sim: SimSettings
+
+    def schedule(self) -> list[Step]:
+        """The chaos schedule plus the GC pauses drawn from the seed, in time order."""
+        steps = self.exp.schedule() + gc_steps(self)
+        steps.sort(key=lambda s: (s.t, s.source))
+        return steps
+
+
+def _blank_sim_tables(text: str) -> str:
+    """Comment out the ``[sim]`` tables so chaos.experiment checks the rest with unchanged line numbers."""
+    out = []
+    inside = False
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        header = re.match(r"^\[\[?\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\]?\s*(#.*)?$", stripped)
+        if header:
+            name = header.group(1).strip().strip("\"'")
+            inside = name == "sim" or name.startswith("sim.")
+        out.append(("# " + line) if inside and stripped else line)
+    return "".join(out)
+
+
+def load(path: str | Path) -> SimExperiment:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ExperimentError(str(p), [(None, f"cannot read the file: {e.strerror or e}")]) from None
+    except UnicodeDecodeError:
+        raise ExperimentError(str(p), [(None, "the file is not UTF-8 text")]) from None
+    return parse(text, str(p), p.stem)
+
+
+def parse(text: str, source: str = "<experiment>", default_name: str = "experiment") -> SimExperiment:
+    exp = chaos_experiment.parse(_blank_sim_tables(text), source=source, default_name=default_name)
+    exp = Experiment(**{**exp.__dict__, "text": text})
+    data = tomllib.loads(text)  # valid: chaos.experiment parsed the same text without [sim]
+    lines = chaos_experiment.KeyLines(text)
+    problems: list[tuple[int | None, str]] = []
+
+    def err(path: tuple[Any, ...], msg: str) -> None:
+        problems.append((lines.line_of(path), msg))
+
+    for c_index, c in enumerate(exp.consumers):
+        if c.real:
+            err(
+                ("consumers", c_index, "client"),
+                f"consumers[{c_index + 1}].client: client = {c.client!r} runs a real RocketMQ client, which "
+                "the simulator cannot run (it runs our own code only): use rmq-chaos for this experiment",
+            )
+    if exp.durable:
+        err(
+            ("cluster", "durable"),
+            "cluster.durable: the simulator keeps messages in the memory store (the SQLite store writes "
+            "from a thread); use rmq-chaos for a durable broker",
+        )
+    sim = _settings(data.get("sim"), err)
+    if problems:
+        raise ExperimentError(source, problems)
+    return SimExperiment(exp, sim)
+
+
+def _settings(table: Any, err: Any) -> SimSettings:
+    if table is None:
+        return SimSettings()
+    if not isinstance(table, dict):
+        err(("sim",), "sim: must be a table")
+        return SimSettings()
+    for key in sorted(set(table) - set(_SIM_KEYS)):
+        err(("sim", key), f"sim.{key}: unknown key (known: {', '.join(_SIM_KEYS)})")
+    values: dict[str, Any] = {}
+    for key in ("latency_ms", "consume_ms"):
+        if key in table:
+            try:
+                values[key] = parse_distribution(table[key])
+            except ValueError as e:
+                err(("sim", key), f"sim.{key}: {e}")
+    if "digest_over" in table:
+        v = table["digest_over"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            err(("sim", "digest_over"), f"sim.digest_over: must be an integer >= 0, got {v!r}")
+        else:
+            values["digest_over"] = v
+    if "omit_repeated_rebalances" in table:
+        v = table["omit_repeated_rebalances"]
+        if not isinstance(v, bool):
+            err(
+                ("sim", "omit_repeated_rebalances"),
+                f"sim.omit_repeated_rebalances: must be true or false, got {v!r}",
+            )
+        else:
+            values["omit_repeated_rebalances"] = v
+    gcs = []
+    raw_gc = table.get("gc", [])
+    if not isinstance(raw_gc, list):
+        err(("sim", "gc"), "sim.gc: write [[sim.gc]] tables")
+        raw_gc = []
+    for i, g in enumerate(raw_gc):
+        spec = _gc(i, g, err)
+        if spec is not None:
+            gcs.append(spec)
+    return SimSettings(**values, gc=tuple(gcs))
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+
+
+def _gc(i: int, g: Any, err: Any) -> GcSpec | None:
+    where = f"sim.gc[{i + 1}]"
+    path = ("sim", "gc", i)
+    if not isinstance(g, dict):
+        err(path, f"{where}: must be a table")
+        return None
+    for key in sorted(set(g) - set(_GC_KEYS)):
+        err((*path, key), f"{where}.{key}: unknown key (known: {', '.join(_GC_KEYS)})")
+    target = g.get("target")
+    if not isinstance(target, str):
+        err(path, f"{where}: 'target' (a consumer node or consumer:random|next|all) is required")
+        return None
+    if "pause_s" not in g:
+        err(path, f"{where}: 'pause_s' (seconds, a number or a distribution) is required")
+        return None
+    try:
+        pause = parse_distribution(g["pause_s"])
+    except ValueError as e:
+        err((*path, "pause_s"), f"{where}.pause_s: {e}")
+        return None
+    given = [k for k in ("at", "every", "random") if k in g]
+    if len(given) != 1:
+        err(path, f"{where}: give exactly one of 'at', 'every' or 'random'")
+        return None
+    at = g.get("at", [])
+    at_list = at if isinstance(at, list) else [at]
+    for key, ok in (
+        ("every", lambda v: _num(v) and v > 0),
+        ("from", _num),
+        ("until", _num),
+        ("times", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0),
+        ("random", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0),
+    ):
+        if key in g and not ok(g[key]):
+            err((*path, key), f"{where}.{key}: bad value {g[key]!r}")
+            return None
+    if not all(_num(x) for x in at_list):
+        err((*path, "at"), f"{where}.at: must be numbers >= 0")
+        return None
+    return GcSpec(
+        index=i + 1,
+        target=target,
+        group=g.get("group") if isinstance(g.get("group"), str) else None,
+        at=tuple(float(x) for x in at_list),
+        every=float(g["every"]) if "every" in g else None,
+        start=float(g["from"]) if "from" in g else None,
+        until=float(g["until"]) if "until" in g else None,
+        times=g.get("times"),
+        random_count=g.get("random"),
+        pause_s=pause,
+    )
+
+
+def gc_steps(sx: SimExperiment) -> list[Step]:
+    """Pause/resume pairs for every [[sim.gc]] entry; times, targets and lengths drawn from the seed."""
+    exp = sx.exp
+    nodes = exp.nodes()
+    steps: list[Step] = []
+    for g in sx.sim.gc:
+        # the chaos language's own schedule rules, on a stand-in nemesis
+        spec = chaos_experiment.NemesisSpec(
+            index=1000 + g.index,
+            line=None,
+            action="pause",
+            target=g.target,
+            group=g.group,
+            at=g.at,
+            every=g.every,
+            start=g.start,
+            until=g.until,
+            times=g.times,
+            random_count=g.random_count,
+            for_s=None,
+        )
+        times = chaos_experiment.nemesis_times(spec, exp)
+        matching = chaos_experiment.candidates(g.target, g.group, nodes)
+        if not matching:
+            raise ExperimentError(exp.source, [(None, f"sim.gc[{g.index}]: no node matches {g.target!r}")])
+        rng = random.Random(f"{exp.seed}:gc:{g.index}")
+        for k, t in enumerate(times):
+            for target in chaos_experiment.pick_targets(g.target, matching, k, rng):
+                info = nodes[target]
+                group = info.group if info.role == "consumer" else None
+                length = round(g.pause_s.sample(rng), 3)
+                steps.append(Step(t, "pause", target, info.role, group, {"gc": True}, spec.index))
+                steps.append(
+                    Step(round(t + length, 6), "resume", target, info.role, group, {"gc": True}, spec.index)
+                )
+    return steps

@@ -1,0 +1,248 @@
+"""An asyncio event loop on virtual time, whose callbacks belong to virtual processes.
+
+When nothing is ready the clock jumps to the next timer, so a simulated hour costs only the work done in
+it. Every callback is scheduled in a ``contextvars`` context that names its process (``CURRENT``), the
+way a thread of an OS process belongs to it: a paused process's callbacks are held until it resumes
+(SIGSTOP), a killed one's are dropped (SIGKILL: no ``finally``, no more events). There are no threads
+(``run_in_executor`` runs the function inline) and no sockets (the in-memory network of ``sim.network``
+serves ``create_connection`` and ``create_server``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import heapq
+import itertools
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from protocol.runtime import Clock
+
+# Virtual epoch: 2026-01-01T00:00:00Z, so timestamps look like wall-clock epoch ms and never depend on now.
+EPOCH_MS = 1_767_225_600_000
+
+
+class SimDeadlock(RuntimeError):
+    """Nothing is ready and no timer is set: the simulation can never move again."""
+
+
+class VirtualProcess:
+    """One simulated OS process: its callbacks run while it is ``running``."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, node: str, incarnation: int = 1) -> None:
+        self.node = node
+        self.incarnation = incarnation
+        self.pid = next(self._ids)
+        self.state = "running"  # running | paused | killed | exited
+        self.held: list[asyncio.Handle] = []
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.prune_at = 256
+        self.context = contextvars.copy_context()
+        self.context.run(CURRENT.set, self)
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ("running", "paused")
+
+    def __repr__(self) -> str:
+        return f"<VirtualProcess {self.node}#{self.incarnation} {self.state}>"
+
+
+CURRENT: contextvars.ContextVar[VirtualProcess | None] = contextvars.ContextVar("sim_process", default=None)
+
+
+def _gate(handle: Any, run: Callable[[], None]) -> None:
+    proc: VirtualProcess | None = handle._process
+    if proc is None or proc.state == "running":
+        run()
+    elif proc.state == "paused":
+        proc.held.append(handle)
+    # killed or exited: the callback is dropped, as the process's memory is gone
+
+
+class _ProcessHandle(asyncio.Handle):
+    __slots__ = ("_process",)
+
+    def _run(self) -> None:
+        _gate(self, super()._run)
+
+
+class _ProcessTimerHandle(asyncio.TimerHandle):
+    __slots__ = ("_io", "_process")
+
+    def _run(self) -> None:
+        _gate(self, super()._run)
+
+
+class _VirtualSelector:
+    """Stands where the OS selector would: waiting means moving the clock to the next timer."""
+
+    def __init__(self, loop: VirtualLoop) -> None:
+        self._loop = loop
+
+    def select(self, timeout: float | None) -> list[Any]:
+        if timeout is None:
+            raise SimDeadlock("no callback is ready and no timer is set")
+        if timeout > 0:
+            self._loop.advance(timeout)
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class VirtualLoop(asyncio.BaseEventLoop):
+    """The simulation's event loop. ``network`` (sim.network.Network) answers connects and listens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._now = 0.0
+        self._selector = _VirtualSelector(self)
+        self.network: Any = None
+        self.steps = 0
+        self.set_exception_handler(self._exception_handler)
+        self.errors: list[str] = []
+
+    # -- time ------------------------------------------------------------------------------------
+    def time(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+
+    # -- scheduling: every handle remembers the process it belongs to ----------------------------
+    @staticmethod
+    def _owner(context: contextvars.Context | None) -> VirtualProcess | None:
+        return CURRENT.get() if context is None else context.get(CURRENT)
+
+    def call_soon(
+        self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
+    ) -> asyncio.Handle:  # type: ignore[override]
+        self._check_closed()
+        handle = _ProcessHandle(callback, args, self, context)
+        handle._process = self._owner(context)  # type: ignore[attr-defined]
+        self._ready.append(handle)  # type: ignore[attr-defined]
+        self.steps += 1
+        return handle
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[..., Any],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:  # type: ignore[override]
+        self._check_closed()
+        timer = _ProcessTimerHandle(when, callback, args, self, context)
+        timer._process = self._owner(context)  # type: ignore[attr-defined]
+        timer._io = False  # type: ignore[attr-defined]
+        heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
+        timer._scheduled = True  # type: ignore[attr-defined]
+        return timer
+
+    def call_soon_threadsafe(
+        self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
+    ) -> asyncio.Handle:  # type: ignore[override]
+        return self.call_soon(callback, *args, context=context)
+
+    def create_task(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        *,
+        name: str | None = None,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[Any]:  # type: ignore[override]
+        task = super().create_task(coro, name=name, context=context)
+        proc = self._owner(context)
+        if proc is not None:
+            proc.tasks.append(task)
+            if len(proc.tasks) > proc.prune_at:  # keep only live tasks; a killed process's stay referenced
+                proc.tasks = [t for t in proc.tasks if not t.done()]
+                proc.prune_at = 2 * len(proc.tasks) + 256
+        return task
+
+    def resume_process(self, proc: VirtualProcess) -> None:
+        """Release what a paused process held as a real loop sees it after SIGCONT: what was ready
+        before, then the bytes that arrived (the selector reports them), then the overdue timers; each
+        kind in the order it came."""
+
+        def kind(h: asyncio.Handle) -> int:
+            if not isinstance(h, asyncio.TimerHandle):
+                return 0
+            return 1 if getattr(h, "_io", False) else 2
+
+        proc.state = "running"
+        held, proc.held = proc.held, []
+        self._ready.extend(sorted(held, key=kind))  # type: ignore[attr-defined]
+
+    def call_io_at(
+        self, when: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context
+    ) -> asyncio.TimerHandle:
+        """A delivery from the network: like call_at, but a resumed process sees it before its timers."""
+        timer = self.call_at(when, callback, *args, context=context)
+        timer._io = True  # type: ignore[attr-defined]
+        return timer
+
+    # -- no threads, no OS ------------------------------------------------------------------------
+    def _process_events(self, event_list: list[Any]) -> None:
+        pass
+
+    def _write_to_self(self) -> None:
+        pass
+
+    def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:  # type: ignore[override]
+        """Run inline: a thread would interleave freely, and the simulated file system is the run
+        directory, written in virtual time."""
+        fut: asyncio.Future[Any] = self.create_future()
+        try:
+            fut.set_result(func(*args))
+        except BaseException as exc:  # handed to the awaiting caller, as a thread's would be
+            fut.set_exception(exc)
+        return fut
+
+    async def create_connection(
+        self,
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        host: str | None = None,
+        port: int | None = None,
+        **kw: Any,
+    ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:  # type: ignore[override]
+        if self.network is None:
+            raise OSError("the simulation has no network")
+        return await self.network.connect(protocol_factory, str(host), int(port or 0))
+
+    async def create_server(
+        self,
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        host: Any = None,
+        port: int | None = None,
+        **kw: Any,
+    ) -> Any:  # type: ignore[override]
+        if self.network is None:
+            raise OSError("the simulation has no network")
+        serving = bool(kw.get("start_serving", True))
+        return self.network.listen(protocol_factory, str(host), int(port or 0), serving)
+
+    def _exception_handler(self, loop: asyncio.AbstractEventLoop, ctx: dict[str, Any]) -> None:
+        msg = str(ctx.get("message", ""))
+        if msg.startswith("Task was destroyed but it is pending"):
+            return  # a killed process's tasks: they never run again, by design
+        exc = ctx.get("exception")
+        self.errors.append(f"{msg}: {exc!r}" if exc is not None else msg)
+
+
+class VirtualClock(Clock):
+    """The Clock seam on the loop's virtual time: epoch ms for events, monotonic ms for durations."""
+
+    def __init__(self, loop: VirtualLoop, epoch_ms: int = EPOCH_MS) -> None:
+        self._loop = loop
+        self._epoch_ms = epoch_ms
+
+    def now_ms(self) -> int:
+        return self._epoch_ms + int(self._loop.time() * 1000)
+
+    def monotonic_ms(self) -> int:
+        return int(self._loop.time() * 1000)

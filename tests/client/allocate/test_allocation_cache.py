@@ -1,0 +1,118 @@
+"""AllocationCache gives the Java classes' answers (the golden cases) and reuses work only when the
+strategy, the queue set and the member list are all the same."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from client.allocate import (
+    AllocateMessageQueueAveragely,
+    AllocateMessageQueueConsistentHash,
+    AllocationCache,
+    get_strategy,
+)
+from protocol.model import MessageQueue
+from tests.client.allocate.test_golden_java import CASES, build, mqs
+
+CACHED = [
+    c
+    for c in CASES
+    if "constructor_error" not in c
+    and c["sort_first"]
+    # RebalanceImpl's queue set cannot hold a queue twice; the Java cases with repeated queues cannot arise
+    and len({tuple(q) for q in c["mq_all"]}) == len(c["mq_all"])
+    and (
+        c["strategy"] in ("AVG", "AVG_BY_CIRCLE")
+        or (c["strategy"] == "CONSISTENT_HASH" and c["hash"] == "md5")
+    )
+]
+
+
+def test_the_golden_cases_include_cached_strategies() -> None:
+    assert {c["strategy"] for c in CACHED} == {"AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH"}
+
+
+@pytest.mark.parametrize("case", CACHED, ids=[f"{i}-{c['strategy']}" for i, c in enumerate(CACHED)])
+def test_cached_answers_equal_java(case: dict[str, Any]) -> None:
+    cache = AllocationCache()
+    mq_set, cid_all = set(mqs(case["mq_all"])), list(case["cid_all"])
+    for _round in range(2):  # the second round is answered from the cache
+        for expected in case["results"]:
+            # a fresh strategy object per client, as every consumer builds its own
+            strategy = build(case, case)
+            if "error" in expected:
+                with pytest.raises(ValueError):
+                    cache.allocate(strategy, "GID", expected["current_cid"], mq_set, cid_all)
+                continue
+            mq_all, cids, mine = cache.allocate(strategy, "GID", expected["current_cid"], mq_set, cid_all)
+            assert mq_all == mqs(case["sorted_mq_all"])
+            assert cids == case["sorted_cid_all"]
+            assert mine == mqs(expected["queues"]), expected["current_cid"]
+    ok = sum(1 for r in case["results"] if "error" not in r)
+    assert cache.hits >= ok
+
+
+def _queues(n: int) -> set[MessageQueue]:
+    return {MessageQueue("T", f"broker-{'ab'[i % 2]}", i // 2) for i in range(n)}
+
+
+def test_a_change_of_members_or_queues_is_a_new_computation() -> None:
+    cache = AllocationCache()
+    avg = AllocateMessageQueueAveragely()
+    cids = ["c1", "c2", "c3"]
+    _, _, first = cache.allocate(avg, "G", "c1", _queues(12), cids)
+    assert len(first) == 4 and cache.misses == 1
+    cache.allocate(avg, "G", "c1", _queues(12), list(cids))
+    assert cache.hits == 1
+    _, _, fewer_members = cache.allocate(avg, "G", "c1", _queues(12), ["c1", "c2"])
+    assert len(fewer_members) == 6 and cache.misses == 2
+    _, _, more_queues = cache.allocate(avg, "G", "c1", _queues(18), cids)
+    assert len(more_queues) == 6 and cache.misses == 3
+    # another strategy with the same inputs does not reuse AVG's answer
+    _, _, circle = cache.allocate(get_strategy("AVG_BY_CIRCLE"), "G", "c1", _queues(12), cids)
+    assert circle != first and cache.misses == 4
+
+
+def test_consistent_hash_ring_is_built_once_for_all_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    routes = 0
+    route = AllocateMessageQueueConsistentHash.route
+
+    def counting(self: AllocateMessageQueueConsistentHash, mq_all: Any, cid_all: Any) -> Any:
+        nonlocal routes
+        routes += 1
+        return route(self, mq_all, cid_all)
+
+    monkeypatch.setattr(AllocateMessageQueueConsistentHash, "route", counting)
+    cache = AllocationCache()
+    cids = [f"c{i}" for i in range(20)]
+    got = {
+        c: cache.allocate(AllocateMessageQueueConsistentHash(), "G", c, _queues(40), cids)[2] for c in cids
+    }
+    assert routes == 1
+    plain = AllocateMessageQueueConsistentHash()
+    from client.allocate import sort_cid_all, sort_mq_all
+
+    for c in cids:
+        assert got[c] == plain.allocate("G", c, sort_mq_all(_queues(40)), sort_cid_all(cids))
+    assert sorted(q for qs in got.values() for q in qs) == sorted(_queues(40))
+
+
+def test_strategies_with_user_objects_are_not_cached() -> None:
+    cache = AllocationCache()
+    ch = AllocateMessageQueueConsistentHash(4, lambda key: len(key))
+    for _ in range(2):
+        cache.allocate(ch, "G", "c1", _queues(4), ["c1", "c2"])
+    assert cache.hits == 0 and cache.misses == 0
+
+
+def test_eviction_keeps_the_most_recent_entries() -> None:
+    cache = AllocationCache(max_entries=2)
+    avg = AllocateMessageQueueAveragely()
+    for n in (4, 6, 8):
+        cache.allocate(avg, "G", "c1", _queues(n), ["c1"])
+    cache.allocate(avg, "G", "c1", _queues(8), ["c1"])
+    assert cache.hits == 1
+    cache.allocate(avg, "G", "c1", _queues(4), ["c1"])  # evicted
+    assert cache.misses == 4

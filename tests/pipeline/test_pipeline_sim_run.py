@@ -1,0 +1,29 @@
+"""rmq-analyze reads a simulated run directory unchanged (rmq-sim hands its runs to the same pipeline)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.__main__ import main
+from pipeline.reference import summarize_run
+from sim.__main__ import resolve
+from sim.cluster import SimCluster
+
+
+@pytest.mark.spark
+def test_a_simulated_run_is_analysed_like_a_real_one(spark: Any, tmp_path: Path) -> None:
+    run_dir = tmp_path / "sim"
+    result = SimCluster(resolve("kill-one-of-four"), run_dir, out=io.StringIO(), progress=False).run()
+    assert result.drained and not result.errors
+    assert json.loads((run_dir / "manifest.json").read_text())["mode"] == "sim"
+    assert main([str(run_dir)]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary == summarize_run(run_dir)
+    group = summary["groups"]["GID_orders"]
+    assert group["verdict"] == "ok" and group["lost"] == 0 and group["sent"] == 1500
+    assert any(c["cause"].startswith("kill consumer-2") for c in group["convergence"])

@@ -1,0 +1,240 @@
+"""The simulation runtime without the roles: virtual time, virtual processes (pause, kill), and the
+in-memory network under the real remoting layer (frames in order, latency, blackhole, reset, kill)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.remoting import (
+    Connection,
+    RemotingClient,
+    RemotingConnectionError,
+    RemotingServer,
+    RemotingTimeoutError,
+)
+from sim.dist import Distribution, parse_distribution
+from sim.loop import CURRENT, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
+from sim.network import Network
+
+
+def run(main: Callable[[VirtualLoop, Network], Coroutine[Any, Any, Any]], latency_ms: float = 1.0) -> Any:
+    loop = VirtualLoop()
+    net = Network(loop, 7, Distribution("constant", (latency_ms,)))
+    driver = VirtualProcess("driver")
+    try:
+        return loop.run_until_complete(loop.create_task(main(loop, net), context=driver.context))
+    finally:
+        loop.close()
+
+
+def spawn(
+    loop: VirtualLoop, name: str, coro: Coroutine[Any, Any, Any]
+) -> tuple[VirtualProcess, asyncio.Task[Any]]:
+    proc = VirtualProcess(name)
+    return proc, loop.create_task(coro, context=proc.context)
+
+
+def test_time_jumps_to_the_next_timer_and_the_clock_follows() -> None:
+    async def main(loop: VirtualLoop, _: Network) -> tuple[float, int, int]:
+        clock = VirtualClock(loop)
+        before = clock.now_ms()
+        await asyncio.sleep(3600)
+        async with asyncio.timeout(5):
+            await asyncio.sleep(4.5)
+        return loop.time(), clock.now_ms() - before, clock.monotonic_ms()
+
+    t, wall_ms, mono = run(main)
+    assert t == pytest.approx(3604.5)
+    assert wall_ms == 3_604_500 and mono == 3_604_500
+
+
+def test_timeout_fires_in_virtual_time() -> None:
+    async def main(loop: VirtualLoop, _: Network) -> float:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(30):
+                await asyncio.Event().wait()
+        return loop.time()
+
+    assert run(main) == pytest.approx(30)
+
+
+def test_nothing_left_to_wait_for_is_a_deadlock() -> None:
+    async def main(loop: VirtualLoop, _: Network) -> None:
+        await asyncio.Event().wait()
+
+    with pytest.raises(SimDeadlock):
+        run(main)
+
+
+def test_pause_holds_every_callback_until_resume_and_kill_drops_them_without_finally() -> None:
+    log: list[tuple[str, float]] = []
+
+    async def ticker(name: str) -> None:
+        try:
+            while True:
+                await asyncio.sleep(1)
+                log.append((name, asyncio.get_running_loop().time()))
+        finally:
+            log.append((f"{name} finally", asyncio.get_running_loop().time()))
+
+    async def main(loop: VirtualLoop, _: Network) -> None:
+        a, _ta = spawn(loop, "a", ticker("a"))
+        b, _tb = spawn(loop, "b", ticker("b"))
+        await asyncio.sleep(2.5)
+        a.state = "paused"
+        await asyncio.sleep(3)
+        loop.resume_process(a)
+        await asyncio.sleep(0.1)
+        b.state = "killed"
+        await asyncio.sleep(3)
+
+    run(main)
+    a_times = [t for n, t in log if n == "a"]
+    # 1, 2 before the pause; the tick due at 3 runs when resumed at 5.5; then 6.5, 7.5, 8.5
+    assert a_times == pytest.approx([1, 2, 5.5, 6.5, 7.5, 8.5])
+    b_times = [t for n, t in log if n == "b"]
+    assert b_times == pytest.approx([1, 2, 3, 4, 5])
+    assert not any(n == "b finally" for n, _ in log)
+
+
+def test_run_in_executor_runs_inline() -> None:
+    async def main(loop: VirtualLoop, _: Network) -> tuple[int, str]:
+        value = await loop.run_in_executor(None, lambda: 41 + 1)
+        with pytest.raises(ZeroDivisionError):
+            await asyncio.to_thread(lambda: 1 / 0)
+        return value, str(CURRENT.get())
+
+    value, proc = run(main)
+    assert value == 42 and "driver" in proc
+
+
+def test_parse_distribution_errors_name_the_problem() -> None:
+    assert parse_distribution(3).describe() == "constant(value=3)"
+    assert parse_distribution({"dist": "uniform", "low": 1, "high": 2}).mean == 1.5
+    for bad, msg in (
+        (-1, ">= 0"),
+        (True, "number or a distribution"),
+        ({"dist": "zipf"}, "'dist' must be one of"),
+        ({"dist": "uniform", "low": 2, "high": 1}, "below low"),
+        ({"dist": "normal", "mean": 1}, "needs sd"),
+        ({"dist": "exponential", "mean": 1, "x": 2}, "unknown key"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            parse_distribution(bad)
+
+
+# -- the network under the real remoting layer ----------------------------------------------------------
+
+
+async def echo_server(net: Network, port_holder: list[str]) -> None:
+    server = RemotingServer(net.ip_of("server"), 10911)
+
+    async def echo(_conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, cmd.remark)
+
+    server.register(RequestCode.HEART_BEAT, echo)
+    await server.start()
+    port_holder.append(server.address)
+    await asyncio.Event().wait()
+
+
+def _req(i: int) -> RemotingCommand:
+    cmd = RemotingCommand.request(RequestCode.HEART_BEAT)
+    cmd.remark = str(i)
+    return cmd
+
+
+def test_requests_cross_the_network_in_order_with_latency() -> None:
+    async def main(loop: VirtualLoop, net: Network) -> tuple[list[str], float]:
+        addr: list[str] = []
+        spawn(loop, "server", echo_server(net, addr))
+        await asyncio.sleep(0)
+        client = RemotingClient()
+        start = loop.time()
+        answers = await asyncio.gather(*(client.invoke(addr[0], _req(i), 5) for i in range(20)))
+        return [a.remark or "" for a in answers], loop.time() - start
+
+    remarks, took = run(main, latency_ms=5)
+    assert remarks == [str(i) for i in range(20)]
+    # connect (SYN + SYN-ACK) then one round trip, 5 ms each way
+    assert took == pytest.approx(0.020, abs=0.001)
+
+
+def test_blackhole_holds_frames_until_heal_and_reset_closes_both_ends() -> None:
+    async def main(loop: VirtualLoop, net: Network) -> dict[str, Any]:
+        addr: list[str] = []
+        server_proc, _ = spawn(loop, "server", echo_server(net, addr))
+        await asyncio.sleep(0)
+        client = RemotingClient()
+        closed: list[str] = []
+        client.on_connection_closed(closed.append)
+        await client.invoke(addr[0], _req(0), 5)
+        net.rule("driver", "server").blackhole = True
+        out: dict[str, Any] = {}
+        with pytest.raises(RemotingTimeoutError):
+            await client.invoke(addr[0], _req(1), 2)
+        late = asyncio.ensure_future(client.invoke(addr[0], _req(2), 10))
+        await asyncio.sleep(1)
+        net.heal("driver", "server")
+        out["late"] = (await late).remark
+        out["after_heal"] = loop.time()
+        before = len(closed)  # a timed-out request may close its connection (the client's choice)
+        assert net.reset("driver", "server") == 1
+        await asyncio.sleep(0.1)
+        out["closed"] = len(closed) - before
+        server_proc.state = "killed"
+        net.process_died(server_proc)
+        with pytest.raises(RemotingConnectionError, match="refused"):
+            await client.invoke(addr[0], _req(3), 2)
+        return out
+
+    out = run(main)
+    assert out["late"] == "2"
+    assert out["closed"] == 1  # the reset closed the one live connection
+
+
+def test_a_killed_process_connections_close_for_the_peer() -> None:
+    async def main(loop: VirtualLoop, net: Network) -> tuple[bool, float]:
+        addr: list[str] = []
+        server_proc, _ = spawn(loop, "server", echo_server(net, addr))
+        await asyncio.sleep(0)
+        client = RemotingClient()
+        conn = await client.connection(addr[0])
+        await conn.invoke(_req(0), 5)
+        pending = asyncio.ensure_future(conn.invoke(_req(1), 60))
+        await asyncio.sleep(0)
+        server_proc.state = "killed"
+        net.process_died(server_proc)
+        t0 = loop.time()
+        with pytest.raises(RemotingConnectionError):
+            await pending
+        return conn.closed, loop.time() - t0
+
+    closed, took = run(main, latency_ms=2)
+    assert closed
+    assert took == pytest.approx(0.002, abs=0.0005)  # the end of the stream, one latency later
+
+
+def test_a_paused_server_queues_bytes_and_answers_on_resume() -> None:
+    async def main(loop: VirtualLoop, net: Network) -> tuple[str, float]:
+        addr: list[str] = []
+        server_proc, _ = spawn(loop, "server", echo_server(net, addr))
+        await asyncio.sleep(0)
+        client = RemotingClient()
+        await client.invoke(addr[0], _req(0), 5)
+        server_proc.state = "paused"
+        t0 = loop.time()
+        answer = asyncio.ensure_future(client.invoke(addr[0], _req(1), 60))
+        await asyncio.sleep(10)
+        assert not answer.done()
+        loop.resume_process(server_proc)
+        return (await answer).remark or "", loop.time() - t0
+
+    remark, took = run(main)
+    assert remark == "1" and took == pytest.approx(10.001, abs=0.001)

@@ -291,7 +291,7 @@ def analyze_root(args: argparse.Namespace) -> int:
 
 
 def analyze(args: argparse.Namespace) -> int:
-    if args.format == "json":
+    if args.format == "json" and not args.after:  # --after: the run directory is still being written
         from pipeline.discover import is_run_dir
 
         root = Path(args.run_dir)

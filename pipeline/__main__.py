@@ -1,7 +1,9 @@
-"""rmq-analyze: turn a run directory of event logs into summary.json, report.html and a verdict.
+"""rmq-analyze: turn a run directory of event logs into summary.json, report.html and a verdict, or a
+root of many run directories into each run's outputs plus a runs table and index.html, in one Spark
+application.
 
-Exit codes: 0 every group's verdict is ok, 1 some verdict is fail, 2 usage or input errors (no run
-directory, no events, Java or pyspark missing).
+Exit codes: 0 every group's verdict is ok, 1 some verdict is fail (or, for a root of runs, a run
+directory was skipped), 2 usage or input errors (no run directory, no events, Java or pyspark missing).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.discover import RunDirError, RunFile
-from pipeline.session import DEFAULT_MASTER, Progress, SparkUnavailable, start_spark
+from pipeline.session import DEFAULT_MASTER, Progress, SparkHandle, SparkUnavailable, start_spark
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,10 +30,20 @@ def build_parser() -> argparse.ArgumentParser:
         "large runs; analyse it with --format parquet.",
     )
     p.add_argument(
-        "run_dir", help="run directory (*.jsonl files, any depth) or, with --format parquet, a copy"
+        "run_dir",
+        help="run directory (*.jsonl files, any depth), a root of many run directories (each with its "
+        "manifest.json or *.jsonl files, at any depth) or, with --format parquet, a copy",
     )
-    p.add_argument("--out", help="where to write summary.json and report.html (default: the run directory)")
-    p.add_argument("--master", default=DEFAULT_MASTER, help=f"Spark master URL (default {DEFAULT_MASTER})")
+    p.add_argument(
+        "--out",
+        help="where to write summary.json and report.html (default: the run directory); for a root of "
+        "runs, where each run's outputs (under its relative path), runs.parquet, runs.csv and index.html go",
+    )
+    p.add_argument(
+        "--master",
+        default=None,
+        help=f"Spark master URL (default {DEFAULT_MASTER}, or under spark-submit the master it was given)",
+    )
     p.add_argument(
         "--format", choices=("json", "parquet"), default="json", help="input format (default json)"
     )
@@ -67,7 +79,7 @@ def build_ingest_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_dir")
     p.add_argument("--out", required=True, help="directory for the Parquet copy")
-    p.add_argument("--master", default=DEFAULT_MASTER)
+    p.add_argument("--master", default=None, help=f"Spark master URL (default {DEFAULT_MASTER})")
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -211,7 +223,80 @@ def _experiment(run_dir: str) -> tuple[str | None, str | None]:
     return (name if isinstance(name, str) else None), (question if isinstance(question, str) else None)
 
 
+def _start_spark(master: str | None, progress: Progress) -> SparkHandle | int:
+    """The session, or exit status 2 with the reason printed when Spark cannot start."""
+    try:
+        with progress.stage("start spark") as info:
+            handle = start_spark(master)
+            info["info"] = handle.spark.sparkContext.master
+    except SparkUnavailable as exc:
+        return _fail(str(exc))
+    return handle
+
+
+def analyze_root(args: argparse.Namespace) -> int:
+    """Many runs, one Spark application: bad run directories are reported and skipped."""
+    from pipeline.discover import discover_runs
+
+    progress = Progress(enabled=not args.quiet)
+    root = Path(args.run_dir)
+    out_dir = Path(args.out or args.run_dir)
+    try:
+        runs, bad = discover_runs(root)
+    except RunDirError as exc:
+        return _fail(str(exc))
+    for b in bad:
+        print(f"rmq-analyze: skipping run {b.rel!r}: {b.problem}", file=sys.stderr)
+    if not runs:
+        return _fail(
+            f"no *.jsonl event files under {args.run_dir!r} (no run directory with a manifest.json or "
+            "event files of its own)"
+        )
+    progress.note(f"{len(runs)} run(s) found" + (f", {len(bad)} skipped" if bad else ""))
+    handle = _start_spark(args.master, progress)
+    if isinstance(handle, int):
+        return handle
+    try:
+        from pipeline.runs import analyse_runs, write_outputs
+
+        result = analyse_runs(handle.spark, runs, bad, plots=not args.no_report, progress=progress)
+        with progress.stage("write outputs") as info:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            failures = write_outputs(
+                handle.spark,
+                result,
+                out_dir,
+                reports=not args.no_report,
+                title=f"Runs under {root.resolve().name}",
+            )
+            info["info"] = f"{len(runs)} run(s)"
+    finally:
+        handle.stop()
+    failed_runs = 0
+    for run in runs:
+        summary = result.summaries[run.rel]
+        failed = sorted(g for g, v in summary["groups"].items() if v["verdict"] != "ok")
+        failed_runs += bool(failed)
+        note = "" if summary["run"]["events"] else "  (no well-formed events)"
+        print(f"{run.rel}: {'FAIL (' + ', '.join(failed) + ')' if failed else 'OK'}{note}")
+        if run.rel in failures:
+            print(f"rmq-analyze: {run.rel}: {failures[run.rel]}", file=sys.stderr)
+    print(f"runs table: {out_dir / 'runs.parquet'}, {out_dir / 'runs.csv'}")
+    print(f"index:      {out_dir / 'index.html'}")
+    print(
+        f"verdict: {len(runs) - failed_runs} run(s) OK, {failed_runs} FAIL"
+        + (f", {len(bad)} skipped" if bad else "")
+    )
+    return 1 if failed_runs or bad else 0
+
+
 def analyze(args: argparse.Namespace) -> int:
+    if args.format == "json" and not args.after:  # --after: the run directory is still being written
+        from pipeline.discover import is_run_dir
+
+        root = Path(args.run_dir)
+        if root.is_dir() and not is_run_dir(root):
+            return analyze_root(args)
     progress = Progress(enabled=not args.quiet)
     out_dir = Path(args.out or args.run_dir)
     # Input errors are reported before paying for a Spark start (unless asked to start it early).

@@ -5,6 +5,9 @@ Shared by the Spark pipeline and the plain-Python reference so both read the sam
 
 from __future__ import annotations
 
+import hashlib
+import re
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Final
 
@@ -46,7 +49,6 @@ EVENT_FIELDS: Final[dict[str, dict[str, FieldType]]] = {
         "client_id": STR,
         "topic": STR,
         "strategy": STR,
-        "cid_all": STR_LIST,
         "allocated": STR_LIST,
         "changed": BOOL,
     },
@@ -77,10 +79,19 @@ EVENT_FIELDS: Final[dict[str, dict[str, FieldType]]] = {
 # `nemesis` also requires `group` when it targets a consumer.
 NEMESIS_GROUP_ROLE: Final = "consumer"
 
+# A `rebalance` names its member set by `cid_all` (a list of client ids) or, for large groups, by
+# `cid_all_digest`; one of the two must be well-formed, and `cid_all` wins when both are.
+MEMBERS_EVENT: Final = "rebalance"
+CID_ALL: Final = "cid_all"
+CID_ALL_DIGEST: Final = "cid_all_digest"
+DIGEST_PATTERN: Final = "^[0-9a-f]{64}$"
+_DIGEST_RE: Final = re.compile(r"[0-9a-f]{64}")
+
 # Every field the pipeline keeps, with its type (the union of the table above).
 ALL_FIELDS: Final[dict[str, FieldType]] = {**COMMON_FIELDS}
 for _fields in EVENT_FIELDS.values():
     ALL_FIELDS.update(_fields)
+ALL_FIELDS.update({CID_ALL: STR_LIST, CID_ALL_DIGEST: STR})
 
 # Consumer events whose `group` names a group and whose `client_id`/`node` tie a client to a node.
 CONSUMER_GROUP_EVENTS: Final = (
@@ -101,6 +112,26 @@ UNPAUSING_ACTIONS: Final = ("resume", "kill", "stop")
 def queue_key(broker: str, queue_id: int) -> str:
     """A queue of a topic written as in `topic_route`/`rebalance` lists: `broker:queue_id`."""
     return f"{broker}:{queue_id}"
+
+
+def members_digest(client_ids: Iterable[str]) -> str:
+    """EVENTS.md's `cid_all_digest` of a set of client ids: SHA-256 of the distinct ids, sorted by code
+    point and joined by newlines, UTF-8, lowercase hex."""
+    return hashlib.sha256("\n".join(sorted(set(client_ids))).encode("utf-8")).hexdigest()
+
+
+def is_digest(value: Any) -> bool:
+    return type(value) is str and _DIGEST_RE.fullmatch(value) is not None
+
+
+def rebalance_members(record: dict[str, Any]) -> str | None:
+    """The member set of a `rebalance` line as a digest (from `cid_all` when it is a list of strings,
+    else from a well-formed `cid_all_digest`), or None when neither field is usable (malformed)."""
+    cid_all = record.get(CID_ALL)
+    if has_type(cid_all, STR_LIST):
+        return members_digest(cid_all)
+    digest = record.get(CID_ALL_DIGEST)
+    return digest if is_digest(digest) else None
 
 
 def required_fields(record: dict[str, Any]) -> dict[str, FieldType]:

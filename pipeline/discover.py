@@ -1,10 +1,13 @@
-"""Finding the event files of a run directory (EVENTS.md: recursive `*.jsonl`, skipping `.`/`_` names)."""
+"""Finding the event files of a run directory (EVENTS.md: recursive `*.jsonl`, skipping `.`/`_` names),
+and the run directories under a root of many runs."""
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 class RunDirError(Exception):
@@ -44,3 +47,79 @@ def discover(run_dir: str | os.PathLike[str], *, suffix: str = ".jsonl") -> list
             found.append(RunFile(rel=rel, path=str(full.resolve())))
     found.sort()
     return found
+
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class RunDir:
+    """One run under a root of runs: its path relative to the root, its event files, its manifest."""
+
+    rel: str
+    path: str
+    files: list[RunFile]
+    manifest: dict[str, Any]
+
+
+@dataclass
+class BadRun:
+    """A run directory that cannot be analysed, and why (reported and skipped, never fatal)."""
+
+    rel: str
+    problem: str
+
+
+def is_run_dir(path: str | os.PathLike[str]) -> bool:
+    """A run directory has a manifest.json or event files of its own (not only in sub-folders)."""
+    root = Path(path)
+    if (root / MANIFEST).is_file():
+        return True
+    try:
+        return any(
+            e.is_file() and e.name.endswith(".jsonl") and not _hidden(e.name) for e in os.scandir(root)
+        )
+    except OSError:
+        return False
+
+
+def discover_runs(root_dir: str | os.PathLike[str]) -> tuple[list[RunDir], list[BadRun]]:
+    """The run directories under a root (any depth; a run's own sub-folders belong to it), sorted by
+    relative path, and the ones that cannot be analysed."""
+    root = Path(root_dir)
+    if not root.is_dir():
+        raise RunDirError(f"{str(root)!r} is not a directory")
+    runs: list[RunDir] = []
+    bad: list[BadRun] = []
+    for current, dirs, _files in os.walk(root, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not _hidden(d))
+        here = Path(current)
+        if here == root or not is_run_dir(here):
+            continue
+        dirs[:] = []  # everything below belongs to this run
+        rel = here.relative_to(root).as_posix()
+        try:
+            manifest = _read_manifest(here)
+            files = discover(here)
+        except (RunDirError, OSError) as exc:
+            bad.append(BadRun(rel, str(exc)))
+            continue
+        if not files:
+            bad.append(BadRun(rel, "no *.jsonl event files"))
+            continue
+        runs.append(RunDir(rel, str(here.resolve()), files, manifest))
+    runs.sort(key=lambda r: r.rel)
+    return runs, bad
+
+
+def _read_manifest(run: Path) -> dict[str, Any]:
+    path = run / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"{MANIFEST} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RunDirError(f"{MANIFEST} is not a JSON object")
+    return data

@@ -20,15 +20,19 @@ from urllib.parse import unquote, urlsplit
 from pipeline.contract import (
     ALL_FIELDS,
     BOOL,
+    CID_ALL,
+    CID_ALL_DIGEST,
     COMMON_FIELDS,
+    DIGEST_PATTERN,
     EVENT_FIELDS,
     INT,
+    MEMBERS_EVENT,
     NEMESIS_GROUP_ROLE,
     STR,
     STR_LIST,
     FieldType,
 )
-from pipeline.discover import RunDirError, RunFile, discover
+from pipeline.discover import RunDir, RunDirError, RunFile, discover
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -51,6 +55,7 @@ ANALYSIS_COLUMNS = (
     "mode",
     "queues",
     "cid_all",
+    "cid_all_digest",
     "action",
     "target",
 )
@@ -120,6 +125,15 @@ def _fast_type_check(name: str, ftype: FieldType) -> str:
     return f"(j.`{name}` IS NOT NULL)"
 
 
+def _member_field_ok(check: Any, name: str) -> str:
+    """SQL: the member-set field `name` of a rebalance line is usable (a list of strings for cid_all,
+    64 lowercase hex characters for cid_all_digest)."""
+    if name == CID_ALL:
+        return check(CID_ALL, STR_LIST)
+    value = _value(check, CID_ALL_DIGEST, STR)
+    return f"({check(CID_ALL_DIGEST, STR)} AND {value} RLIKE '{DIGEST_PATTERN}')"
+
+
 def _validity_sql(check: Any) -> str:
     """Well-formedness of a line by EVENTS.md, given a per-field check (columns `ev`, `role_is_consumer`)."""
     common = " AND ".join(check(n, t) for n, t in COMMON_FIELDS.items())
@@ -128,6 +142,10 @@ def _validity_sql(check: Any) -> str:
         checks = [check(n, t) for n, t in fields.items()]
         if name == "nemesis":
             checks.append(f"(NOT role_is_consumer OR {check('group', STR)})")
+        if name == MEMBERS_EVENT:
+            checks.append(
+                f"({_member_field_ok(check, CID_ALL)} OR {_member_field_ok(check, CID_ALL_DIGEST)})"
+            )
         cases.append(f"WHEN ev = {_sql_str(name)} THEN {' AND '.join(checks)}")
     return f"({common} AND CASE {' '.join(cases)} ELSE true END)"
 
@@ -146,6 +164,12 @@ def _value_sql(name: str, ftype: FieldType) -> str:
     )
     if name in COMMON_FIELDS:
         return value
+    if name in (CID_ALL, CID_ALL_DIGEST):
+        usable = (
+            f"CASE WHEN fast THEN {_member_field_ok(_fast_type_check, name)} "
+            f"ELSE {_member_field_ok(_exact_type_check, name)} END"
+        )
+        return f"CASE WHEN ev = {_sql_str(MEMBERS_EVENT)} AND {usable} THEN {value} END"
     events = [e for e, fields in EVENT_FIELDS.items() if name in fields]
     cond = f"ev IN ({', '.join(_sql_str(e) for e in events)})" if events else "false"
     if name == "group":
@@ -190,20 +214,23 @@ def _ambiguous_sql() -> str:
 _FAST_OPTIONS = {"mode": "PERMISSIVE", "allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
 
 
-def _file_map(spark: SparkSession, files: list[RunFile], spark_paths: list[str]) -> DataFrame:
-    """(path key, fidx) for every file; fidx = rank of the file's relative path in the run.
+def _file_map(
+    spark: SparkSession, files: list[RunFile], spark_paths: list[str], runs: list[int]
+) -> DataFrame:
+    """(path key, fidx, run) for every file; fidx = rank of the file's relative path in its run (files
+    come sorted by run, then relative path), run = the index of its run.
 
     `spark_paths` are the reader's `inputFiles()`: URL-encoded URIs like `_metadata.file_path`, though
     not always with the same number of slashes after the scheme, hence the key.
     """
     by_local = {unquote(urlsplit(p).path): p for p in spark_paths}
     rows = []
-    for fidx, run_file in enumerate(files):
+    for fidx, (run_file, run) in enumerate(zip(files, runs, strict=True)):
         spelled = by_local.get(run_file.path)
         if spelled is None:
             raise RuntimeError(f"internal error: Spark does not list event file {run_file.rel!r}")
-        rows.append((_path_key(spelled), fidx))
-    return spark.createDataFrame(rows, "path_key string, fidx int")
+        rows.append((_path_key(spelled), fidx, run))
+    return spark.createDataFrame(rows, "path_key string, fidx int, run int")
 
 
 def _path_key(uri: str) -> str:
@@ -216,14 +243,18 @@ _PATH_KEY_SQL = "trim(LEADING '/' FROM substring(file_path, instr(file_path, ':'
 
 
 def parse_lines(
-    spark: SparkSession, files: list[RunFile], columns: tuple[str, ...] | None = None
+    spark: SparkSession,
+    files: list[RunFile],
+    columns: tuple[str, ...] | None = None,
+    runs: list[int] | None = None,
 ) -> DataFrame:
     """Every non-blank line of the files as a row: `ok` (well-formed), the typed fields (only `columns`,
-    all when None; validation always looks at every required field) and the order columns."""
+    all when None; validation always looks at every required field), the order columns and `run` (the
+    index of the file's run in `runs`, one per file; all 0 when None)."""
     import pyspark.sql.functions as F
 
     reader = spark.read.text([f.path for f in files])
-    file_map = _file_map(spark, files, reader.inputFiles())
+    file_map = _file_map(spark, files, reader.inputFiles(), runs or [0] * len(files))
     lines = reader.select(
         "value",
         F.col("_metadata.file_path").alias("file_path"),
@@ -240,7 +271,7 @@ def parse_lines(
     # errors, duplicate keys with a bad first value, escapes) is decided by the exact path: the line
     # as a VARIANT and the JSON type of every required field.
     with_j = lines.select(
-        "value", "fidx", "blk", "rid", F.from_json("value", _FAST_SCHEMA, _FAST_OPTIONS).alias("j")
+        "value", "run", "fidx", "blk", "rid", F.from_json("value", _FAST_SCHEMA, _FAST_OPTIONS).alias("j")
     )
     routed = with_j.select(
         "*",
@@ -269,7 +300,7 @@ def parse_lines(
     values = [
         F.when(F.col("ok"), F.expr(_value_sql(name, ftype))).alias(name) for name, ftype in wanted.items()
     ]
-    return parsed.select("ok", *values, "fidx", "blk", "rid")
+    return parsed.select("ok", *values, "fidx", "blk", "rid", "run")
 
 
 @dataclass
@@ -322,6 +353,72 @@ def load_json_run(
         raise RuntimeError("internal error: some lines could not be mapped to their event file")
     stats = RunStats(int(row["events"]), int(row["malformed"]), row["start"], row["end"])
     return LoadedRun(parsed.where("ok").drop("ok"), stats, parsed)
+
+
+# Many runs in one table: every name that keys a computation (group, client id, node, nemesis target,
+# topic) is qualified with its run as "<run index>\x1f<name>", so every window, aggregate and join of
+# the metrics is per run with no code of its own; the summaries strip the prefix again.
+RUN_SEP = "\x1f"
+QUALIFIED_COLUMNS = ("group", "client_id", "topic", "node", "target")
+
+
+def run_prefix(index: int) -> str:
+    """The prefix of the names of run number `index` in a table of many runs."""
+    return f"{index}{RUN_SEP}"
+
+
+@dataclass
+class LoadedRuns:
+    """Well-formed events of many runs (names qualified, see RUN_SEP) and each run's line statistics
+    by run prefix."""
+
+    events: DataFrame
+    stats: dict[str, RunStats]
+    cached: DataFrame
+
+    def release(self) -> None:
+        free(self.cached)
+
+
+def load_json_runs(
+    spark: SparkSession, runs: list[RunDir], columns: tuple[str, ...] = ANALYSIS_COLUMNS
+) -> LoadedRuns:
+    """Parse the event files of many runs in one pass, cache the typed well-formed events with their
+    names qualified by run, and count every run's lines (one small aggregate per run)."""
+    import pyspark.sql.functions as F
+
+    files: list[RunFile] = []
+    owners: list[int] = []
+    for index, run in enumerate(runs):
+        files.extend(run.files)
+        owners.extend([index] * len(run.files))
+    parsed = parse_lines(spark, files, columns, owners)
+    qualified = [
+        F.concat(F.col("run").cast("string"), F.lit(RUN_SEP), F.col(c)).alias(c)
+        if c in QUALIFIED_COLUMNS
+        else c
+        for c in parsed.columns
+    ]
+    parsed = parsed.select(*qualified).localCheckpoint(eager=True)
+    rows = (
+        parsed.groupBy("run")
+        .agg(
+            F.count_if("ok").alias("events"),
+            F.count_if(~F.col("ok")).alias("malformed"),
+            F.min(F.when(F.col("ok"), F.col("ts_ms"))).alias("start"),
+            F.max(F.when(F.col("ok"), F.col("ts_ms"))).alias("end"),
+            F.count_if(F.col("fidx").isNull()).alias("unmapped"),
+        )
+        .collect()
+    )
+    stats = {run_prefix(i): RunStats(0, 0, None, None) for i in range(len(runs))}
+    for row in rows:
+        if row["unmapped"] or row["run"] is None:
+            raise RuntimeError("internal error: some lines could not be mapped to their event file")
+        stats[run_prefix(row["run"])] = RunStats(
+            int(row["events"]), int(row["malformed"]), row["start"], row["end"]
+        )
+    return LoadedRuns(parsed.where("ok").drop("ok"), stats, parsed)
 
 
 def check_parquet_copy(path: str | os.PathLike[str]) -> dict[str, Any]:

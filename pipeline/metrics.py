@@ -29,7 +29,7 @@ from pipeline.contract import (
     UNPAUSING_ACTIONS,
     verdict,
 )
-from pipeline.ingest import ORDER_COLUMNS, RunStats, free
+from pipeline.ingest import ORDER_COLUMNS, RUN_SEP, RunStats, free
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -59,6 +59,13 @@ def _window(*keys: str) -> Any:
     from pyspark.sql import Window
 
     return Window.partitionBy(*keys)
+
+
+def digest_of_ids(ids: Column) -> Column:
+    """EVENTS.md's cid_all_digest of an array of client ids (distinct, sorted by code point, since
+    Spark compares strings by their UTF-8 bytes, joined by newlines, SHA-256 in lowercase hex)."""
+    F = _f()
+    return F.sha2(F.array_join(F.array_sort(F.array_distinct(ids)), "\n"), 256)
 
 
 def periods(rows: DataFrame, keys: list[str], end_default: Column) -> DataFrame:
@@ -149,14 +156,23 @@ class Tables:
 
 
 class Analysis:
-    """All metrics of one run; `run_end` is the largest ts_ms of the run."""
+    """All metrics of one run, or of many runs at once; `run_end` is the largest ts_ms of a run.
 
-    def __init__(self, events: DataFrame, stats: RunStats) -> None:
+    Many runs: `events` come from `load_json_runs` (names qualified by run) and `runs` maps each run's
+    prefix to its statistics; `stats` is then unused and `summaries()` gives one summary per run.
+    """
+
+    def __init__(self, events: DataFrame, stats: RunStats, runs: dict[str, RunStats] | None = None) -> None:
         F = _f()
         self.ev = events
         self.stats = stats
+        self.runs = runs
         self.run_end = stats.end_ms if stats.end_ms is not None else 0
         self._kept: list[DataFrame] = []
+        self.ends: DataFrame | None = None
+        if runs is not None:
+            rows = [(prefix, st.end_ms if st.end_ms is not None else 0) for prefix, st in runs.items()]
+            self.ends = one(events.sparkSession.createDataFrame(rows, "_rp string, run_end bigint"))
         # The control events are few; keeping them apart spares the big message lines every re-scan.
         self.ctl = self._keep(events.where(F.col("event").isin(*CONTROL_EVENTS)))
         self.t = self._tables()
@@ -177,6 +193,21 @@ class Analysis:
         for df in self._kept:
             free(df)
         self._kept.clear()
+
+    def _with_run_end(self, df: DataFrame) -> DataFrame:
+        """df (with a group column) plus `run_end`, the end of the group's run."""
+        F = _f()
+        if self.ends is None:
+            return df.withColumn("run_end", F.lit(self.run_end).cast("bigint"))
+        prefix = F.concat(F.substring_index(F.col(G), RUN_SEP, 1), F.lit(RUN_SEP))
+        return jn(df.withColumn("_rp", prefix), self.ends, "_rp").drop("_rp")
+
+    def _unqualified(self, ids: Column) -> Column:
+        """Client ids as the lines wrote them (cid_all and its digest never carry the run prefix)."""
+        F = _f()
+        if self.ends is None:
+            return ids
+        return F.transform(ids, lambda x: F.regexp_replace(x, f"^[0-9]+{RUN_SEP}", ""))
 
     # -- shared tables --------------------------------------------------------------------------------
 
@@ -200,7 +231,6 @@ class Analysis:
         group_topics = self._of("rebalance").select(G, T).distinct()
         topic_queues = routes.select(T, F.explode("queues").alias(Q)).distinct()
         universe = jn(group_topics, topic_queues, T)
-        run_end = F.lit(self.run_end).cast("bigint")
         never = F.lit(INF).cast("bigint")
 
         # Ownership: mq_added opens, mq_removed / consumer_stopped / kill or stop of the node closes.
@@ -213,7 +243,8 @@ class Analysis:
         node_kills = jn(closing.select(F.col("target").alias("node"), *ORDER_COLUMNS), client_nodes, "node")
         deaths = one(stops.unionByName(node_kills.drop("node")))  # client_id + order: the client is gone
         closers = jn(deaths, keys, C).withColumn("on", F.lit(False))
-        intervals = periods(one(mq.unionByName(closers.select(mq.columns))), [G, C, T, Q], run_end)
+        owning = self._with_run_end(one(mq.unionByName(closers.select(mq.columns))))
+        intervals = periods(owning, [G, C, T, Q], F.col("run_end"))
         intervals = k(intervals.where(F.col("end") > F.col("start")))
 
         # Liveness per (group, client): consumer_started on; consumer_stopped / kill or stop of its node off.
@@ -232,11 +263,16 @@ class Analysis:
         merged = sweep(period_deltas(per_client, [C], "n", []), [C], ["n"])
         client_pauses = k(merged.where("n > 0").select(C, F.col("a").alias("start"), F.col("b").alias("end")))
 
-        # The big one: consumption lines of the group topics, kept partitioned (not cached: a cheap scan).
+        # The big one: consumption lines of the group topics (not cached: a cheap scan), hash-partitioned
+        # once by queue. Every per-queue window and aggregate below is keyed by a superset of
+        # (group, topic, queue), which that partitioning already satisfies, so they add no shuffle of
+        # the lines; and within one query the exchange is computed once for all of them. (With many
+        # runs, the qualified group carries the run.)
         consumed = (
             self._of("message_consumed")
             .join(F.broadcast(group_topics), [G, T], "left_semi")
             .select(G, C, T, queue, "msg_id", "queue_offset", "started_ms", "mode", *ORDER_COLUMNS)
+            .repartition(G, T, Q)
         )
         return Tables(
             groups,
@@ -281,6 +317,16 @@ class Analysis:
         iv = self.t.intervals
         # Paused parts of each ownership interval (the client's pause segments are disjoint).
         cp = self.t.client_pauses.withColumnRenamed("start", "ps").withColumnRenamed("end", "pe")
+        # Orphan time counts only while some consumer of the group is live: the group's live spans,
+        # clipped to [T0, run_end), laid over every queue of its universe.
+        t0 = jn(self._of("mq_added"), self.t.group_topics, [G, T]).groupBy(G).agg(F.min("ts_ms").alias("t0"))
+        group_live = sweep(period_deltas(self.t.live, [G], "n", []), [G], ["n"]).where("n > 0")
+        live_spans = self._with_run_end(jn(group_live, t0, G)).select(
+            G,
+            F.greatest("a", "t0").alias("start"),
+            F.least(F.coalesce("b", F.lit(INF)), F.col("run_end")).alias("end"),
+        )
+        live_spans = jn(live_spans.where(F.col("end") > F.col("start")), self.t.universe, G)
         pieces = (
             jn(iv, cp, C)
             .where((F.col("ps") < F.col("end")) & (F.col("pe") > F.col("start")))
@@ -290,35 +336,32 @@ class Analysis:
                 F.least("end", "pe").alias("end"),
             )
         )
-        deltas = period_deltas(iv.select(*qkeys, "start", "end"), qkeys, "n_open", ["n_paused"]).unionByName(
-            period_deltas(pieces, qkeys, "n_paused", ["n_open"])
-        )
-        seg = sweep(one(deltas), qkeys, ["n_open", "n_paused"])
-        length = F.col("b") - F.col("a")
-        per_queue = seg.groupBy(*qkeys).agg(
-            F.sum(F.when(F.col("n_open") >= 2, length).otherwise(0)).alias("overlap_ms"),
-            F.sum(F.when(F.col("n_open") >= 1, length).otherwise(0)).alias("covered_ms"),
-            F.sum(
-                F.when((F.col("n_open") >= 1) & (F.col("n_open") == F.col("n_paused")), length).otherwise(0)
-            ).alias("stalled_ms"),
-        )
-        by_group = per_queue.groupBy(G).agg(
-            F.sum("overlap_ms").alias("overlap_ms"), F.sum("stalled_ms").alias("stalled_ms")
-        )
-        # Orphans: universe queues over [T0, run_end) minus the time some interval covers them
-        # (intervals start at or after T0 and end by run_end).
-        t0 = jn(self._of("mq_added"), self.t.group_topics, [G, T]).groupBy(G).agg(F.min("ts_ms").alias("t0"))
-        covered = jn(self.t.universe, per_queue.select(*qkeys, "covered_ms"), qkeys, "left")
-        orphan = (
-            jn(covered, t0, G)
-            .groupBy(G)
-            .agg(
-                F.sum(F.lit(self.run_end) - F.col("t0") - F.coalesce(F.col("covered_ms"), F.lit(0))).alias(
-                    "orphan_ms"
+        counters = ["n_open", "n_paused", "n_live"]
+        deltas = (
+            period_deltas(iv.select(*qkeys, "start", "end"), qkeys, "n_open", ["n_paused", "n_live"])
+            .unionByName(period_deltas(pieces, qkeys, "n_paused", ["n_open", "n_live"]))
+            .unionByName(
+                period_deltas(
+                    live_spans.select(*qkeys, "start", "end"), qkeys, "n_live", ["n_open", "n_paused"]
                 )
             )
         )
-        return jn(by_group, orphan, G, "full")
+        seg = sweep(one(deltas), qkeys, counters)
+        length = F.col("b") - F.col("a")
+        per_queue = seg.groupBy(*qkeys).agg(
+            F.sum(F.when(F.col("n_open") >= 2, length).otherwise(0)).alias("overlap_ms"),
+            F.sum(
+                F.when((F.col("n_open") >= 1) & (F.col("n_open") == F.col("n_paused")), length).otherwise(0)
+            ).alias("stalled_ms"),
+            F.sum(F.when((F.col("n_open") == 0) & (F.col("n_live") >= 1), length).otherwise(0)).alias(
+                "orphan_ms"
+            ),
+        )
+        return per_queue.groupBy(G).agg(
+            F.sum("overlap_ms").alias("overlap_ms"),
+            F.sum("stalled_ms").alias("stalled_ms"),
+            F.sum("orphan_ms").alias("orphan_ms"),
+        )
 
     # -- consumption metrics ------------------------------------------------------------------------
 
@@ -443,8 +486,12 @@ class Analysis:
             jn(bounds, lv, G, "left")
             .groupBy(G, "t")
             .agg(
-                F.array_sort(
-                    F.collect_set(F.when((F.col("ls") <= F.col("t")) & (F.col("t") < F.col("le")), F.col(C)))
+                digest_of_ids(
+                    self._unqualified(
+                        F.collect_set(
+                            F.when((F.col("ls") <= F.col("t")) & (F.col("t") < F.col("le")), F.col(C))
+                        )
+                    )
                 ).alias("sset")
             )
         )
@@ -455,10 +502,14 @@ class Analysis:
             .withColumn("k", F.row_number().over(rw))
             .where("k = 1")
             .select(
-                G, C, T, F.col("ts_ms").alias("t"), F.array_sort(F.array_distinct("cid_all")).alias("rset")
+                G,
+                C,
+                T,
+                F.col("ts_ms").alias("t"),
+                F.coalesce(digest_of_ids(F.col("cid_all")), F.col("cid_all_digest")).alias("rset"),
             )
         )
-        empty = F.lit(None).cast("array<string>")
+        empty = F.lit(None).cast("string")
         changes = one(
             jn(act_changes, pairs, [G, C])
             .select(G, C, T, "t", "act", empty.alias("rset"), empty.alias("sset"))
@@ -487,9 +538,7 @@ class Analysis:
             "t",
             F.coalesce(F.last("act", ignorenulls=True).over(upto), F.lit(False)).alias("act"),
             F.last("rset", ignorenulls=True).over(upto).alias("rset"),
-            F.coalesce(F.last("sset", ignorenulls=True).over(upto), F.array().cast("array<string>")).alias(
-                "sset"
-            ),
+            F.coalesce(F.last("sset", ignorenulls=True).over(upto), digest_of_ids(F.array())).alias("sset"),
         )
         bad = state.select(
             G,
@@ -505,22 +554,38 @@ class Analysis:
             "t",
             F.lit(0).alias("d_ok"),
             (F.col("bad") - F.coalesce(F.lag("bad").over(pw), F.lit(0))).alias("d_bad"),
+            F.lit(0).alias("d_live"),
         )
+        # Live consumers of the group (an empty group is converged); ends at INF never happen.
+        live_deltas = one(
+            tb.live.select(G, F.col("start").alias("t"), F.lit(1).alias("d_live")).unionByName(
+                tb.live.where(F.col("end") < INF).select(
+                    G, F.col("end").alias("t"), F.lit(-1).alias("d_live")
+                )
+            )
+        ).select(G, "t", F.lit(0).alias("d_ok"), F.lit(0).alias("d_bad"), "d_live")
 
-        # Group timeline: converged while every universe queue is ok and no pair is bad.
+        # Group timeline: converged while nobody is live, or every universe queue is ok and no pair is bad.
         sizes = tb.universe.groupBy(G).agg(F.count("*").alias("n_universe"))
-        timeline = one(ok_deltas.select(G, "t", "d_ok", "d_bad").unionByName(bad_deltas))
-        agg = timeline.groupBy(G, "t").agg(F.sum("d_ok").alias("d_ok"), F.sum("d_bad").alias("d_bad"))
+        timeline = one(
+            ok_deltas.select(G, "t", "d_ok", "d_bad", F.lit(0).alias("d_live"))
+            .unionByName(bad_deltas)
+            .unionByName(live_deltas)
+        )
+        agg = timeline.groupBy(G, "t").agg(*[F.sum(d).alias(d) for d in ("d_ok", "d_bad", "d_live")])
         tw = _window(G).orderBy("t").rowsBetween(_UNBOUNDED_BEFORE, 0)
         running = agg.select(
-            G, "t", F.sum("d_ok").over(tw).alias("n_ok"), F.sum("d_bad").over(tw).alias("n_bad")
+            G,
+            "t",
+            F.sum("d_ok").over(tw).alias("n_ok"),
+            F.sum("d_bad").over(tw).alias("n_bad"),
+            F.sum("d_live").over(tw).alias("n_live"),
         )
+        whole = (F.col("n_ok") == F.coalesce(F.col("n_universe"), F.lit(0))) & (F.col("n_bad") == 0)
         return jn(running, sizes, G, "left").select(
             G,
             "t",
-            ((F.col("n_ok") == F.coalesce(F.col("n_universe"), F.lit(0))) & (F.col("n_bad") == 0)).alias(
-                "conv"
-            ),
+            ((F.col("n_live") == 0) | whole).alias("conv"),
         )
 
     def convergence(self) -> DataFrame:
@@ -543,18 +608,19 @@ class Analysis:
                 )
             )
         )
+        rows = self._with_run_end(rows)
         w = _window(G).orderBy("t", "kind")
         conv_at = F.last(F.when(F.col("kind") == 0, F.col("conv")), ignorenulls=True).over(
             w.rowsBetween(_UNBOUNDED_BEFORE, 0)
         )
         next_conv = F.first(
-            F.when((F.col("kind") == 0) & F.col("conv") & (F.col("t") < F.lit(self.run_end)), F.col("t")),
+            F.when((F.col("kind") == 0) & F.col("conv") & (F.col("t") <= F.col("run_end")), F.col("t")),
             ignorenulls=True,
         ).over(w.rowsBetween(0, _UNBOUNDED_AFTER))
         marked = rows.select(G, "t", "kind", "cause", conv_at.alias("conv_at"), next_conv.alias("next_conv"))
         out = jn(marked.where("kind = 1"), sizes, G, "left")
-        # Before any timeline row nothing is owned and nobody is live: converged only with no queues.
-        at_t0 = F.coalesce(F.col("conv_at"), F.coalesce(F.col("n_universe"), F.lit(0)) == 0)
+        # Before any timeline row nobody has been live: an empty group is converged.
+        at_t0 = F.coalesce(F.col("conv_at"), F.lit(True))
         ms = F.when(at_t0, F.lit(0)).otherwise(F.col("next_conv") - F.col("t"))
         return out.select(
             G,
@@ -580,8 +646,9 @@ class Analysis:
         topics = self.t.group_topics.groupBy(G).agg(F.array_sort(F.collect_list(T)).alias("topics"))
         return jn(out, topics, G, "left")
 
-    def summary(self) -> dict[str, Any]:
-        """summary.json as a dict (the per-group rows are the only things collected)."""
+    def _group_entries(self) -> dict[str, dict[str, Any]]:
+        """summary.json's group entries by (qualified) group name; per-group rows are all that is
+        collected."""
         groups: dict[str, dict[str, Any]] = {}
         for row in self.group_metrics().collect():
             entry: dict[str, Any] = {"topics": list(row["topics"] or [])}
@@ -608,12 +675,32 @@ class Analysis:
                 order_violations=entry["order_violations"],
                 convergence=entry["convergence"],
             )
-        return {
-            "run": {
-                "events": self.stats.events,
-                "malformed_lines": self.stats.malformed_lines,
-                "start_ms": self.stats.start_ms,
-                "end_ms": self.stats.end_ms,
-            },
-            "groups": dict(sorted(groups.items())),
-        }
+        return groups
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json of a single run as a dict."""
+        return _summary_of(self.stats, self._group_entries())
+
+    def summaries(self) -> dict[str, dict[str, Any]]:
+        """summary.json of every run (by run prefix), names unqualified, from one set of Spark jobs."""
+        assert self.runs is not None, "summaries() is for an analysis of many runs"
+        per_run: dict[str, dict[str, dict[str, Any]]] = {prefix: {} for prefix in self.runs}
+        for name, entry in self._group_entries().items():
+            prefix = name[: name.index(RUN_SEP) + 1]
+            entry["topics"] = sorted(t.removeprefix(prefix) for t in entry["topics"])
+            for change in entry["convergence"]:
+                change["cause"] = change["cause"].replace(prefix, "")
+            per_run[prefix][name.removeprefix(prefix)] = entry
+        return {prefix: _summary_of(self.runs[prefix], groups) for prefix, groups in per_run.items()}
+
+
+def _summary_of(stats: RunStats, groups: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "run": {
+            "events": stats.events,
+            "malformed_lines": stats.malformed_lines,
+            "start_ms": stats.start_ms,
+            "end_ms": stats.end_ms,
+        },
+        "groups": dict(sorted(groups.items())),
+    }

@@ -20,12 +20,15 @@ from pipeline.contract import (
     CLIENT_NODE_EVENTS,
     CLOSING_ACTIONS,
     CONSUMER_GROUP_EVENTS,
+    MEMBERS_EVENT,
     ORDERLY,
     UNPAUSING_ACTIONS,
     cause_text,
     has_type,
     join_causes,
+    members_digest,
     queue_key,
+    rebalance_members,
     required_fields,
     verdict,
 )
@@ -80,6 +83,8 @@ def parse_line(text: str) -> dict[str, Any] | None:
     for name, ftype in required_fields(rec).items():
         if name not in rec or not has_type(rec[name], ftype):
             return None
+    if rec["event"] == MEMBERS_EVENT and rebalance_members(rec) is None:
+        return None
     return rec
 
 
@@ -203,7 +208,7 @@ class RunModel:
         self.deaths = _Timeline()  # key client: consumer_stopped, kill/stop of its node
         self.pauses = _Timeline()  # key node
         self.unpauses = _Timeline()  # key node
-        self.rebalances = _Timeline()  # key (group, client, topic), payload set(cid_all)
+        self.rebalances = _Timeline()  # key (group, client, topic), payload: digest of the member set
         for seq, e in enumerate(self.events):
             ev = e.event
             if ev == "consumer_started":
@@ -221,13 +226,22 @@ class RunModel:
                     self.unpauses.add(target, e.ts, seq)
             elif ev == "rebalance":
                 key = (e.get("group"), e.get("client_id"), e.get("topic"))
-                self.rebalances.add(key, e.ts, seq, frozenset(e.get("cid_all")))
+                self.rebalances.add(key, e.ts, seq, rebalance_members(e.rec))
 
     def is_live(self, group: str, client: str, t: int) -> bool:
         started = self.starts.latest((group, client), t)
         if started is None:
             return False
         return not self.deaths.any_after(client, started[0], t)
+
+    def liveness_times(self, group: str) -> set[int]:
+        """Times at which the live set of the group may change (its starts and its clients' deaths)."""
+        times: set[int] = set()
+        for (g, c), starts in self.starts.ts.items():
+            if g == group:
+                times.update(starts)
+                times.update(self.deaths.ts.get(c, ()))
+        return times
 
     def live_set(self, group: str, t: int) -> frozenset[str]:
         return frozenset(c for (g, c) in self.starts.ts if g == group and self.is_live(g, c, t))
@@ -298,12 +312,18 @@ class RunModel:
         if not adds:
             return 0
         t0 = min(adds)
+        liveness = self.liveness_times(group)
         total = 0
         for queue in self.universe[group]:
             ivs = self.intervals_by_queue.get((group, *queue), [])
-            bounds = sorted({t0, self.run_end} | {x for iv in ivs for x in (iv.start, iv.end)})
+            bounds = sorted({t0, self.run_end} | liveness | {x for iv in ivs for x in (iv.start, iv.end)})
             for a, b in itertools.pairwise(bounds):
-                if t0 <= a and b <= self.run_end and not any(iv.start <= a < iv.end for iv in ivs):
+                if (
+                    t0 <= a
+                    and b <= self.run_end
+                    and not any(iv.start <= a < iv.end for iv in ivs)
+                    and self.live_set(group, a)
+                ):
                     total += b - a
         return total
 
@@ -389,16 +409,19 @@ class RunModel:
 
     def _converged(self, group: str, t: int) -> bool:
         live = self.live_set(group, t)
+        if not live:
+            return True  # an empty group has nothing to rebalance
         for queue in self.universe[group]:
             opened = self.open_intervals(group, queue, t)
             if len(opened) != 1 or opened[0].client not in live:
                 return False
+        live_digest = members_digest(live)
         for client in live:
             if self.client_paused(client, t):
                 continue
             for topic in self.group_topics[group]:
                 latest = self.rebalances.latest((group, client, topic), t)
-                if latest is None or latest[1] != live:
+                if latest is None or latest[1] != live_digest:
                     return False
         return True
 
@@ -418,7 +441,7 @@ class RunModel:
         entries = []
         for t0, causes in sorted(self.change_points(group).items()):
             i = bisect.bisect_right(self.event_times, t0)
-            later = [t for t in self.event_times[i:] if t < self.run_end]
+            later = self.event_times[i:]  # up to and including run_end
             found = next((t for t in [t0, *later] if self.converged(group, t)), None)
             entries.append(
                 {

@@ -124,9 +124,19 @@ class SparkHandle:
 
 
 def start_spark(
-    master: str = DEFAULT_MASTER, *, app_name: str = "rmq-analyze", conf: dict[str, str] | None = None
+    master: str | None = DEFAULT_MASTER,
+    *,
+    app_name: str = "rmq-analyze",
+    conf: dict[str, str] | None = None,
 ) -> SparkHandle:
-    """The active session when there is one (tests share one), else a new quiet session on `master`."""
+    """The active session when there is one (tests share one), else a new quiet session on `master`.
+
+    `master` None: the master spark-submit was given when spark-submit started this driver (it sets
+    PYSPARK_GATEWAY_PORT for the driver it launches), else local mode.
+    """
+    submitted = master is None and "PYSPARK_GATEWAY_PORT" in os.environ
+    if master is None and not submitted:
+        master = DEFAULT_MASTER
     problem = spark_problem()
     if problem:
         raise SparkUnavailable(problem)
@@ -142,17 +152,20 @@ def start_spark(
     os.environ["SPARK_CONF_DIR"] = conf_dir
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if master.startswith("local"):
+    if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    settings = default_conf(master)
+    settings = default_conf(master or "")
     settings.update(conf or {})
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
     except Exception as exc:  # the JVM failed to start: report it, never a traceback
         shutil.rmtree(conf_dir, ignore_errors=True)
-        raise SparkUnavailable(f"Spark did not start on master {master!r}: {exc}") from exc
+        where = "the master spark-submit was given" if master is None else f"master {master!r}"
+        raise SparkUnavailable(f"Spark did not start on {where}: {exc}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     return SparkHandle(spark, owned=True, conf_dir=conf_dir)

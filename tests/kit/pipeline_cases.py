@@ -9,6 +9,7 @@ change times move by the shift).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Callable
@@ -16,6 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CONSUMER = "consumer"
+
+
+def sha256_members(ids: list[str]) -> str:
+    """cid_all_digest written out from EVENTS.md's words (not with the pipeline's helper)."""
+    text = "\n".join(sorted(set(ids)))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class Builder:
@@ -72,11 +79,16 @@ class Builder:
 
     def rebalance(
         self, ts: int, node: str, client: str, cid_all: list[str], allocated: list[str], group: str = "g",
-        topic: str = "T",
+        topic: str = "T", digest_of: list[str] | None = None, with_list: bool = True,
     ) -> None:  # fmt: skip
+        """A rebalance line; `digest_of` adds a cid_all_digest of those ids, `with_list=False` drops
+        cid_all (a large group's line)."""
+        members: dict[str, Any] = {"cid_all": cid_all} if with_list else {}
+        if digest_of is not None:
+            members["cid_all_digest"] = sha256_members([self.n(c) for c in digest_of])
         self.ev(
             f"{node}.jsonl", ts, "rebalance", node, CONSUMER, group=group, client_id=client, topic=topic,
-            strategy="AVG", cid_all=cid_all, allocated=allocated, changed=True,
+            strategy="AVG", allocated=allocated, changed=True, **members,
         )  # fmt: skip
 
     def added(
@@ -278,9 +290,9 @@ def _dead_line(b: Builder) -> None:
 @case(
     "graceful_and_nemesis_stop", 300,
     # c2 writes consumer_stopped at 100 (no mq_removed): b:1 [20,100). c1 takes b:1 at 120.
-    # nemesis stop of n1 at 200 closes c1's b:0 [20,200) and b:1 [120,200). run_end 300, T0 = 20:
-    # b:0 unowned [200,300) = 100; b:1 unowned [100,120) + [200,300) = 120 -> orphan 220.
-    groups={"g": dict(orphan_ms=220, overlap_ms=0, verdict="ok")},
+    # nemesis stop of n1 at 200 closes c1's b:0 [20,200) and b:1 [120,200). run_end 300, T0 = 20.
+    # Nobody is live after 200, so only b:1's [100,120) counts (c1 live) -> orphan 20.
+    groups={"g": dict(orphan_ms=20, overlap_ms=0, verdict="ok")},
     # Both starts at 10 make one entry -> whole at 20 (10 ms); consumer_stopped at 100 -> at 120 c1 owns
     # both queues and rebalanced with [c1] -> 20 ms. A nemesis stop is not a change point.
     convergence={"g": [(10, True, 10), (100, True, 20)]},
@@ -480,11 +492,12 @@ def _universe(b: Builder) -> None:
 @case(
     "restart_on_the_same_node", 200,
     # c1 on n1 killed at 100; the chaos runner's start (ignored action) at 110; c1b starts on n1 at 120
-    # and takes b:0 at 130 -> orphan [100,130) = 30. Kills of n9 (no client of g) and of a broker node
-    # are not change points.
-    groups={"g": dict(orphan_ms=30, verdict="ok")},
-    # start c1 at 10 -> 20 (10 ms); kill n1 at 100 -> 130 (30 ms); start c1b at 120 -> 130 (10 ms)
-    convergence={"g": [(10, True, 10), (100, True, 30), (120, True, 10)]},
+    # and takes b:0 at 130. b:0 is unowned [100,130), but nobody is live in [100,120) -> orphan
+    # [120,130) = 10. Kills of n9 (no client of g) and of a broker node are not change points.
+    groups={"g": dict(orphan_ms=10, verdict="ok")},
+    # start c1 at 10 -> 20 (10 ms); kill n1 at 100: the group is empty then -> 0 ms; start c1b at 120
+    # -> 130 (10 ms)
+    convergence={"g": [(10, True, 10), (100, True, 0), (120, True, 10)]},
 )  # fmt: skip
 def _restart(b: Builder) -> None:
     b.started(10, "n1", "c1")
@@ -504,11 +517,11 @@ def _restart(b: Builder) -> None:
 @case(
     "same_client_id_started_again", 100,
     # c1 stops at 50 (closing [20,50)) and starts again with the same id at 60; it takes b:0 at 70.
-    # orphan [50,70) = 20.
-    groups={"g": dict(orphan_ms=20, verdict="ok")},
-    # start at 10 -> 20 (10 ms). stop at 50: nobody owns b:0 until 70 -> 20 ms. start at 60: live [c1]
-    # and its latest rebalance (at 20) says [c1], but b:0 is unowned until 70 -> 10 ms.
-    convergence={"g": [(10, True, 10), (50, True, 20), (60, True, 10)]},
+    # b:0 is unowned [50,70), with somebody live only in [60,70) -> orphan 10.
+    groups={"g": dict(orphan_ms=10, verdict="ok")},
+    # start at 10 -> 20 (10 ms). stop at 50: the group is empty -> 0 ms. start at 60: live [c1] and its
+    # latest rebalance (at 20) says [c1], but b:0 is unowned until 70 -> 10 ms.
+    convergence={"g": [(10, True, 10), (50, True, 0), (60, True, 10)]},
 )  # fmt: skip
 def _same_id(b: Builder) -> None:
     b.started(10, "n1", "c1")
@@ -518,6 +531,105 @@ def _same_id(b: Builder) -> None:
     b.stopped(50, "n1", "c1")
     b.started(60, "n1", "c1")
     b.added(70, "n1", "c1", "b:0")
+
+
+@case(
+    "graceful_end_empty_group", 101,
+    # c1 and c2 own b:0 and b:1 from 20; c1 stops at 100, c2 at 101 (run_end). T0 = 20.
+    # b:0 unowned [100,101) while c2 is live -> orphan 1; b:1 c2's until 101 -> 0.
+    groups={"g": dict(orphan_ms=1, overlap_ms=0, verdict="ok")},
+    # starts at 10 -> whole at 20 (10 ms). stop c1 at 100: b:0 has no owner; at 101 = run_end nobody is
+    # live, an empty group is converged, and the search reaches run_end -> 1 ms. stop c2 at 101: empty
+    # at once -> 0 ms. (Before the amendment both entries failed.)
+    convergence={"g": [(10, True, 10), (100, True, 1), (101, True, 0)]},
+)  # fmt: skip
+def _graceful_end(b: Builder) -> None:
+    b.started(10, "n1", "c1")
+    b.started(10, "n2", "c2")
+    b.route(10, "n1", "c1", ["b:0", "b:1"])
+    b.rebalance(20, "n1", "c1", ["c1", "c2"], ["b:0"])
+    b.added(20, "n1", "c1", "b:0")
+    b.rebalance(20, "n2", "c2", ["c1", "c2"], ["b:1"])
+    b.added(20, "n2", "c2", "b:1")
+    b.removed(100, "n1", "c1", "b:0")
+    b.stopped(100, "n1", "c1")
+    b.stopped(101, "n2", "c2")
+
+
+@case(
+    "orphan_only_while_someone_is_live", 300,
+    # Two groups on one topic. g: c1 owns b:0 [20,100), killed at 100; c3 starts at 200 and owns b:0
+    # from 250. b:0 unowned [100,250), someone live only from 200 -> orphan 50. h: c2 is live the whole
+    # time but in another group: it does not make g's time count.
+    groups={"g": dict(orphan_ms=50, verdict="ok"), "h": dict(orphan_ms=0, verdict="ok")},
+    # g: start c1 at 10 -> 20; kill n1 at 100, empty -> 0; start c3 at 200 -> 250 (50 ms).
+    convergence={"g": [(10, True, 10), (100, True, 0), (200, True, 50)], "h": [(10, True, 20)]},
+)  # fmt: skip
+def _orphan_live(b: Builder) -> None:
+    b.started(10, "n1", "c1")
+    b.route(10, "n1", "c1", ["b:0"])
+    b.started(10, "n2", "c2", group="h")
+    b.rebalance(20, "n1", "c1", ["c1"], ["b:0"])
+    b.added(20, "n1", "c1", "b:0")
+    b.rebalance(30, "n2", "c2", ["c2"], ["b:0"], group="h")
+    b.added(30, "n2", "c2", "b:0", group="h")
+    b.nemesis(100, "kill", "n1")
+    b.started(200, "n3", "c3")
+    b.rebalance(250, "n3", "c3", ["c3"], ["b:0"])
+    b.added(250, "n3", "c3", "b:0")
+
+
+@case(
+    "cid_all_digest", 200,
+    # c1 and c2 start at 10 and own b:0 / b:1 from 20 (orphan 0). Their member sets:
+    # c1 at 20: digest of [c1, c2] and no cid_all -> right. c2 at 20: digest of [c2] -> wrong.
+    # c2 at 30: digest of [c2, c1, c2] (distinct, sorted -> same as [c1, c2]) -> right.
+    # c3 starts at 50; c1 at 60: cid_all [c1, c2, c3] plus a wrong digest -> cid_all wins, right;
+    # c2 at 60 and c3 at 70: digest of [c1, c2, c3] -> right; c3 owns nothing but the queues are
+    # owned once each. Lines with a bad digest (upper case, 63 characters, not a string) or neither
+    # field are malformed and change nothing.
+    groups={"g": dict(orphan_ms=0, overlap_ms=0, verdict="ok")},
+    # start c1, c2 at 10 -> whole at 30 (20 ms); start c3 at 50 -> 70 (20 ms)
+    convergence={"g": [(10, True, 20), (50, True, 20)]},
+    # 2 starts, 1 route, 7 good rebalances, 2 mq_added, 1 start + the end line = 14; 4 malformed.
+    run=dict(events=14, malformed_lines=4, start_ms=10, end_ms=200),
+)  # fmt: skip
+def _digest(b: Builder) -> None:
+    b.started(10, "n1", "c1")
+    b.started(10, "n2", "c2")
+    b.route(10, "n1", "c1", ["b:0", "b:1"])
+    b.rebalance(20, "n1", "c1", [], ["b:0"], digest_of=["c1", "c2"], with_list=False)
+    b.added(20, "n1", "c1", "b:0")
+    b.rebalance(20, "n2", "c2", [], ["b:1"], digest_of=["c2"], with_list=False)
+    b.added(20, "n2", "c2", "b:1")
+    b.rebalance(30, "n2", "c2", [], ["b:1"], digest_of=["c2", "c1", "c2"], with_list=False)
+    b.started(50, "n3", "c3")
+    b.rebalance(60, "n1", "c1", ["c1", "c2", "c3"], ["b:0"], digest_of=["c1"])
+    b.rebalance(60, "n2", "c2", [], ["b:1"], digest_of=["c1", "c2", "c3"], with_list=False)
+    b.rebalance(65, "n3", "c3", ["c3"], [])  # wrong, then put right at 70
+    b.rebalance(70, "n3", "c3", [], [], digest_of=["c3", "c2", "c1"], with_list=False)
+    good = sha256_members([b.n(c) for c in ("c1", "c2", "c3")])
+    fields = {"ts_ms": b.t(80), "event": "rebalance", "node": b.n("n1"), "role": CONSUMER,
+              "group": b.n("g"), "client_id": b.n("c1"), "topic": b.n("T"), "strategy": "AVG",
+              "allocated": [], "changed": True}  # fmt: skip
+    for bad in ({"cid_all_digest": good.upper()}, {"cid_all_digest": good[1:]}, {"cid_all_digest": 7}, {}):
+        b.raw("n1.jsonl", json.dumps({**fields, **bad}))
+
+
+@case(
+    "omitted_repeat_rebalances", 200,
+    # c1 and c2 rebalance with [c1, c2] at 20 and then leave out every identical later round. c3 starts
+    # at 50 and stops at 55 before anyone rebalances (it never owned anything) -> orphan 0.
+    groups={"g": dict(orphan_ms=0, verdict="ok")},
+    # start c1 at 10 -> 20 (10 ms), c2 at 11 -> 20 (9 ms). start c3 at 50: c3 has no rebalance -> not
+    # converged until it stops at 55, when the live set is [c1, c2] again and the latest lines (at 20)
+    # still say so -> 5 ms. stop c3 at 55 -> 0 ms.
+    convergence={"g": [(10, True, 10), (11, True, 9), (50, True, 5), (55, True, 0)]},
+)  # fmt: skip
+def _omitted(b: Builder) -> None:
+    _two_owners(b)
+    b.started(50, "n3", "c3")
+    b.stopped(55, "n3", "c3")
 
 
 MALFORMED = [

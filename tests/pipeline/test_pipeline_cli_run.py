@@ -3,6 +3,7 @@ verdict failed, 2 usage or input errors), the Parquet copy, and a clear message 
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from kit.handmade import EXPECTED_GROUP, RUN
 from pipeline.__main__ import main
 from pipeline.availability_reference import summarize_run
 from pipeline.reference import summarize_run as contract_summary
-from pipeline.synth import realistic_run, write_run
+from pipeline.synth import chaotic_run, realistic_run, write_run
 
 
 @pytest.mark.spark
@@ -142,3 +143,48 @@ def test_module_entry_point_help() -> None:
         [sys.executable, "-m", "pipeline", "--help"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and "--master" in done.stdout and "ingest" in done.stdout
+
+
+@pytest.mark.spark
+def test_a_root_of_runs_in_one_application(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "sweep"
+    for i, consumers in enumerate((3, 4)):
+        run_dir = root / "2026" / f"run-{i}"
+        realistic_run(run_dir, events=2_500, seed=30 + i, consumers=consumers, loss_every=0 if i else 97)
+        manifest = {"name": "sweep", "seed": 30 + i, "params": {"consumers": consumers, "strategy": "AVG"}}
+        (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    write_run(root / "loose", chaotic_run(31, scenarios=3))  # no manifest: its *.jsonl files make it a run
+    (root / "broken").mkdir()
+    (root / "broken" / "manifest.json").write_text("{not json")
+    (root / "broken" / "x.jsonl").write_text('{"ts_ms": 1, "event": "log", "node": "n", "role": "broker"}\n')
+    out = tmp_path / "out"
+    assert main([str(root), "--out", str(out)]) == 1  # run-0 loses messages, and one run is skipped
+    captured = capsys.readouterr()
+    assert "skipping run 'broken': manifest.json is not valid JSON" in captured.err
+    for stage in (
+        "3 run(s) found, 1 skipped",
+        "read events: 3 runs",
+        "metrics",
+        "plot data",
+        "write outputs",
+    ):
+        assert stage in captured.err
+    assert "2026/run-0: FAIL (g-concurrent)" in captured.out and "2026/run-1: OK" in captured.out
+    for rel in ("2026/run-0", "2026/run-1", "loose"):
+        assert json.loads((out / rel / "summary.json").read_text()) == contract_summary(root / rel), rel
+        assert "data:image/png;base64," in (out / rel / "report.html").read_text()
+    with open(out / "runs.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {(r["run"], r["group"]) for r in rows if r["run"].startswith("2026")} == {
+        (f"2026/run-{i}", g) for i in (0, 1) for g in ("g-concurrent", "g-orderly")
+    }
+    first = next(r for r in rows if r["run"] == "2026/run-0" and r["group"] == "g-concurrent")
+    assert first["experiment"] == "sweep" and first["seed"] == "30" and first["param.consumers"] == "3"
+    assert int(first["lost"]) > 0 and first["verdict"] == "fail"
+    table = spark.read.parquet(str(out / "runs.parquet"))
+    assert table.count() == len(rows) and dict(table.dtypes)["lost"] == "bigint"
+    index = (out / "index.html").read_text()
+    assert "href='2026/run-1/report.html'" in index and "broken" in index
+    assert "lost by consumers" in index  # the metric plotted against the parameter that varies

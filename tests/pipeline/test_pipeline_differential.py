@@ -41,6 +41,8 @@ def test_spark_agrees_with_the_reference_on_random_runs(spark: Any, tmp_path: Pa
     files = merge_runs(*(chaotic_run(seed, scenarios=12, prefix=f"r{seed}-") for seed in SEEDS))
     run_dir = write_run(tmp_path / "run", files)
     spark_summary, reference = analyse(spark, run_dir), summarize_run(run_dir)
+    lines = [text for texts in files.values() for text in texts]
+    assert any('"cid_all_digest"' in text and '"cid_all"' not in text for text in lines)  # large groups
     assert len(reference["groups"]) == 12 * len(SEEDS)
     assert reference["run"]["malformed_lines"] > 0  # the generator does damage lines
     converged = [c["converged"] for g in reference["groups"].values() for c in g["convergence"]]

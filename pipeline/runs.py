@@ -1,0 +1,399 @@
+"""Many runs in one Spark application: every run's summary from one set of jobs (the run is part of
+every key, see `pipeline.ingest.RUN_SEP`), the plot data of every run in one pass, a table of every run
+and group (Parquet and CSV) and an index page that compares runs."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import math
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.contract import GROUP_METRICS
+from pipeline.discover import BadRun, RunDir
+from pipeline.ingest import RUN_SEP, load_json_runs, run_prefix
+from pipeline.metrics import Analysis
+from pipeline.report import PlotData, pick_bucket_ms
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipeline.session import Progress
+
+RUNS_TABLE = "runs"  # runs.parquet/ and runs.csv
+INDEX = "index.html"
+# Columns of the runs table besides the parameters and the metrics.
+CONVERGENCE_COLUMNS = ("changes", "not_converged", "max_convergence_ms")
+
+
+@dataclass
+class RootResult:
+    """What one analysis of a root of runs produced."""
+
+    runs: list[RunDir]
+    bad: list[BadRun]
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # by run's relative path
+    plot_data: dict[str, PlotData] = field(default_factory=dict)
+
+
+def experiment_of(manifest: dict[str, Any]) -> tuple[str | None, Any, dict[str, Any]]:
+    """(experiment name, seed, parameters) of a run's manifest: the parameters are the scalar values of
+    its `params` (a sweep's), else of its `experiment` table, flattened with dotted names."""
+    name = manifest.get("name")
+    exp = manifest.get("experiment") if isinstance(manifest.get("experiment"), dict) else {}
+    if name is None:
+        name = exp.get("name")
+    seed = manifest.get("seed", exp.get("seed"))
+    source = manifest.get("params") if isinstance(manifest.get("params"), dict) else exp
+    params: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{prefix}{key}.", item)
+        elif isinstance(value, bool | int | float | str) and prefix[:-1] not in ("name", "seed"):
+            params[prefix[:-1]] = value
+
+    walk("", source)
+    return (None if name is None else str(name)), seed, params
+
+
+def analyse_runs(
+    spark: SparkSession,
+    runs: list[RunDir],
+    bad: list[BadRun],
+    *,
+    plots: bool = True,
+    progress: Progress | None = None,
+) -> RootResult:
+    """Analyse every run in one Spark application; one set of jobs for all of them."""
+    result = RootResult(runs, bad)
+    if not runs:
+        return result
+
+    def stage(name: str) -> Any:
+        from contextlib import nullcontext
+
+        return progress.stage(name) if progress is not None else nullcontext({})
+
+    with stage("read events") as info:
+        loaded = load_json_runs(spark, runs)
+        info["info"] = (
+            f"{len(runs)} runs, {sum(s.events for s in loaded.stats.values())} events, "
+            f"{sum(s.malformed_lines for s in loaded.stats.values())} malformed lines"
+        )
+    analysis = Analysis(loaded.events, next(iter(loaded.stats.values())), runs=loaded.stats)
+    try:
+        with stage("metrics") as info:
+            by_prefix = analysis.summaries()
+            info["info"] = f"{sum(len(s['groups']) for s in by_prefix.values())} group(s) in {len(runs)} runs"
+        result.summaries = {run.rel: by_prefix[run_prefix(i)] for i, run in enumerate(runs)}
+        if plots:
+            with stage("plot data"):
+                data = collect_plot_data_of_runs(analysis, loaded.stats)
+            result.plot_data = {run.rel: data[run_prefix(i)] for i, run in enumerate(runs)}
+    finally:
+        analysis.close()
+        loaded.release()
+    return result
+
+
+def _split(name: str) -> tuple[str, str]:
+    """(run prefix, name) of a qualified name."""
+    cut = name.index(RUN_SEP) + 1
+    return name[:cut], name[cut:]
+
+
+def collect_plot_data_of_runs(
+    analysis: Analysis, stats: dict[str, Any], max_intervals: int = 20_000
+) -> dict[str, PlotData]:
+    """The report's plot data of every run, from one aggregate per kind of picture (buckets are per run,
+    as the single-run report chooses them)."""
+    import pyspark.sql.functions as F
+
+    spark = analysis.ev.sparkSession
+    t = analysis.t
+    buckets = {p: pick_bucket_ms((s.end_ms or 0) - (s.start_ms or 0)) for p, s in stats.items()}
+    out = {p: PlotData(s.start_ms or 0, s.end_ms or 0, buckets[p]) for p, s in stats.items()}
+    table = spark.createDataFrame(
+        [(p, s.start_ms or 0, buckets[p]) for p, s in stats.items()], "_rp string, _start bigint, _bms bigint"
+    )
+
+    def with_bucket(df: Any, name_col: str) -> Any:
+        prefix = F.concat(F.substring_index(F.col(name_col), RUN_SEP, 1), F.lit(RUN_SEP)).alias("_rp")
+        joined = df.select("*", prefix).join(F.broadcast(table), "_rp")
+        return joined.withColumn(
+            "bucket", F.floor((F.col("ts_ms") - F.col("_start")) / F.col("_bms")).cast("long")
+        )
+
+    node_of = t.client_nodes.groupBy("client_id").agg(F.min("node").alias("node"))
+    for r in (
+        t.intervals.join(node_of, "client_id", "left")
+        .select("group", "client_id", "node", "topic", "queue", "start", "end")
+        .collect()
+    ):
+        prefix, group = _split(r["group"])
+        data = out[prefix]
+        if len(data.intervals) < max_intervals:
+            data.intervals.append(
+                {
+                    "group": group,
+                    "client_id": _split(r["client_id"])[1],
+                    "node": None if r["node"] is None else _split(r["node"])[1],
+                    "topic": _split(r["topic"])[1],
+                    "queue": r["queue"],
+                    "start": r["start"],
+                    "end": r["end"],
+                }
+            )
+    for data in out.values():
+        data.intervals.sort(key=lambda iv: iv["start"])
+    for r in (
+        analysis.ctl.where(F.col("event") == "nemesis")
+        .select("ts_ms", "action", "target")
+        .orderBy("ts_ms")
+        .collect()
+    ):
+        prefix, target = _split(r["target"])
+        if len(out[prefix].nemeses) < 2000:
+            out[prefix].nemeses.append({"ts_ms": r["ts_ms"], "action": r["action"], "target": target})
+    consumed = with_bucket(t.consumed.select("group", "client_id", "msg_id", "ts_ms"), "group")
+    for r in (
+        consumed.join(node_of, "client_id", "left")
+        .groupBy("group", F.coalesce("node", "client_id").alias("node"), "bucket")
+        .agg(F.count("*").alias("n"))
+        .collect()
+    ):
+        prefix, group = _split(r["group"])
+        out[prefix].rates.append(
+            {"group": group, "node": _split(r["node"])[1], "bucket": r["bucket"], "n": r["n"]}
+        )
+    # Duplicates per bucket = lines minus first deliveries in the bucket, as in the single-run report.
+    lines = consumed.groupBy("group", "bucket").agg(F.count("*").alias("lines"))
+    firsts = (
+        consumed.groupBy("group", "msg_id", "_bms", "_start")
+        .agg(F.min("ts_ms").alias("ts_ms"))
+        .select(
+            "group", F.floor((F.col("ts_ms") - F.col("_start")) / F.col("_bms")).cast("long").alias("bucket")
+        )
+        .groupBy("group", "bucket")
+        .agg(F.count("*").alias("firsts"))
+    )
+    for r in lines.join(firsts, ["group", "bucket"], "left").collect():
+        n = r["lines"] - (r["firsts"] or 0)
+        if n > 0:
+            prefix, group = _split(r["group"])
+            out[prefix].duplicates.append({"group": group, "bucket": r["bucket"], "n": n})
+    sent = with_bucket(analysis.ev.where(F.col("event") == "message_sent").select("topic", "ts_ms"), "topic")
+    for r in (
+        sent.join(F.broadcast(t.group_topics), "topic")
+        .groupBy("group", "bucket")
+        .agg(F.count("*").alias("n"))
+        .collect()
+    ):
+        prefix, group = _split(r["group"])
+        out[prefix].sends.append({"group": group, "bucket": r["bucket"], "n": r["n"]})
+    for r in analysis.orderly_groups().collect():
+        prefix, group = _split(r["group"])
+        out[prefix].orderly.add(group)
+    return out
+
+
+# -- the runs table ----------------------------------------------------------------------------------------
+
+
+def table_rows(result: RootResult) -> tuple[list[str], list[dict[str, Any]]]:
+    """(columns, rows) of the runs table: one row per run and group (a run without groups gets one row
+    with an empty group), with the run's experiment, seed, parameters, every metric and the verdict."""
+    params_seen: dict[str, None] = {}
+    rows: list[dict[str, Any]] = []
+    for run in result.runs:
+        experiment, seed, params = experiment_of(run.manifest)
+        for key in params:
+            params_seen.setdefault(f"param.{key}", None)
+        summary = result.summaries[run.rel]
+        base: dict[str, Any] = {
+            "run": run.rel,
+            "experiment": experiment,
+            "seed": None if seed is None else str(seed),
+            **{f"param.{k}": v for k, v in params.items()},
+            "events": summary["run"]["events"],
+            "malformed_lines": summary["run"]["malformed_lines"],
+        }
+        groups = summary["groups"] or {None: None}
+        for name, g in groups.items():
+            row = dict(base, group=name)
+            if g is not None:
+                conv = g["convergence"]
+                row.update({m: g[m] for m in GROUP_METRICS})
+                row["changes"] = len(conv)
+                row["not_converged"] = sum(1 for c in conv if not c["converged"])
+                row["max_convergence_ms"] = max(
+                    (c["convergence_ms"] for c in conv if c["converged"]), default=None
+                )
+                row["verdict"] = g["verdict"]
+            rows.append(row)
+    columns = [
+        "run", "experiment", "seed", *params_seen, "group", "events", "malformed_lines",
+        *GROUP_METRICS, *CONVERGENCE_COLUMNS, "verdict",
+    ]  # fmt: skip
+    return columns, [{c: row.get(c) for c in columns} for row in rows]
+
+
+def write_table(spark: SparkSession, columns: list[str], rows: list[dict[str, Any]], out: Path) -> None:
+    """runs.csv (one file) and runs.parquet (a Spark folder, readable by any Parquet reader)."""
+    with open(out / f"{RUNS_TABLE}.csv", "w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    def kind(column: str) -> Any:
+        values = [r[column] for r in rows if r[column] is not None]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return LongType()
+        return StringType()
+
+    schema = StructType([StructField(c, kind(c)) for c in columns])
+    typed = [
+        tuple(
+            r[c] if isinstance(schema[c].dataType, LongType) or r[c] is None else str(r[c]) for c in columns
+        )
+        for r in rows
+    ]
+    frame = spark.createDataFrame(typed, schema)
+    frame.coalesce(1).write.mode("overwrite").parquet(os.fspath(out / f"{RUNS_TABLE}.parquet"))
+
+
+# -- index.html --------------------------------------------------------------------------------------------
+
+_SORT_JS = """
+document.querySelectorAll('th').forEach((th, i) => th.addEventListener('click', () => {
+  const body = th.closest('table').tBodies[0];
+  const asc = th.dataset.dir !== 'asc'; th.dataset.dir = asc ? 'asc' : 'desc';
+  const key = r => { const t = r.cells[i].textContent; const n = parseFloat(t);
+                     return t !== '' && !isNaN(n) && isFinite(t) ? n : t; };
+  [...body.rows].sort((a, b) => { const x = key(a), y = key(b);
+    return (x < y ? -1 : x > y ? 1 : 0) * (asc ? 1 : -1); }).forEach(r => body.appendChild(r));
+}));
+"""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def metric_plots(columns: list[str], rows: list[dict[str, Any]], limit: int = 24) -> list[tuple[str, str]]:
+    """(title, png) per metric and experiment parameter that varies across runs: the metric of every
+    group of every run against the parameter (numbers on an axis, other values as categories). Without
+    a varying parameter, each metric by run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline.report import _png
+
+    params = [c for c in columns if c.startswith("param.") and len({str(r[c]) for r in rows}) > 1]
+    metrics = [m for m in (*GROUP_METRICS, "max_convergence_ms") if any(r[m] for r in rows)]
+    by = params or ["run"]
+    plots: list[tuple[str, str]] = []
+    for metric in metrics:
+        for param in by:
+            if len(plots) >= limit:
+                return plots
+            points = [(r[param], r[metric], r["group"]) for r in rows if r[metric] is not None]
+            fig, ax = plt.subplots(figsize=(5.5, 3.2))
+            series: dict[Any, list[tuple[Any, Any]]] = defaultdict(list)
+            numeric = all(_is_number(x) for x, _, _ in points)
+            cats = sorted({str(x) for x, _, _ in points})
+            for x, y, group in points:
+                series[group].append((x if numeric else cats.index(str(x)), y))
+            for group, xy in sorted(series.items(), key=lambda kv: str(kv[0])):
+                ax.scatter([p[0] for p in xy], [p[1] for p in xy], s=14, label=str(group), alpha=0.75)
+            if not numeric:
+                ax.set_xticks(range(len(cats)), cats, rotation=45, ha="right", fontsize=7)
+            name = param.removeprefix("param.")
+            ax.set_xlabel(name)
+            ax.set_ylabel(metric)
+            ax.set_title(f"{metric} by {name}", fontsize=10)
+            if len(series) > 1:
+                ax.legend(fontsize=7)
+            plots.append((f"{metric} by {name}", _png(fig)))
+    return plots
+
+
+def render_index(result: RootResult, columns: list[str], rows: list[dict[str, Any]], title: str) -> str:
+    esc = html.escape
+    failed = sum(
+        1 for s in result.summaries.values() if any(g["verdict"] == "fail" for g in s["groups"].values())
+    )
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>{esc(title)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}th{cursor:pointer;background:#f4f4f4}"
+        ".ok{color:#060}.fail{color:#b00;font-weight:bold}img{border:1px solid #eee;margin:4px}</style>"
+        "</head><body>",
+        f"<h1>{esc(title)}</h1>",
+        f"<p>{len(result.runs)} runs analysed, {failed} with a failed verdict"
+        + (f", {len(result.bad)} skipped" if result.bad else "")
+        + ". Click a column to sort; each run's name links to its report.</p>",
+    ]
+    if result.bad:
+        parts.append("<h2>Skipped run directories</h2><ul>")
+        parts += [f"<li>{esc(b.rel)}: {esc(b.problem)}</li>" for b in result.bad]
+        parts.append("</ul>")
+    parts.append("<h2>Runs and groups</h2><table><thead><tr>")
+    parts += [f"<th>{esc(c.removeprefix('param.'))}</th>" for c in columns]
+    parts.append("</tr></thead><tbody>")
+    for row in rows:
+        cells = []
+        for c in columns:
+            value = row[c]
+            text = "" if value is None else esc(str(value))
+            if c == "run":
+                text = f"<a href='{esc(str(value))}/report.html'>{text}</a>"
+            cls = f" class='{value}'" if c == "verdict" and value else ""
+            cells.append(f"<td{cls}>{text}</td>")
+        parts.append("<tr>" + "".join(cells) + "</tr>")
+    parts.append("</tbody></table>")
+    plots = metric_plots(columns, rows) if rows else []
+    if plots:
+        parts.append("<h2>Metrics by experiment parameter</h2>")
+        parts += [
+            f"<img alt='{esc(t)}' title='{esc(t)}' src='data:image/png;base64,{png}'>" for t, png in plots
+        ]
+    parts.append(f"<script>{_SORT_JS}</script></body></html>")
+    return "".join(parts)
+
+
+def write_outputs(
+    spark: SparkSession, result: RootResult, out: Path, *, reports: bool, title: str
+) -> dict[str, str]:
+    """Every run's summary.json (and report.html) under out/<run>, the runs table and index.html.
+    Returns the runs whose report could not be written, with why (their summaries are written)."""
+    from pipeline.report import write_report
+
+    failures: dict[str, str] = {}
+    for run in result.runs:
+        run_out = out / run.rel
+        run_out.mkdir(parents=True, exist_ok=True)
+        summary = result.summaries[run.rel]
+        (run_out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        if reports:
+            try:
+                write_report(
+                    run_out / "report.html", summary, result.plot_data.get(run.rel), f"Run {run.rel}"
+                )
+            except (OSError, ValueError) as exc:
+                failures[run.rel] = f"report.html not written: {exc}"
+    columns, rows = table_rows(result)
+    write_table(spark, columns, rows, out)
+    (out / INDEX).write_text(render_index(result, columns, rows, title), encoding="utf-8")
+    return failures

@@ -1,0 +1,132 @@
+"""rmq-analyze on a real standalone Spark cluster: a master and a worker started from the installed
+pyspark on 127.0.0.1, the analysis submitted to it with --master spark://..., on one run and on a root
+of runs; the summaries must equal local mode's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kit.pipeline import analyse
+
+from pipeline.discover import discover_runs
+from pipeline.runs import analyse_runs
+from pipeline.synth import chaotic_run, realistic_run, write_run
+
+pytestmark = pytest.mark.spark
+
+STARTUP_S = 240  # the machine may be busy: JVM starts are slow there
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _spark_env(tmp: Path) -> dict[str, str]:
+    import pyspark
+
+    home = str(Path(pyspark.__file__).parent)
+    env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp / "logs"))
+    env.pop("SPARK_CONF_DIR", None)
+    return env
+
+
+def _start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as fh:
+        return subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """spark://127.0.0.1:PORT of a standalone master with one worker (2 cores, 1 GiB)."""
+    import pyspark
+
+    tmp = tmp_path_factory.mktemp("spark-cluster")
+    env = _spark_env(tmp)
+    spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+    port, ui = _free_port(), _free_port()
+    master = _start(
+        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+         "--webui-port", str(ui)],
+        env, tmp / "master.log",
+    )  # fmt: skip
+    url = f"spark://127.0.0.1:{port}"
+    worker = _start(
+        [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "2",
+         "--memory", "1g", "--webui-port", str(_free_port()), "--work-dir", str(tmp / "work")],
+        env, tmp / "worker.log",
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while True:
+            for proc, name in ((master, "master"), (worker, "worker")):
+                if proc.poll() is not None:
+                    pytest.fail(f"the Spark {name} exited: {(tmp / f'{name}.log').read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as resp:
+                    state = json.load(resp)
+                if state.get("aliveworkers", 0) >= 1:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"no worker registered with the master within {STARTUP_S} s")
+            time.sleep(1)
+        yield url
+    finally:
+        _stop(worker)
+        _stop(master)
+
+
+def _rmq_analyze(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, RMQ_ANALYZE_DRIVER_MEMORY="1g")
+    env.pop("SPARK_CONF_DIR", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+def test_a_run_and_a_root_of_runs_on_a_standalone_cluster(spark: Any, cluster: str, tmp_path: Path) -> None:
+    run_dir = tmp_path / "one"
+    realistic_run(run_dir, events=1_500, seed=21, loss_every=97)
+    root = tmp_path / "root"
+    realistic_run(root / "a" / "r1", events=1_500, seed=22)
+    write_run(root / "a" / "r2", chaotic_run(23, scenarios=3))
+    (root / "b").mkdir()
+    (root / "b" / "manifest.json").write_text('{"name": "x", "seed": 1}')  # a run with no event files
+
+    single = _rmq_analyze(str(run_dir), "--master", cluster, "--out", str(tmp_path / "out1"), "--no-report")
+    assert single.returncode == 1, single.stderr  # loss_every loses messages: verdict fail
+    assert f"start spark: {cluster}" in single.stderr
+    many = _rmq_analyze(str(root), "--master", cluster, "--out", str(tmp_path / "out2"), "--no-report")
+    assert many.returncode == 1, many.stderr  # one skipped run
+    assert "skipping run 'b'" in many.stderr
+
+    # Local mode (the tests' session) on the same inputs.
+    assert json.loads((tmp_path / "out1" / "summary.json").read_text()) == analyse(spark, run_dir)
+    runs, bad = discover_runs(root)
+    local = analyse_runs(spark, runs, bad, plots=False).summaries
+    for rel in ("a/r1", "a/r2"):
+        assert json.loads((tmp_path / "out2" / rel / "summary.json").read_text()) == local[rel], rel

@@ -415,6 +415,10 @@ class ContainerCluster(LocalCluster):
             name,
             "--namesrv",
             "{namesrv}",
+            # The lab's admin client reaches the broker from the host across the run's own bridge network,
+            # never from the container's loopback.
+            "--admin-from",
+            "any",
         ]
         if durable:
             store = self.run_dir / "store" / name

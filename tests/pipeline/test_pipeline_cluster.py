@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from kit.pipeline import analyse
 
+from pipeline.availability_reference import summarize_run as full_summary
 from pipeline.discover import discover_runs
 from pipeline.runs import analyse_runs
 from pipeline.synth import chaotic_run, realistic_run, write_run
@@ -125,7 +126,15 @@ def test_a_run_and_a_root_of_runs_on_a_standalone_cluster(spark: Any, cluster: s
     assert "skipping run 'b'" in many.stderr
 
     # Local mode (the tests' session) on the same inputs.
-    assert json.loads((tmp_path / "out1" / "summary.json").read_text()) == analyse(spark, run_dir)
+    # A single run also gets the RocketMQ-time and unavailability additions (the reference twin of that
+    # path equals local mode's Spark output, tests/pipeline/test_pipeline_cli_run.py); no answer with
+    # --no-report.
+    single_summary = json.loads((tmp_path / "out1" / "summary.json").read_text())
+    assert single_summary.pop("answer") == []
+    assert single_summary == full_summary(run_dir)
+    assert {k: v for k, v in single_summary["run"].items() if k not in ("time_scale", "t0_ms")} == analyse(
+        spark, run_dir
+    )["run"]
     runs, bad = discover_runs(root)
     local = analyse_runs(spark, runs, bad, plots=False).summaries
     for rel in ("a/r1", "a/r2"):

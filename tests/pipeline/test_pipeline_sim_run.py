@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pipeline.__main__ import main
-from pipeline.reference import summarize_run
+from pipeline.availability_reference import summarize_run
 from sim.__main__ import resolve
 from sim.cluster import SimCluster
 
@@ -23,6 +23,7 @@ def test_a_simulated_run_is_analysed_like_a_real_one(spark: Any, tmp_path: Path)
     assert json.loads((run_dir / "manifest.json").read_text())["mode"] == "sim"
     assert main([str(run_dir)]) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
+    assert any("kill consumer-2" in line for line in summary.pop("answer"))
     assert summary == summarize_run(run_dir)
     group = summary["groups"]["GID_orders"]
     assert group["verdict"] == "ok" and group["lost"] == 0 and group["sent"] == 1500

@@ -616,15 +616,20 @@ def parse_error_spec(text: str) -> tuple[int, str]:
     return num, remark if sep else ""
 
 
-def load(path: str | Path) -> Experiment:
+def read_text(path: str | Path) -> str:
+    """An experiment file's text, or an ExperimentError naming why it cannot be read."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except OSError as e:
         raise ExperimentError(str(p), [(None, f"cannot read the file: {e.strerror or e}")]) from None
     except UnicodeDecodeError:
         raise ExperimentError(str(p), [(None, "the file is not UTF-8 text")]) from None
-    return parse(text, source=str(p), default_name=p.stem)
+
+
+def load(path: str | Path) -> Experiment:
+    p = Path(path)
+    return parse(read_text(p), source=str(p), default_name=p.stem)
 
 
 def parse(text: str, source: str = "<experiment>", default_name: str = "experiment") -> Experiment:

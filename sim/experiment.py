@@ -98,13 +98,7 @@ def _blank_sim_tables(text: str) -> str:
 
 def load(path: str | Path) -> SimExperiment:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ExperimentError(str(p), [(None, f"cannot read the file: {e.strerror or e}")]) from None
-    except UnicodeDecodeError:
-        raise ExperimentError(str(p), [(None, "the file is not UTF-8 text")]) from None
-    return parse(text, str(p), p.stem)
+    return parse(chaos_experiment.read_text(p), str(p), p.stem)
 
 
 def parse(text: str, source: str = "<experiment>", default_name: str = "experiment") -> SimExperiment:

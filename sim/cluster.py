@@ -331,6 +331,8 @@ class SimCluster:
         exp = self.exp
         self._t0 = self.loop.time()
         self._end_now = asyncio.Event()
+        # The experiment's t = 0, as the process lab writes it: reports count from here.
+        self.log.emit("schedule_started", time_scale=exp.time_scale, duration_s=exp.duration)
         schedule = self.sx.schedule()
         total = exp.wall(exp.duration)
         self.say(

@@ -128,11 +128,27 @@ class ConsumerBase:
             )
         self.state = GroupState(group, self.client_id, self.config, self.strategy, self.consume_type)
         self.rebalance_impl = self._build_rebalance_impl()
-        self.running = False
-        self.paused = False
 
     def _build_rebalance_impl(self) -> RebalanceImpl:
         return RebalanceImpl(self.state, self.api, self.pulls, self.offset_store, self.log, clock=self.clock)
+
+    @property
+    def running(self) -> bool:
+        """The consumer started and has not begun to stop (its GroupState's service state)."""
+        return self.state.running
+
+    @running.setter
+    def running(self, value: bool) -> None:
+        self.state.running = value
+
+    @property
+    def paused(self) -> bool:
+        """suspend() was called and resume() not yet: no pulls and no rebalance rounds."""
+        return self.state.paused
+
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        self.state.paused = value
 
     @property
     def consume_orderly(self) -> bool:
@@ -180,11 +196,6 @@ class ConsumerBase:
 
     def is_subscribe_topic_need_update(self, topic: str) -> bool:
         return self.state.is_subscribe_topic_need_update(topic)
-
-    async def do_rebalance(self) -> bool:
-        if self.paused or not self.running:
-            return False
-        return await self.rebalance_impl.do_rebalance(self.state.consume_orderly)
 
     async def persist_consumer_offset(self) -> None:
         mqs = set(self.state.process_queue_table)

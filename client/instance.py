@@ -2,8 +2,8 @@
 
 It owns the connections (one RemotingClient), the route and broker-address tables, the scheduled tasks
 of RocketMQ's MQClientInstance (route refresh every 30 s, heartbeats every 30 s, offset persistence every
-5 s), the RebalanceService and the PullMessageService, and answers NOTIFY_CONSUMER_IDS_CHANGED by waking
-the RebalanceService. Everything runs under one TaskGroup so shutdown cancels it as a unit.
+5 s), the RebalanceService (``client.rebalance``, which answers NOTIFY_CONSUMER_IDS_CHANGED) and the
+PullMessageService. Everything runs under one TaskGroup so shutdown cancels it as a unit.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from client.config import ClientConfig, ConsumerConfig
 from client.errors import MQClientError
 from client.ports import GroupApi
 from client.process_queue import PullRequest
+from client.rebalance import RebalanceImpl, RebalanceService
 from client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
 from client.scheduler import SingleThreadScheduler
 from protocol.acl import SessionCredentials
-from protocol.codes import RequestCode
-from protocol.command import RemotingCommand
 from protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
-from protocol.remoting import Connection, RemotingClient
+from protocol.remoting import RemotingClient
 from protocol.runtime import Clock, EventLog, SystemClock, TimerSet, build_client_id
 
 
@@ -42,7 +41,8 @@ class ConsumerInner(Protocol):
 
     def is_subscribe_topic_need_update(self, topic: str) -> bool: ...
 
-    async def do_rebalance(self) -> bool: ...
+    @property
+    def rebalance_impl(self) -> RebalanceImpl: ...
 
     async def persist_consumer_offset(self) -> None: ...
 
@@ -59,46 +59,6 @@ class ProducerInner(Protocol):
     def update_topic_publish_info(self, topic: str, info: TopicPublishInfo) -> None: ...
 
     def is_publish_topic_need_update(self, topic: str) -> bool: ...
-
-
-class RebalanceService:
-    """Runs doRebalance every ``wait_interval`` and whenever woken; wakeups during a round coalesce."""
-
-    def __init__(self, instance: MQClientInstance) -> None:
-        self.instance = instance
-        self._wakeup = asyncio.Event()
-        self.rounds = 0
-        # RocketMQ starts the clock at construction: the first round after start may wait minInterval (>=5.2)
-        self._last_rebalance = instance.clock.monotonic_ms()
-
-    def wakeup(self) -> None:
-        self._wakeup.set()
-
-    async def run(self) -> None:
-        cfg = self.instance.config
-        wait_ms = getattr(cfg, "rebalance_wait_interval", 20_000)
-        min_ms = getattr(cfg, "rebalance_min_interval", 1_000)
-        retry_5x = bool(getattr(cfg, "rebalance_retry_when_unbalanced", False))
-        clock = self.instance.clock
-        real_wait = cfg.seconds(wait_ms)
-        while True:
-            try:
-                async with asyncio.timeout(real_wait):
-                    await self._wakeup.wait()
-            except TimeoutError:
-                pass
-            self._wakeup.clear()
-            if retry_5x:
-                # >=5.2: rounds are never closer than minInterval; an unbalanced round retries after it
-                elapsed = clock.monotonic_ms() - self._last_rebalance
-                if elapsed < cfg.ms(min_ms):
-                    real_wait = (cfg.ms(min_ms) - elapsed) / 1000.0
-                    continue
-            balanced = await self.instance.do_rebalance()
-            self.rounds += 1
-            if retry_5x:
-                real_wait = cfg.seconds(wait_ms if balanced else min_ms)
-                self._last_rebalance = clock.monotonic_ms()
 
 
 class PullMessageService:
@@ -180,7 +140,9 @@ class MQClientInstance:
         self.producer_table: dict[str, ProducerInner] = {}
         self.topic_route_table: dict[str, TopicRouteData] = {}
         self.broker_addr_table: dict[str, dict[int, str]] = {}
-        self.rebalance_service = RebalanceService(self)
+        self.rebalance_service = RebalanceService(
+            config, self.clock, self.log, self.client_id, self.consumer_table, self.remoting
+        )
         self.scheduler = SingleThreadScheduler("MQClientFactoryScheduledThread", self.log)
         self.pull_service = PullMessageService(self)
         self._heartbeat_lock = asyncio.Lock()
@@ -192,7 +154,6 @@ class MQClientInstance:
         # defaultMQProducer (CLIENT_INNER_PRODUCER): the consumers' send-back fallback, made on first use
         self.inner_producer: Any = None
         self.inner_producer_lock = asyncio.Lock()
-        self.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify_consumer_ids_changed)
         if config.heartbeat_on_connect:
             self.remoting.on_connection_opened(self._on_channel_active)
 
@@ -311,19 +272,7 @@ class MQClientInstance:
                         "unregister client failed", broker=broker_name, broker_id=bid, error=repr(exc)
                     )
 
-    # -- notifications --------------------------------------------------------------------------------
-    async def _on_notify_consumer_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
-        group = cmd.ext.get("consumerGroup")
-        self.log.emit(
-            "notify_received",
-            client_id=self.client_id,
-            group=str(group) if group is not None else "",
-            broker_addr=conn.remote_addr,
-        )
-        # RocketMQ wakes the rebalance of every group of this instance, not only the notified one.
-        self.rebalance_service.wakeup()
-        return None
-
+    # -- rebalance -----------------------------------------------------------------------------------
     def rebalance_immediately(self) -> None:
         self.rebalance_service.wakeup()
 
@@ -333,19 +282,6 @@ class MQClientInstance:
             self.rebalance_service.wakeup()
 
         self.spawn(later(), "rebalance later")
-
-    async def do_rebalance(self) -> bool:
-        balanced = True
-        for group, consumer in list(self.consumer_table.items()):
-            try:
-                if not await consumer.do_rebalance():
-                    balanced = False
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.log.error("doRebalance failed", group=group, error=repr(exc))
-                balanced = False
-        return balanced
 
     async def persist_all_consumer_offset(self) -> None:
         for consumer in list(self.consumer_table.values()):

@@ -1,19 +1,24 @@
-"""RebalanceImpl for push and lite-pull consumers (RocketMQ's RebalanceImpl, RebalancePushImpl,
-RebalanceLitePullImpl): rebalanceByTopic for both message models, updateProcessQueueTableInRebalance,
-messageQueueChanged, truncateMessageQueueNotMyTopic, and the orderly lock / unlock calls.
+"""A client's rebalancing, from the broker's NOTIFY_CONSUMER_IDS_CHANGED to the PullRequests of new queues.
+
+``RebalanceService`` is RocketMQ's thread of that name: it answers the notification by waking up, and
+its round (MQClientInstance#doRebalance) runs each registered consumer's ``RebalanceImpl`` in turn.
+``RebalanceImpl`` / ``RebalancePushImpl`` / ``RebalanceLitePullImpl`` are RocketMQ's: rebalanceByTopic
+for both message models, updateProcessQueueTableInRebalance, messageQueueChanged,
+truncateMessageQueueNotMyTopic, and the orderly lock / unlock calls.
 
 The tables and decisions are the group's ``client.group_state.GroupState``; this module makes the broker
-calls they need through the ports of ``client.ports`` and writes the events the analysis reads
-(``rebalance``, ``mq_added``, ``mq_removed``, lock events).
+calls they need through the ports of ``client.ports``, hands new queues' PullRequests to the
+PullMessageService (the ``pulls`` port) and writes the events the analysis reads (``notify_received``,
+``rebalance``, ``mq_added``, ``mq_removed``, lock events).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
-from client.config import ConsumerConfig
+from client.config import ClientConfig, ConsumerConfig
 from client.errors import MQClientError
 from client.group_state import (
     DropReason,
@@ -27,7 +32,10 @@ from client.offset_store import ReadOffsetType
 from client.ports import EventSink, GroupApi, GroupOffsets, MessageQueueListener, PullDispatcher
 from client.process_queue import ProcessQueue, PullRequest
 from client.route import MASTER_ID
+from protocol.codes import RequestCode
+from protocol.command import RemotingCommand
 from protocol.model import MessageModel, MessageQueue, is_retry_topic
+from protocol.remoting import Connection, RemotingClient
 from protocol.runtime import Clock
 
 
@@ -44,6 +52,97 @@ def emit_queue_event(
         queue_id=mq.queue_id,
         **fields,
     )
+
+
+class RebalanceOwner(Protocol):
+    """A consumer registered in the client, as the RebalanceService's round sees it."""
+
+    @property
+    def rebalance_impl(self) -> RebalanceImpl: ...
+
+
+class RebalanceService:
+    """RocketMQ's RebalanceService: a round every ``rebalance_wait_interval`` and whenever woken (a
+    broker's NOTIFY_CONSUMER_IDS_CHANGED, a consumer's start); wakeups during a round coalesce.
+
+    ``consumers`` is the client's consumer table (group -> registered consumer), read at each round.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        clock: Clock,
+        events: EventSink,
+        client_id: str,
+        consumers: Mapping[str, RebalanceOwner],
+        remoting: RemotingClient,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.log = events
+        self.client_id = client_id
+        self.consumers = consumers
+        self._wakeup = asyncio.Event()
+        self.rounds = 0
+        # RocketMQ starts the clock at construction: the first round after start may wait minInterval (>=5.2)
+        self._last_rebalance = clock.monotonic_ms()
+        remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self.on_notify_consumer_ids_changed)
+
+    async def on_notify_consumer_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """ClientRemotingProcessor#notifyConsumerIdsChanged: rebalanceImmediately, nothing else."""
+        group = cmd.ext.get("consumerGroup")
+        self.log.emit(
+            "notify_received",
+            client_id=self.client_id,
+            group=str(group) if group is not None else "",
+            broker_addr=conn.remote_addr,
+        )
+        # RocketMQ wakes the rebalance of every group of this client, not only the notified one.
+        self.wakeup()
+        return None
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        cfg = self.config
+        wait_ms = getattr(cfg, "rebalance_wait_interval", 20_000)
+        min_ms = getattr(cfg, "rebalance_min_interval", 1_000)
+        retry_5x = bool(getattr(cfg, "rebalance_retry_when_unbalanced", False))
+        clock = self.clock
+        real_wait = cfg.seconds(wait_ms)
+        while True:
+            try:
+                async with asyncio.timeout(real_wait):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                pass
+            self._wakeup.clear()
+            if retry_5x:
+                # >=5.2: rounds are never closer than minInterval; an unbalanced round retries after it
+                elapsed = clock.monotonic_ms() - self._last_rebalance
+                if elapsed < cfg.ms(min_ms):
+                    real_wait = (cfg.ms(min_ms) - elapsed) / 1000.0
+                    continue
+            balanced = await self.do_rebalance()
+            self.rounds += 1
+            if retry_5x:
+                real_wait = cfg.seconds(wait_ms if balanced else min_ms)
+                self._last_rebalance = clock.monotonic_ms()
+
+    async def do_rebalance(self) -> bool:
+        """MQClientInstance#doRebalance: every registered consumer's rebalance, one after another."""
+        balanced = True
+        for group, consumer in list(self.consumers.items()):
+            try:
+                if not await consumer.rebalance_impl.try_rebalance():
+                    balanced = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.log.error("doRebalance failed", group=group, error=repr(exc))
+                balanced = False
+        return balanced
 
 
 class RebalanceImpl:
@@ -83,6 +182,16 @@ class RebalanceImpl:
         emit_queue_event(self.log, self.group, self.client_id, event, mq, **fields)
 
     # -- doRebalance ----------------------------------------------------------------------------------
+    async def try_rebalance(self) -> bool:
+        """The consumer's doRebalance as the round calls it: nothing while the consumer is suspended or
+        not running (unbalanced), nor for queues given by assign() (balanced); see GroupState rule 6."""
+        state = self.state
+        if state.assigned:
+            return True
+        if state.paused or not state.running:
+            return False
+        return await self.do_rebalance(state.consume_orderly)
+
     async def do_rebalance(self, is_order: bool) -> bool:
         balanced = True
         for topic in list(self.state.subscription_inner):

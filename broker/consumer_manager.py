@@ -285,7 +285,7 @@ class ConsumerIdsChangeListener:
         self.log = log
         self.enabled = enabled
         self.rocketmq5 = rocketmq5
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], None] = {}  # start order, not memory order
 
     def consumer_unregistered(
         self, group: str, client_id: str, reason: str, client_addr: str, **extra: Any
@@ -314,8 +314,8 @@ class ConsumerIdsChangeListener:
         if not targets:
             return
         task = asyncio.get_running_loop().create_task(self._send_notify(group, targets))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(lambda t: self._tasks.pop(t, None))
         self.log.emit("notify_sent", group=group, cause=cause, client_ids=[cid for _, cid in targets])
 
     async def _send_notify(self, group: str, targets: list[tuple[Connection, str]]) -> None:

@@ -2,8 +2,8 @@
 
 It owns the connections (one RemotingClient), the route and broker-address tables, the scheduled tasks
 of RocketMQ's MQClientInstance (route refresh every 30 s, heartbeats every 30 s, offset persistence every
-5 s), the RebalanceService (``client.rebalance``, which answers NOTIFY_CONSUMER_IDS_CHANGED) and the
-PullMessageService. Everything runs under one TaskGroup so shutdown cancels it as a unit.
+5 s), and runs the RebalanceService (which answers NOTIFY_CONSUMER_IDS_CHANGED) and the PullMessageService,
+both in ``client.rebalance``. Everything runs under one TaskGroup so shutdown cancels it as a unit.
 """
 
 from __future__ import annotations
@@ -11,25 +11,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
 from client.api import MQClientAPI
 from client.config import ClientConfig, ConsumerConfig
 from client.errors import MQClientError
 from client.ports import GroupApi
-from client.process_queue import PullRequest
-from client.rebalance import RebalanceImpl, RebalanceService
+from client.rebalance import PullMessageService, RebalanceService, RegisteredConsumer
 from client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
 from client.scheduler import SingleThreadScheduler
 from protocol.acl import SessionCredentials
 from protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
 from protocol.remoting import RemotingClient
-from protocol.runtime import Clock, EventLog, SystemClock, TimerSet, build_client_id
+from protocol.runtime import Clock, EventLog, SystemClock, build_client_id
 
 
-class ConsumerInner(Protocol):
-    """What MQClientInstance needs from a registered consumer (RocketMQ's MQConsumerInner)."""
+class ConsumerInner(RegisteredConsumer, Protocol):
+    """What MQClientInstance needs from a registered consumer (RocketMQ's MQConsumerInner); its rebalance
+    and pull hooks are ``RegisteredConsumer``'s."""
 
     group: str
 
@@ -41,12 +41,7 @@ class ConsumerInner(Protocol):
 
     def is_subscribe_topic_need_update(self, topic: str) -> bool: ...
 
-    @property
-    def rebalance_impl(self) -> RebalanceImpl: ...
-
     async def persist_consumer_offset(self) -> None: ...
-
-    async def pull_message(self, request: PullRequest) -> None: ...
 
 
 class ProducerInner(Protocol):
@@ -59,57 +54,6 @@ class ProducerInner(Protocol):
     def update_topic_publish_info(self, topic: str, info: TopicPublishInfo) -> None: ...
 
     def is_publish_topic_need_update(self, topic: str) -> bool: ...
-
-
-class PullMessageService:
-    """RocketMQ's PullMessageService thread: PullRequests taken one at a time, each ``pull_message``
-    awaited to its end. What blocks that thread in Java (connecting to a broker, a route lookup, the
-    orderly first pull's QUERY_CONSUMER_OFFSET) is awaited here in line, so it holds up the pulls of
-    every other queue; only the wait for the pull's answer runs apart (invokeAsync). Delayed tasks run
-    on the service's own single-threaded scheduler."""
-
-    def __init__(self, instance: MQClientInstance) -> None:
-        self.instance = instance
-        self._queue: asyncio.Queue[PullRequest] = asyncio.Queue()
-        self._timers = TimerSet()
-        self._stopped = False
-        self.scheduler = SingleThreadScheduler("PullMessageServiceScheduledThread", instance.log)
-
-    def execute_pull_request_immediately(self, request: PullRequest) -> None:
-        if not self._stopped:
-            self._queue.put_nowait(request)
-
-    def execute_pull_request_later(self, request: PullRequest, delay_ms: float) -> None:
-        """``delay_ms`` is already scaled."""
-        if delay_ms <= 0:
-            self.execute_pull_request_immediately(request)
-            return
-        self._timers.call_later(delay_ms, lambda: self.execute_pull_request_immediately(request))
-
-    def execute_task_later(self, fn: Callable[[], Coroutine[Any, Any, None]], delay_ms: float) -> None:
-        """``delay_ms`` is already scaled."""
-        if not self._stopped:
-            self.scheduler.schedule(fn, max(0.0, delay_ms) / 1000.0, "pull service task")
-
-    def stop(self) -> None:
-        self._stopped = True
-        self.scheduler.stop()
-        self._timers.cancel_all()
-
-    async def run(self) -> None:
-        while True:
-            request = await self._queue.get()
-            consumer = self.instance.consumer_table.get(request.consumer_group)
-            if consumer is None:
-                continue  # group unregistered: the request dies, as in RocketMQ
-            try:
-                await consumer.pull_message(request)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bug in one pull must not stop the service
-                self.instance.log.error(
-                    "pull_message failed", error=repr(exc), mq=request.message_queue.short
-                )
 
 
 class MQClientInstance:
@@ -144,7 +88,7 @@ class MQClientInstance:
             config, self.clock, self.log, self.client_id, self.consumer_table, self.remoting
         )
         self.scheduler = SingleThreadScheduler("MQClientFactoryScheduledThread", self.log)
-        self.pull_service = PullMessageService(self)
+        self.pull_service = PullMessageService(self.consumer_table, self.log)
         self._heartbeat_lock = asyncio.Lock()
         self._route_lock = asyncio.Lock()
         self._tg: asyncio.TaskGroup | None = None

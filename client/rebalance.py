@@ -1,21 +1,23 @@
 """A client's rebalancing, from the broker's NOTIFY_CONSUMER_IDS_CHANGED to the PullRequests of new queues.
 
-``RebalanceService`` is RocketMQ's thread of that name: it answers the notification by waking up, and
-its round (MQClientInstance#doRebalance) runs each registered consumer's ``RebalanceImpl`` in turn.
-``RebalanceImpl`` / ``RebalancePushImpl`` / ``RebalanceLitePullImpl`` are RocketMQ's: rebalanceByTopic
-for both message models, updateProcessQueueTableInRebalance, messageQueueChanged,
-truncateMessageQueueNotMyTopic, and the orderly lock / unlock calls.
+The two services of MQClientInstance that the path runs on are here, with the rebalance between them:
+``RebalanceService`` (RocketMQ's thread of that name) answers the notification by waking up, and its
+round (MQClientInstance#doRebalance) runs each registered consumer's ``RebalanceImpl`` in turn;
+``PullMessageService`` (RocketMQ's) takes the PullRequests a round makes and runs each consumer's
+``pull_message``, one at a time. ``RebalanceImpl`` / ``RebalancePushImpl`` / ``RebalanceLitePullImpl``
+are RocketMQ's: rebalanceByTopic for both message models, updateProcessQueueTableInRebalance,
+messageQueueChanged, truncateMessageQueueNotMyTopic, and the orderly lock / unlock calls.
 
 The tables and decisions are the group's ``client.group_state.GroupState``; this module makes the broker
-calls they need through the ports of ``client.ports``, hands new queues' PullRequests to the
-PullMessageService (the ``pulls`` port) and writes the events the analysis reads (``notify_received``,
-``rebalance``, ``mq_added``, ``mq_removed``, lock events).
+calls they need through the ports of ``client.ports`` (the ``pulls`` port is the PullMessageService
+below) and writes the events the analysis reads (``notify_received``, ``rebalance``, ``mq_added``,
+``mq_removed``, lock events).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import Any, Protocol
 
 from client.config import ClientConfig, ConsumerConfig
@@ -32,11 +34,12 @@ from client.offset_store import ReadOffsetType
 from client.ports import EventSink, GroupApi, GroupOffsets, MessageQueueListener, PullDispatcher
 from client.process_queue import ProcessQueue, PullRequest
 from client.route import MASTER_ID
+from client.scheduler import SingleThreadScheduler
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.model import MessageModel, MessageQueue, is_retry_topic
 from protocol.remoting import Connection, RemotingClient
-from protocol.runtime import Clock
+from protocol.runtime import Clock, TimerSet
 
 
 def emit_queue_event(
@@ -54,11 +57,13 @@ def emit_queue_event(
     )
 
 
-class RebalanceOwner(Protocol):
-    """A consumer registered in the client, as the RebalanceService's round sees it."""
+class RegisteredConsumer(Protocol):
+    """A consumer registered in the client, as its RebalanceService and PullMessageService see it."""
 
     @property
     def rebalance_impl(self) -> RebalanceImpl: ...
+
+    async def pull_message(self, request: PullRequest) -> None: ...
 
 
 class RebalanceService:
@@ -74,7 +79,7 @@ class RebalanceService:
         clock: Clock,
         events: EventSink,
         client_id: str,
-        consumers: Mapping[str, RebalanceOwner],
+        consumers: Mapping[str, RegisteredConsumer],
         remoting: RemotingClient,
     ) -> None:
         self.config = config
@@ -578,6 +583,58 @@ class RebalanceLitePullImpl(RebalanceImpl):
             raise
         except Exception as exc:
             self.log.error("messageQueueChanged listener failed", group=self.group, error=repr(exc))
+
+
+class PullMessageService:
+    """RocketMQ's PullMessageService thread: PullRequests taken one at a time, each ``pull_message``
+    awaited to its end. What blocks that thread in Java (connecting to a broker, a route lookup, the
+    orderly first pull's QUERY_CONSUMER_OFFSET) is awaited here in line, so it holds up the pulls of
+    every other queue; only the wait for the pull's answer runs apart (invokeAsync). Delayed tasks run
+    on the service's own single-threaded scheduler."""
+
+    def __init__(self, consumers: Mapping[str, RegisteredConsumer], events: EventSink) -> None:
+        self.consumers = consumers
+        self.log = events
+        self._queue: asyncio.Queue[PullRequest] = asyncio.Queue()
+        self._timers = TimerSet()
+        self._stopped = False
+        self.scheduler = SingleThreadScheduler("PullMessageServiceScheduledThread", events)
+
+    def execute_pull_request_immediately(self, request: PullRequest) -> None:
+        if not self._stopped:
+            self._queue.put_nowait(request)
+
+    def execute_pull_request_later(self, request: PullRequest, delay_ms: float) -> None:
+        """``delay_ms`` is already scaled."""
+        if delay_ms <= 0:
+            self.execute_pull_request_immediately(request)
+            return
+        self._timers.call_later(delay_ms, lambda: self.execute_pull_request_immediately(request))
+
+    def execute_task_later(self, fn: Callable[[], Coroutine[Any, Any, None]], delay_ms: float) -> None:
+        """``delay_ms`` is already scaled."""
+        if not self._stopped:
+            self.scheduler.schedule(fn, max(0.0, delay_ms) / 1000.0, "pull service task")
+
+    def stop(self) -> None:
+        self._stopped = True
+        self.scheduler.stop()
+        self._timers.cancel_all()
+
+    async def run(self) -> None:
+        while True:
+            request = await self._queue.get()
+            consumer = self.consumers.get(request.consumer_group)
+            if consumer is None:
+                continue  # group unregistered: the request dies, as in RocketMQ
+            try:
+                await consumer.pull_message(request)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug in one pull must not stop the service
+                self.log.error(
+                    "pull_message failed", error=repr(exc), mq=request.message_queue.short
+                )
 
 
 async def _try_acquire(lock: asyncio.Lock, timeout_s: float) -> bool:

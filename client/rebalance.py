@@ -151,7 +151,11 @@ class RebalanceService:
 
 
 class RebalanceImpl:
-    """The rebalance of one consumer group in one client: the calls and events around its GroupState."""
+    """The rebalance of one consumer group in one client: the calls and events around its GroupState.
+
+    The consumer builds it from its GroupState and ports: ``api`` (the client's broker calls), ``pulls``
+    (the client's PullMessageService, below), ``offsets`` (the group's offset store) and ``events``.
+    """
 
     read_offset_type = ReadOffsetType.READ_FROM_STORE
 

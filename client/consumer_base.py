@@ -14,7 +14,7 @@ from client.instance import InstanceGroupApi, InstanceOffsetApi, MQClientInstanc
 from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from client.ports import GroupApi, PullDispatcher
 from client.process_queue import PullRequest
-from client.producer import check_topic
+from client.producer import check_topic, shutdown_instance, start_instance
 from client.rebalance import RebalanceImpl, emit_queue_event
 from client.route import TopicRouteData
 from protocol.model import (
@@ -211,7 +211,7 @@ class ConsumerBase:
         self._copy_subscription()
         await self.offset_store.load()
         self.instance.register_consumer(self.group, self)  # type: ignore[arg-type]
-        await self.instance.start()
+        await start_instance(self.instance, self.config, self.instance_name, self.clock)
         self.running = True
         # updateTopicSubscribeInfoWhenSubscriptionChanged: a synchronous route fetch for every topic
         for topic in sorted(self.state.subscription_inner):
@@ -232,6 +232,5 @@ class ConsumerBase:
             self.log.warning("persisting offsets at shutdown timed out", group=self.group)
         self.instance.unregister_consumer_local(self.group)
         await self.instance.unregister_client(consumer_group=self.group)
-        if not self.instance.consumer_table and not self.instance.producer_table:
-            await self.instance.shutdown()
+        await shutdown_instance(self.instance)
         self.rebalance_impl.destroy()

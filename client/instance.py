@@ -95,7 +95,7 @@ class MQClientInstance:
         self._runner: asyncio.Task[None] | None = None
         self._started = False
         self._random = random.Random(config.random_seed)
-        # defaultMQProducer (CLIENT_INNER_PRODUCER): the consumers' send-back fallback, made on first use
+        # defaultMQProducer (CLIENT_INNER_PRODUCER), started with the instance: client.producer.start_instance
         self.inner_producer: Any = None
         self.inner_producer_lock = asyncio.Lock()
         if config.heartbeat_on_connect:

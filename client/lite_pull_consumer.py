@@ -13,6 +13,7 @@ from client.consumer_base import ConsumerBase
 from client.errors import MQBrokerError, MQClientError
 from client.group_state import DropReason
 from client.process_queue import ProcessQueue
+from client.producer import start_instance
 from client.pull_core import PullStatus
 from client.rebalance import RebalanceLitePullImpl
 from client.route import MASTER_ID
@@ -98,7 +99,7 @@ class LitePullConsumer(ConsumerBase):
         if self.state.assigned:
             # assign(): no rebalance; drop the automatic retry subscription and only learn routes
             self.instance.register_consumer(self.group, self)  # type: ignore[arg-type]
-            await self.instance.start()
+            await start_instance(self.instance, self.config, self.instance_name, self.clock)
             self.running = True
             for topic in sorted(self.state.subscription_inner):
                 await self.instance.update_topic_route_info_from_name_server(topic)

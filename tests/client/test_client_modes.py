@@ -320,6 +320,23 @@ async def test_a_failed_send_back_goes_to_the_retry_topic_via_the_inner_producer
     assert back["via"] == "retry_topic" and back["delay_level"] == 3
 
 
+async def test_the_inner_producer_starts_and_stops_with_the_client_instance(cluster: Cluster) -> None:
+    """MQClientInstance#start starts its defaultMQProducer, so the consumer's heartbeats name
+    CLIENT_INNER_PRODUCER before anything is sent back; the instance's shutdown unregisters it."""
+    broker = await cluster.start_broker()
+    await cluster.create_topic("T", 1)
+    c = cluster.consumer("ig", "inner-consumer")
+    c.subscribe("T")
+    c.register_message_listener(lambda msgs: None)
+    await c.start()
+    producers = broker.producer_manager.groups
+    await wait_until(lambda: "CLIENT_INNER_PRODUCER" in producers, 10, "the inner producer's heartbeat")
+    assert [i.client_id for i in producers["CLIENT_INNER_PRODUCER"].values()] == [c.client_id]
+    assert cluster.events("message_sent_back") == []
+    await c.shutdown()
+    assert "CLIENT_INNER_PRODUCER" not in producers and not c.instance.started
+
+
 async def test_orderly_past_max_reconsume_times_sends_to_the_retry_topic_which_goes_to_the_dlq(
     cluster: Cluster,
 ) -> None:

@@ -1,14 +1,26 @@
-"""Consumer membership (RocketMQ's ConsumerManager / ConsumerGroupInfo), sans-IO.
+"""Consumer membership: the broker's side of a consumer joining or leaving, in one file.
 
-Registrations are keyed by connection id, as RocketMQ keys them by Netty channel. Every method takes
-the time as an argument; the caller decides what to do with the results (notify, close, log).
+``ConsumerManager`` / ``ConsumerGroupInfo`` (RocketMQ's) are sans-IO: registrations are keyed by
+connection id, as RocketMQ keys them by Netty channel, and every method takes the time as an argument.
+``ConsumerIdsChangeListener`` at the bottom is the small shell around them (RocketMQ's
+DefaultConsumerIdsChangeListener with Broker2Client#notifyConsumerIdsChanged): it writes
+``consumer_unregistered`` and sends NOTIFY_CONSUMER_IDS_CHANGED to the members left in a group.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from protocol.codes import RequestCode
+from protocol.command import RemotingCommand
 from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
+from protocol.remoting import Connection, RemotingError
+from protocol.runtime import EventLog
+
+NOTIFY_SEND_TIMEOUT_S = 0.01  # Broker2Client: invokeOneway(channel, request, 10)
 
 
 @dataclass(slots=True)
@@ -252,3 +264,73 @@ class ProducerManager:
             if not chans:
                 del self.groups[group]
         return expired
+
+
+class ConsumerIdsChangeListener:
+    """What the broker does when a group's members change: the ``consumer_unregistered`` event, and
+    NOTIFY_CONSUMER_IDS_CHANGED one-way to every connection still registered in the group (when
+    notifyConsumerIdsChangedEnable, as RocketMQ's DefaultConsumerIdsChangeListener)."""
+
+    def __init__(
+        self,
+        manager: ConsumerManager,
+        connections: Mapping[int, Connection],
+        log: EventLog,
+        *,
+        enabled: bool,
+        rocketmq5: bool,
+    ) -> None:
+        self.manager = manager
+        self.connections = connections
+        self.log = log
+        self.enabled = enabled
+        self.rocketmq5 = rocketmq5
+        self._tasks: dict[asyncio.Task[None], None] = {}  # start order, not memory order
+
+    def consumer_unregistered(
+        self, group: str, client_id: str, reason: str, client_addr: str, **extra: Any
+    ) -> None:
+        """A consumer left the group's channel table (channel closed or expired, unregister, replaced)."""
+        self.log.emit(
+            "consumer_unregistered",
+            group=group,
+            client_id=client_id,
+            reason=reason,
+            client_addr=client_addr,
+            **extra,
+        )
+
+    def notify_group(self, group: str, cause: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED, one-way, to every connection of the group."""
+        if not self.enabled:
+            return
+        gi = self.manager.find(group)
+        if gi is None or not gi.channels:
+            return
+        if self.rocketmq5 and gi.message_model is MessageModel.BROADCASTING:
+            return  # ConsumerManager (5.3.1): broadcasting consumers do not rebalance against each other
+        conns = [(self.connections.get(cid), info.client_id) for cid, info in gi.channels.items()]
+        targets = [(c, client_id) for c, client_id in conns if c is not None and not c.closed]
+        if not targets:
+            return
+        task = asyncio.get_running_loop().create_task(self._send_notify(group, targets))
+        self._tasks[task] = None
+        task.add_done_callback(lambda t: self._tasks.pop(t, None))
+        self.log.emit("notify_sent", group=group, cause=cause, client_ids=[cid for _, cid in targets])
+
+    async def _send_notify(self, group: str, targets: list[tuple[Connection, str]]) -> None:
+        # Broker2Client#notifyConsumerIdsChanged: invokeOneway with 10 ms, one channel after another,
+        # so a member that stopped reading costs the others no more than that
+        for conn, _ in targets:
+            cmd = RemotingCommand.request(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
+            )
+            try:
+                await conn.invoke_oneway(cmd, timeout_s=NOTIFY_SEND_TIMEOUT_S)
+            except (RemotingError, TimeoutError, OSError) as exc:
+                self.log.warning("notify failed", group=group, peer=conn.remote_addr, error=repr(exc))
+
+    def close(self) -> None:
+        """Cancel the notifications still being sent (broker shutdown)."""
+        for t in list(self._tasks):
+            t.cancel()

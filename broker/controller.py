@@ -13,7 +13,7 @@ from typing import Any
 
 from broker.acl import ADMIN_CODES, AclDenied, PlainAccessValidator, is_loopback
 from broker.config import BrokerConfig
-from broker.consumer_manager import ConsumerManager, ProducerManager
+from broker.consumer_manager import ConsumerIdsChangeListener, ConsumerManager, ProducerManager
 from broker.faults import FaultTable
 from broker.lock_manager import RebalanceLockManager
 from broker.long_polling import HeldPull, PullRequestHoldService
@@ -28,12 +28,11 @@ from broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, Sto
 from broker.topic_config import TopicConfig
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, RemotingCommand
-from protocol.model import MessageModel, WireError, is_retry_topic, retry_topic
+from protocol.model import WireError, is_retry_topic, retry_topic
 from protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer
 from protocol.runtime import Clock, EventLog, SystemClock, local_ip
 
 ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused
-NOTIFY_SEND_TIMEOUT_S = 0.01  # Broker2Client: invokeOneway(channel, request, 10)
 
 
 class BrokerController:
@@ -57,7 +56,6 @@ class BrokerController:
         self.hold_service = PullRequestHoldService()
         self.schedule_service = ScheduleMessageService(config.scaled_delay_levels)
         self.faults = FaultTable()
-        self.notify_enabled = config.notify_consumer_ids_changed
         # RocketMQ's plain ACL (--acl); without it, admin codes only from loopback unless --admin-from any.
         self.acl = PlainAccessValidator.from_file(config.acl_file) if config.acl_file else None
         self.admin_from_any = config.admin_from == "any"
@@ -77,12 +75,18 @@ class BrokerController:
         )
         self.store: MemoryMessageStore = MemoryMessageStore(config.broker_name, clock=self.clock)
         self.connections: dict[int, Connection] = {}
+        self.consumer_ids_listener = ConsumerIdsChangeListener(
+            self.consumer_manager,
+            self.connections,
+            self.log,
+            enabled=config.notify_consumer_ids_changed,
+            rocketmq5=config.rocketmq5,
+        )
         self._namesrv_client: RemotingClient | None = None
         self._register_event = asyncio.Event()
         self._schedule_event = asyncio.Event()
         self._hold_event = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
-        self._notify_tasks: set[asyncio.Task[None]] = set()
         self._started_ms = 0
         self._stopped = False
         self.pull_events = True  # one pull_served event per answered pull
@@ -197,8 +201,7 @@ class BrokerController:
                 )
             await self._namesrv_client.close()
         await self.server.close()
-        for t in list(self._notify_tasks):
-            t.cancel()
+        self.consumer_ids_listener.close()
         with contextlib.suppress(StoreError):
             self.flush_consumer_offsets()  # BrokerController#shutdown persists the offsets last
         await self.store.close()
@@ -294,10 +297,14 @@ class BrokerController:
         self.connections[conn.id] = conn
 
     def _on_connection_closed(self, conn: Connection) -> None:
+        """ClientHousekeepingService#onChannelClose: the connection leaves every consumer group (whose
+        remaining members are told, see ``broker.consumer_manager``), producer group and held pull."""
         self.connections.pop(conn.id, None)
         for group, info in self.consumer_manager.do_channel_close_event(conn.id):
-            self.emit_consumer_unregistered(group, info.client_id, "channel_closed", info.client_addr)
-            self.notify_group(group, "channel_closed")
+            self.consumer_ids_listener.consumer_unregistered(
+                group, info.client_id, "channel_closed", info.client_addr
+            )
+            self.consumer_ids_listener.notify_group(group, "channel_closed")
             self.forget_group(group)
         self.producer_manager.do_channel_close_event(conn.id)
         for req in self.hold_service.remove_connection(conn.id):
@@ -329,37 +336,6 @@ class BrokerController:
                     next_check = min(next_check, due)
             await asyncio.sleep(max(0.001, next_check - loop.time()))
 
-    # -- notifications ------------------------------------------------------------------------
-    def notify_group(self, group: str, cause: str) -> None:
-        """NOTIFY_CONSUMER_IDS_CHANGED, one-way, to every connection of the group."""
-        if not self.notify_enabled:
-            return
-        gi = self.consumer_manager.find(group)
-        if gi is None or not gi.channels:
-            return
-        if self.config.rocketmq5 and gi.message_model is MessageModel.BROADCASTING:
-            return  # ConsumerManager (5.3.1): broadcasting consumers do not rebalance against each other
-        conns = [(self.connections.get(cid), info.client_id) for cid, info in gi.channels.items()]
-        targets = [(c, client_id) for c, client_id in conns if c is not None and not c.closed]
-        if not targets:
-            return
-        task = asyncio.get_running_loop().create_task(self._send_notify(group, targets))
-        self._notify_tasks.add(task)
-        task.add_done_callback(self._notify_tasks.discard)
-        self.log.emit("notify_sent", group=group, cause=cause, client_ids=[cid for _, cid in targets])
-
-    async def _send_notify(self, group: str, targets: list[tuple[Connection, str]]) -> None:
-        # Broker2Client#notifyConsumerIdsChanged: invokeOneway with 10 ms, one channel after another,
-        # so a member that stopped reading costs the others no more than that
-        for conn, _ in targets:
-            cmd = RemotingCommand.request(
-                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
-            )
-            try:
-                await conn.invoke_oneway(cmd, timeout_s=NOTIFY_SEND_TIMEOUT_S)
-            except (RemotingError, TimeoutError, OSError) as exc:
-                self.log.warning("notify failed", group=group, peer=conn.remote_addr, error=repr(exc))
-
     # -- events ------------------------------------------------------------------------
     def emit_lock(self, event: str, group: str, client_id: str, mq: Any, **extra: Any) -> None:
         self.log.emit(
@@ -369,19 +345,6 @@ class BrokerController:
             topic=mq.topic,
             broker=mq.broker_name,
             queue_id=mq.queue_id,
-            **extra,
-        )
-
-    def emit_consumer_unregistered(
-        self, group: str, client_id: str, reason: str, client_addr: str, **extra: Any
-    ) -> None:
-        """A consumer left the group's channel table (channel closed or expired, unregister, replaced)."""
-        self.log.emit(
-            "consumer_unregistered",
-            group=group,
-            client_id=client_id,
-            reason=reason,
-            client_addr=client_addr,
             **extra,
         )
 
@@ -489,7 +452,9 @@ class BrokerController:
         to_close: set[int] = set()
         notify: set[str] = set()
         for group, info in self.consumer_manager.scan_not_active_channel(now, timeout):
-            self.emit_consumer_unregistered(group, info.client_id, "channel_expired", info.client_addr)
+            self.consumer_ids_listener.consumer_unregistered(
+                group, info.client_id, "channel_expired", info.client_addr
+            )
             to_close.add(info.conn_id)
             notify.add(group)
             self.forget_group(group)
@@ -501,7 +466,7 @@ class BrokerController:
                 conn.close()
         if self.notify_on_channel_expired:
             for group in notify:
-                self.notify_group(group, "channel_expired")
+                self.consumer_ids_listener.notify_group(group, "channel_expired")
 
     # -- scheduled retries ------------------------------------------------------------------------
     async def _schedule_loop(self) -> None:
@@ -644,7 +609,7 @@ class BrokerController:
             "heldPulls": len(self.hold_service),
             "scheduledMessages": self.schedule_service.pending(self.store),
             "faults": len(self.faults),
-            "notifyEnabled": self.notify_enabled,
+            "notifyEnabled": self.consumer_ids_listener.enabled,
             "notifyOnChannelExpired": self.notify_on_channel_expired,
             "releaseLocksOnChannelClose": self.release_locks_on_close,
             "storeDir": cfg.store_dir,

@@ -14,7 +14,7 @@ from client.instance import InstanceGroupApi, InstanceOffsetApi, MQClientInstanc
 from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from client.ports import GroupApi, PullDispatcher
 from client.process_queue import PullRequest
-from client.producer import check_topic
+from client.producer import check_topic, shutdown_instance, start_instance
 from client.rebalance import RebalanceImpl, emit_queue_event
 from client.route import TopicRouteData
 from protocol.model import (
@@ -128,11 +128,27 @@ class ConsumerBase:
             )
         self.state = GroupState(group, self.client_id, self.config, self.strategy, self.consume_type)
         self.rebalance_impl = self._build_rebalance_impl()
-        self.running = False
-        self.paused = False
 
     def _build_rebalance_impl(self) -> RebalanceImpl:
         return RebalanceImpl(self.state, self.api, self.pulls, self.offset_store, self.log, clock=self.clock)
+
+    @property
+    def running(self) -> bool:
+        """The consumer started and has not begun to stop (its GroupState's service state)."""
+        return self.state.running
+
+    @running.setter
+    def running(self, value: bool) -> None:
+        self.state.running = value
+
+    @property
+    def paused(self) -> bool:
+        """suspend() was called and resume() not yet: no pulls and no rebalance rounds."""
+        return self.state.paused
+
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        self.state.paused = value
 
     @property
     def consume_orderly(self) -> bool:
@@ -181,11 +197,6 @@ class ConsumerBase:
     def is_subscribe_topic_need_update(self, topic: str) -> bool:
         return self.state.is_subscribe_topic_need_update(topic)
 
-    async def do_rebalance(self) -> bool:
-        if self.paused or not self.running:
-            return False
-        return await self.rebalance_impl.do_rebalance(self.state.consume_orderly)
-
     async def persist_consumer_offset(self) -> None:
         mqs = set(self.state.process_queue_table)
         await self.offset_store.persist_all(mqs)
@@ -200,7 +211,7 @@ class ConsumerBase:
         self._copy_subscription()
         await self.offset_store.load()
         self.instance.register_consumer(self.group, self)  # type: ignore[arg-type]
-        await self.instance.start()
+        await start_instance(self.instance, self.config, self.instance_name, self.clock)
         self.running = True
         # updateTopicSubscribeInfoWhenSubscriptionChanged: a synchronous route fetch for every topic
         for topic in sorted(self.state.subscription_inner):
@@ -221,6 +232,5 @@ class ConsumerBase:
             self.log.warning("persisting offsets at shutdown timed out", group=self.group)
         self.instance.unregister_consumer_local(self.group)
         await self.instance.unregister_client(consumer_group=self.group)
-        if not self.instance.consumer_table and not self.instance.producer_table:
-            await self.instance.shutdown()
+        await shutdown_instance(self.instance)
         self.rebalance_impl.destroy()

@@ -20,6 +20,8 @@ RebalancePushImpl / RebalanceLitePullImpl are the reference):
    recomputed after a round that changed it.
 5. ``ProcessQueue.locked`` follows the broker's last lock answer; a granted lock renews
    ``last_lock_timestamp``.
+6. A round runs only while the consumer is ``running`` and not ``paused`` (suspend()); a lite-pull
+   consumer given its queues by assign() (``assigned``) has no round to run and counts as balanced.
 
 Only this module writes to the three tables; everyone else reads them through read-only views.
 """
@@ -146,6 +148,9 @@ class GroupState:
         self.strategy = strategy
         self.consume_type = consume_type
         self.consume_orderly = False
+        self.running = False  # rule 6: the consumer's service state, suspend() and assign()
+        self.paused = False
+        self.assigned = False
         self.pull_threshold_for_queue = config.pull_threshold_for_queue
         self.pull_threshold_size_for_queue = config.pull_threshold_size_for_queue
         self._subscriptions: dict[str, SubscriptionData] = {}

@@ -2,8 +2,8 @@
 
 It owns the connections (one RemotingClient), the route and broker-address tables, the scheduled tasks
 of RocketMQ's MQClientInstance (route refresh every 30 s, heartbeats every 30 s, offset persistence every
-5 s), the RebalanceService and the PullMessageService, and answers NOTIFY_CONSUMER_IDS_CHANGED by waking
-the RebalanceService. Everything runs under one TaskGroup so shutdown cancels it as a unit.
+5 s), and runs the RebalanceService (which answers NOTIFY_CONSUMER_IDS_CHANGED) and the PullMessageService,
+both in ``client.rebalance``. Everything runs under one TaskGroup so shutdown cancels it as a unit.
 """
 
 from __future__ import annotations
@@ -11,26 +11,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
 from client.api import MQClientAPI
 from client.config import ClientConfig, ConsumerConfig
 from client.errors import MQClientError
 from client.ports import GroupApi
-from client.process_queue import PullRequest
+from client.rebalance import PullMessageService, RebalanceService, RegisteredConsumer
 from client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
 from client.scheduler import SingleThreadScheduler
 from protocol.acl import SessionCredentials
-from protocol.codes import RequestCode
-from protocol.command import RemotingCommand
 from protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
-from protocol.remoting import Connection, RemotingClient
-from protocol.runtime import Clock, EventLog, SystemClock, TimerSet, build_client_id
+from protocol.remoting import RemotingClient
+from protocol.runtime import Clock, EventLog, SystemClock, build_client_id
 
 
-class ConsumerInner(Protocol):
-    """What MQClientInstance needs from a registered consumer (RocketMQ's MQConsumerInner)."""
+class ConsumerInner(RegisteredConsumer, Protocol):
+    """What MQClientInstance needs from a registered consumer (RocketMQ's MQConsumerInner); its rebalance
+    and pull hooks are ``RegisteredConsumer``'s."""
 
     group: str
 
@@ -42,11 +41,7 @@ class ConsumerInner(Protocol):
 
     def is_subscribe_topic_need_update(self, topic: str) -> bool: ...
 
-    async def do_rebalance(self) -> bool: ...
-
     async def persist_consumer_offset(self) -> None: ...
-
-    async def pull_message(self, request: PullRequest) -> None: ...
 
 
 class ProducerInner(Protocol):
@@ -59,97 +54,6 @@ class ProducerInner(Protocol):
     def update_topic_publish_info(self, topic: str, info: TopicPublishInfo) -> None: ...
 
     def is_publish_topic_need_update(self, topic: str) -> bool: ...
-
-
-class RebalanceService:
-    """Runs doRebalance every ``wait_interval`` and whenever woken; wakeups during a round coalesce."""
-
-    def __init__(self, instance: MQClientInstance) -> None:
-        self.instance = instance
-        self._wakeup = asyncio.Event()
-        self.rounds = 0
-        # RocketMQ starts the clock at construction: the first round after start may wait minInterval (>=5.2)
-        self._last_rebalance = instance.clock.monotonic_ms()
-
-    def wakeup(self) -> None:
-        self._wakeup.set()
-
-    async def run(self) -> None:
-        cfg = self.instance.config
-        wait_ms = getattr(cfg, "rebalance_wait_interval", 20_000)
-        min_ms = getattr(cfg, "rebalance_min_interval", 1_000)
-        retry_5x = bool(getattr(cfg, "rebalance_retry_when_unbalanced", False))
-        clock = self.instance.clock
-        real_wait = cfg.seconds(wait_ms)
-        while True:
-            try:
-                async with asyncio.timeout(real_wait):
-                    await self._wakeup.wait()
-            except TimeoutError:
-                pass
-            self._wakeup.clear()
-            if retry_5x:
-                # >=5.2: rounds are never closer than minInterval; an unbalanced round retries after it
-                elapsed = clock.monotonic_ms() - self._last_rebalance
-                if elapsed < cfg.ms(min_ms):
-                    real_wait = (cfg.ms(min_ms) - elapsed) / 1000.0
-                    continue
-            balanced = await self.instance.do_rebalance()
-            self.rounds += 1
-            if retry_5x:
-                real_wait = cfg.seconds(wait_ms if balanced else min_ms)
-                self._last_rebalance = clock.monotonic_ms()
-
-
-class PullMessageService:
-    """RocketMQ's PullMessageService thread: PullRequests taken one at a time, each ``pull_message``
-    awaited to its end. What blocks that thread in Java (connecting to a broker, a route lookup, the
-    orderly first pull's QUERY_CONSUMER_OFFSET) is awaited here in line, so it holds up the pulls of
-    every other queue; only the wait for the pull's answer runs apart (invokeAsync). Delayed tasks run
-    on the service's own single-threaded scheduler."""
-
-    def __init__(self, instance: MQClientInstance) -> None:
-        self.instance = instance
-        self._queue: asyncio.Queue[PullRequest] = asyncio.Queue()
-        self._timers = TimerSet()
-        self._stopped = False
-        self.scheduler = SingleThreadScheduler("PullMessageServiceScheduledThread", instance.log)
-
-    def execute_pull_request_immediately(self, request: PullRequest) -> None:
-        if not self._stopped:
-            self._queue.put_nowait(request)
-
-    def execute_pull_request_later(self, request: PullRequest, delay_ms: float) -> None:
-        """``delay_ms`` is already scaled."""
-        if delay_ms <= 0:
-            self.execute_pull_request_immediately(request)
-            return
-        self._timers.call_later(delay_ms, lambda: self.execute_pull_request_immediately(request))
-
-    def execute_task_later(self, fn: Callable[[], Coroutine[Any, Any, None]], delay_ms: float) -> None:
-        """``delay_ms`` is already scaled."""
-        if not self._stopped:
-            self.scheduler.schedule(fn, max(0.0, delay_ms) / 1000.0, "pull service task")
-
-    def stop(self) -> None:
-        self._stopped = True
-        self.scheduler.stop()
-        self._timers.cancel_all()
-
-    async def run(self) -> None:
-        while True:
-            request = await self._queue.get()
-            consumer = self.instance.consumer_table.get(request.consumer_group)
-            if consumer is None:
-                continue  # group unregistered: the request dies, as in RocketMQ
-            try:
-                await consumer.pull_message(request)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bug in one pull must not stop the service
-                self.instance.log.error(
-                    "pull_message failed", error=repr(exc), mq=request.message_queue.short
-                )
 
 
 class MQClientInstance:
@@ -180,19 +84,20 @@ class MQClientInstance:
         self.producer_table: dict[str, ProducerInner] = {}
         self.topic_route_table: dict[str, TopicRouteData] = {}
         self.broker_addr_table: dict[str, dict[int, str]] = {}
-        self.rebalance_service = RebalanceService(self)
+        self.rebalance_service = RebalanceService(
+            config, self.clock, self.log, self.client_id, self.consumer_table, self.remoting
+        )
         self.scheduler = SingleThreadScheduler("MQClientFactoryScheduledThread", self.log)
-        self.pull_service = PullMessageService(self)
+        self.pull_service = PullMessageService(self.consumer_table, self.log)
         self._heartbeat_lock = asyncio.Lock()
         self._route_lock = asyncio.Lock()
         self._tg: asyncio.TaskGroup | None = None
         self._runner: asyncio.Task[None] | None = None
         self._started = False
         self._random = random.Random(config.random_seed)
-        # defaultMQProducer (CLIENT_INNER_PRODUCER): the consumers' send-back fallback, made on first use
+        # defaultMQProducer (CLIENT_INNER_PRODUCER), started with the instance: client.producer.start_instance
         self.inner_producer: Any = None
         self.inner_producer_lock = asyncio.Lock()
-        self.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_notify_consumer_ids_changed)
         if config.heartbeat_on_connect:
             self.remoting.on_connection_opened(self._on_channel_active)
 
@@ -311,19 +216,7 @@ class MQClientInstance:
                         "unregister client failed", broker=broker_name, broker_id=bid, error=repr(exc)
                     )
 
-    # -- notifications --------------------------------------------------------------------------------
-    async def _on_notify_consumer_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
-        group = cmd.ext.get("consumerGroup")
-        self.log.emit(
-            "notify_received",
-            client_id=self.client_id,
-            group=str(group) if group is not None else "",
-            broker_addr=conn.remote_addr,
-        )
-        # RocketMQ wakes the rebalance of every group of this instance, not only the notified one.
-        self.rebalance_service.wakeup()
-        return None
-
+    # -- rebalance -----------------------------------------------------------------------------------
     def rebalance_immediately(self) -> None:
         self.rebalance_service.wakeup()
 
@@ -333,19 +226,6 @@ class MQClientInstance:
             self.rebalance_service.wakeup()
 
         self.spawn(later(), "rebalance later")
-
-    async def do_rebalance(self) -> bool:
-        balanced = True
-        for group, consumer in list(self.consumer_table.items()):
-            try:
-                if not await consumer.do_rebalance():
-                    balanced = False
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.log.error("doRebalance failed", group=group, error=repr(exc))
-                balanced = False
-        return balanced
 
     async def persist_all_consumer_offset(self) -> None:
         for consumer in list(self.consumer_table.values()):

@@ -13,6 +13,7 @@ from client.consumer_base import ConsumerBase
 from client.errors import MQBrokerError, MQClientError
 from client.group_state import DropReason
 from client.process_queue import ProcessQueue
+from client.producer import start_instance
 from client.pull_core import PullStatus
 from client.rebalance import RebalanceLitePullImpl
 from client.route import MASTER_ID
@@ -36,7 +37,6 @@ class LitePullConsumer(ConsumerBase):
     def __init__(self, group: str, **kwargs: Any) -> None:
         super().__init__(group, **kwargs)
         self._assigned: dict[MessageQueue, ProcessQueue] = {}
-        self._manual = False
         self._pull_offset: dict[MessageQueue, int] = {}
         self._consume_offset: dict[MessageQueue, int] = {}
         self._seek: dict[MessageQueue, int] = {}
@@ -61,17 +61,17 @@ class LitePullConsumer(ConsumerBase):
 
     # -- public API -----------------------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str | None = "*") -> None:
-        if self._manual:
+        if self.state.assigned:
             raise MQClientError("subscribe and assign are exclusive")
         super().subscribe(topic, expression)
 
     def assign(self, mqs: list[MessageQueue]) -> None:
         """Consume exactly these queues, without rebalancing."""
-        if self.state.subscription_inner and not self._manual:
+        if self.state.subscription_inner and not self.state.assigned:
             raise MQClientError("subscribe and assign are exclusive")
         if not mqs:
             raise MQClientError("assign needs at least one queue")
-        self._manual = True
+        self.state.assigned = True
         for mq in mqs:
             if mq.topic not in self.state.subscription_inner:
                 super().subscribe(mq.topic, "*")
@@ -96,10 +96,10 @@ class LitePullConsumer(ConsumerBase):
     async def start(self) -> None:
         if self.running:
             raise MQClientError("the consumer is already running")
-        if self._manual:
+        if self.state.assigned:
             # assign(): no rebalance; drop the automatic retry subscription and only learn routes
             self.instance.register_consumer(self.group, self)  # type: ignore[arg-type]
-            await self.instance.start()
+            await start_instance(self.instance, self.config, self.instance_name, self.clock)
             self.running = True
             for topic in sorted(self.state.subscription_inner):
                 await self.instance.update_topic_route_info_from_name_server(topic)
@@ -109,11 +109,6 @@ class LitePullConsumer(ConsumerBase):
             await self._start_client()
         self._last_commit = self.clock.monotonic_ms()
         self._start_pull_tasks()
-
-    async def do_rebalance(self) -> bool:
-        if self._manual:
-            return True
-        return await super().do_rebalance()
 
     async def poll(self, timeout_ms: int | None = None) -> list[Message]:
         """Messages pulled so far (at most one pull batch), waiting up to ``timeout_ms`` (default
@@ -201,7 +196,7 @@ class LitePullConsumer(ConsumerBase):
         self._pull_offset.pop(mq, None)
         self._consume_offset.pop(mq, None)
         self._seek.pop(mq, None)
-        if self._manual:
+        if self.state.assigned:
             self.emit_queue_event("mq_removed", mq, reason=str(DropReason.UNASSIGNED))
 
     def _start_pull_tasks(self) -> None:

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from client.api import SendResult
-from client.config import ProducerConfig
+from client.config import ClientConfig, ProducerConfig
 from client.errors import MQBrokerError, MQClientError
 from client.instance import MQClientInstance, MQClientManager
 from client.latency import MQFaultStrategy
@@ -49,6 +49,9 @@ def check_topic(topic: Any) -> None:
         )
 
 
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"  # MixAll.CLIENT_INNER_PRODUCER_GROUP
+
+
 class Producer:
     """Sends messages; ``await send(topic, body, tags=None, keys=None)`` returns a SendResult."""
 
@@ -73,9 +76,8 @@ class Producer:
             self.config = ProducerConfig.from_mapping(base, **options)
         self.log = log or EventLog.null()
         self.clock = clock or SystemClock()
-        self.client_id = build_client_id(
-            self.config.instance_name or new_instance_name(), self.config.client_ip
-        )
+        self.instance_name = self.config.instance_name or new_instance_name()
+        self.client_id = build_client_id(self.instance_name, self.config.client_ip)
         self.instance: MQClientInstance = MQClientManager.get_or_create(
             self.config, self.client_id, self.log, self.clock
         )
@@ -108,7 +110,10 @@ class Producer:
         if self.running:
             raise MQClientError("the producer is already running")
         self.instance.register_producer(self.group, self)  # type: ignore[arg-type]
-        await self.instance.start()
+        if self.group == CLIENT_INNER_PRODUCER_GROUP:
+            await self.instance.start()  # start(false): the instance is starting it
+        else:
+            await start_instance(self.instance, self.config, self.instance_name, self.clock)
         self.running = True
         await self.instance.send_heartbeat_to_all_broker_with_lock()
 
@@ -118,8 +123,7 @@ class Producer:
         self.running = False
         self.instance.unregister_producer_local(self.group)
         await self.instance.unregister_client(producer_group=self.group)
-        if not self.instance.consumer_table and not self.instance.producer_table:
-            await self.instance.shutdown()
+        await shutdown_instance(self.instance)
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -291,3 +295,49 @@ class Producer:
             raise
         except TimeoutError as exc:
             raise RemotingTimeoutError(f"send to {addr} timed out") from exc
+
+
+async def start_instance(
+    instance: MQClientInstance, config: ClientConfig, instance_name: str, clock: Clock
+) -> None:
+    """MQClientInstance#start, as a consumer's or producer's start calls it: the instance's services, then
+    its defaultMQProducer (group CLIENT_INNER_PRODUCER on the same client id, started without starting
+    the instance again). From then on every heartbeat of the client names that group, and a consumer's
+    send-back fallback finds the producer running."""
+    await instance.start()
+    await inner_producer(instance, config, instance_name, clock)
+
+
+async def inner_producer(
+    instance: MQClientInstance, config: ClientConfig, instance_name: str, clock: Clock
+) -> Producer:
+    """The instance's defaultMQProducer (``start_instance`` starts it; started here if it is not)."""
+    async with instance.inner_producer_lock:
+        if instance.inner_producer is None:
+            producer = Producer(
+                CLIENT_INNER_PRODUCER_GROUP,
+                config=ProducerConfig(
+                    namesrv_addr=config.namesrv_addr,
+                    instance_name=instance_name,
+                    client_ip=config.client_ip,
+                    time_scale=config.time_scale,
+                    client_close_socket_if_timeout=config.client_close_socket_if_timeout,
+                ),
+                clock=clock,
+            )
+            await producer.start()
+            instance.inner_producer = producer
+        return instance.inner_producer  # type: ignore[no-any-return]
+
+
+async def shutdown_instance(instance: MQClientInstance) -> None:
+    """MQClientInstance#shutdown, as a consumer's or producer's shutdown calls it once it unregistered:
+    nothing while a consumer or a producer other than the internal one is registered; otherwise the
+    internal producer leaves first (UNREGISTER_CLIENT for CLIENT_INNER_PRODUCER), then the instance."""
+    if instance.consumer_table or set(instance.producer_table) - {CLIENT_INNER_PRODUCER_GROUP}:
+        return
+    inner, instance.inner_producer = instance.inner_producer, None
+    if inner is not None and inner.running:
+        await inner.shutdown()  # which comes back here with nothing registered and stops the instance
+        return
+    await instance.shutdown()

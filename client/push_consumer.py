@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from client.api import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, PullResult
-from client.config import ProducerConfig
 from client.consume import (
     ConsumeMessageConcurrentlyService,
     ConsumeMessageOrderlyService,
@@ -27,15 +26,13 @@ from client.errors import MQBrokerError, MQClientError
 from client.group_state import DropReason
 from client.offset_store import ReadOffsetType
 from client.process_queue import PullRequest
-from client.producer import Producer
+from client.producer import inner_producer, shutdown_instance
 from client.pull_core import PullStatus, pull_exception_delay_ms
 from client.rebalance import RebalancePushImpl
 from client.route import MASTER_ID
 from protocol.codes import ResponseCode
 from protocol.model import ConsumeType, Message, MessageModel, MessageQueue
 from protocol.remoting import RemotingTimeoutError
-
-CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"  # MixAll.CLIENT_INNER_PRODUCER_GROUP
 
 
 class PushConsumer(ConsumerBase):
@@ -105,8 +102,7 @@ class PushConsumer(ConsumerBase):
             self.running = False
             if self.instance.consumer_table.get(self.group) is self:
                 self.instance.unregister_consumer_local(self.group)
-            if not self.instance.consumer_table and not self.instance.producer_table:
-                await self.instance.shutdown()
+            await shutdown_instance(self.instance)
             self._executor.shutdown(wait=False)
             raise
         self.consume_service.start()
@@ -121,45 +117,16 @@ class PushConsumer(ConsumerBase):
             await self.consume_service.shutdown(cfg.ms(cfg.await_termination_millis_when_shutdown))
             if self.consume_orderly and self.message_model is MessageModel.CLUSTERING:
                 await self.rebalance_impl.unlock_all(False)
-        await self._stop_inner_producer()
         await self._stop_client()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self.log.emit("consumer_stopped", group=self.group, client_id=self.client_id)
 
-    async def inner_producer(self) -> Producer:
-        """MQClientInstance's defaultMQProducer: group CLIENT_INNER_PRODUCER on this client id, shared
-        by its consumers and started on first use."""
-        inst = self.instance
-        async with inst.inner_producer_lock:
-            if inst.inner_producer is None:
-                cfg = self.config
-                producer = Producer(
-                    CLIENT_INNER_PRODUCER_GROUP,
-                    config=ProducerConfig(
-                        namesrv_addr=cfg.namesrv_addr,
-                        instance_name=self.instance_name,
-                        client_ip=cfg.client_ip,
-                        time_scale=cfg.time_scale,
-                        client_close_socket_if_timeout=cfg.client_close_socket_if_timeout,
-                    ),
-                    clock=self.clock,
-                )
-                await producer.start()
-                inst.inner_producer = producer
-            return inst.inner_producer  # type: ignore[no-any-return]
-
     async def _send_by_inner_producer(
         self, topic: str, body: bytes, tags: str | None, keys: str | None, properties: dict[str, str]
     ) -> None:
-        producer = await self.inner_producer()
+        producer = await inner_producer(self.instance, self.config, self.instance_name, self.clock)
         await producer.send(topic, body, tags=tags, keys=keys, properties=properties)
-
-    async def _stop_inner_producer(self) -> None:
-        inst = self.instance
-        if inst.inner_producer is not None and set(inst.consumer_table) <= {self.group}:
-            producer, inst.inner_producer = inst.inner_producer, None
-            await producer.shutdown()
 
     def suspend(self) -> None:
         self.paused = True

@@ -1,19 +1,26 @@
-"""RebalanceImpl for push and lite-pull consumers (RocketMQ's RebalanceImpl, RebalancePushImpl,
-RebalanceLitePullImpl): rebalanceByTopic for both message models, updateProcessQueueTableInRebalance,
+"""A client's rebalancing, from the broker's NOTIFY_CONSUMER_IDS_CHANGED to the PullRequests of new queues.
+
+The two services of MQClientInstance that the path runs on are here, with the rebalance between them:
+``RebalanceService`` (RocketMQ's thread of that name) answers the notification by waking up, and its
+round (MQClientInstance#doRebalance) runs each registered consumer's ``RebalanceImpl`` in turn;
+``PullMessageService`` (RocketMQ's) takes the PullRequests a round makes and runs each consumer's
+``pull_message``, one at a time. ``RebalanceImpl`` / ``RebalancePushImpl`` / ``RebalanceLitePullImpl``
+are RocketMQ's: rebalanceByTopic for both message models, updateProcessQueueTableInRebalance,
 messageQueueChanged, truncateMessageQueueNotMyTopic, and the orderly lock / unlock calls.
 
 The tables and decisions are the group's ``client.group_state.GroupState``; this module makes the broker
-calls they need through the ports of ``client.ports`` and writes the events the analysis reads
-(``rebalance``, ``mq_added``, ``mq_removed``, lock events).
+calls they need through the ports of ``client.ports`` (the ``pulls`` port is the PullMessageService
+below) and writes the events the analysis reads (``notify_received``, ``rebalance``, ``mq_added``,
+``mq_removed``, lock events).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from typing import Any, Protocol
 
-from client.config import ConsumerConfig
+from client.config import ClientConfig, ConsumerConfig
 from client.errors import MQClientError
 from client.group_state import (
     DropReason,
@@ -27,8 +34,12 @@ from client.offset_store import ReadOffsetType
 from client.ports import EventSink, GroupApi, GroupOffsets, MessageQueueListener, PullDispatcher
 from client.process_queue import ProcessQueue, PullRequest
 from client.route import MASTER_ID
+from client.scheduler import SingleThreadScheduler
+from protocol.codes import RequestCode
+from protocol.command import RemotingCommand
 from protocol.model import MessageModel, MessageQueue, is_retry_topic
-from protocol.runtime import Clock
+from protocol.remoting import Connection, RemotingClient
+from protocol.runtime import Clock, TimerSet
 
 
 def emit_queue_event(
@@ -46,8 +57,105 @@ def emit_queue_event(
     )
 
 
+class RegisteredConsumer(Protocol):
+    """A consumer registered in the client, as its RebalanceService and PullMessageService see it."""
+
+    @property
+    def rebalance_impl(self) -> RebalanceImpl: ...
+
+    async def pull_message(self, request: PullRequest) -> None: ...
+
+
+class RebalanceService:
+    """RocketMQ's RebalanceService: a round every ``rebalance_wait_interval`` and whenever woken (a
+    broker's NOTIFY_CONSUMER_IDS_CHANGED, a consumer's start); wakeups during a round coalesce.
+
+    ``consumers`` is the client's consumer table (group -> registered consumer), read at each round.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        clock: Clock,
+        events: EventSink,
+        client_id: str,
+        consumers: Mapping[str, RegisteredConsumer],
+        remoting: RemotingClient,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.log = events
+        self.client_id = client_id
+        self.consumers = consumers
+        self._wakeup = asyncio.Event()
+        self.rounds = 0
+        # RocketMQ starts the clock at construction: the first round after start may wait minInterval (>=5.2)
+        self._last_rebalance = clock.monotonic_ms()
+        remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self.on_notify_consumer_ids_changed)
+
+    async def on_notify_consumer_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """ClientRemotingProcessor#notifyConsumerIdsChanged: rebalanceImmediately, nothing else."""
+        group = cmd.ext.get("consumerGroup")
+        self.log.emit(
+            "notify_received",
+            client_id=self.client_id,
+            group=str(group) if group is not None else "",
+            broker_addr=conn.remote_addr,
+        )
+        # RocketMQ wakes the rebalance of every group of this client, not only the notified one.
+        self.wakeup()
+        return None
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        cfg = self.config
+        wait_ms = getattr(cfg, "rebalance_wait_interval", 20_000)
+        min_ms = getattr(cfg, "rebalance_min_interval", 1_000)
+        retry_5x = bool(getattr(cfg, "rebalance_retry_when_unbalanced", False))
+        clock = self.clock
+        real_wait = cfg.seconds(wait_ms)
+        while True:
+            try:
+                async with asyncio.timeout(real_wait):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                pass
+            self._wakeup.clear()
+            if retry_5x:
+                # >=5.2: rounds are never closer than minInterval; an unbalanced round retries after it
+                elapsed = clock.monotonic_ms() - self._last_rebalance
+                if elapsed < cfg.ms(min_ms):
+                    real_wait = (cfg.ms(min_ms) - elapsed) / 1000.0
+                    continue
+            balanced = await self.do_rebalance()
+            self.rounds += 1
+            if retry_5x:
+                real_wait = cfg.seconds(wait_ms if balanced else min_ms)
+                self._last_rebalance = clock.monotonic_ms()
+
+    async def do_rebalance(self) -> bool:
+        """MQClientInstance#doRebalance: every registered consumer's rebalance, one after another."""
+        balanced = True
+        for group, consumer in list(self.consumers.items()):
+            try:
+                if not await consumer.rebalance_impl.try_rebalance():
+                    balanced = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.log.error("doRebalance failed", group=group, error=repr(exc))
+                balanced = False
+        return balanced
+
+
 class RebalanceImpl:
-    """The rebalance of one consumer group in one client: the calls and events around its GroupState."""
+    """The rebalance of one consumer group in one client: the calls and events around its GroupState.
+
+    The consumer builds it from its GroupState and ports: ``api`` (the client's broker calls), ``pulls``
+    (the client's PullMessageService, below), ``offsets`` (the group's offset store) and ``events``.
+    """
 
     read_offset_type = ReadOffsetType.READ_FROM_STORE
 
@@ -83,6 +191,16 @@ class RebalanceImpl:
         emit_queue_event(self.log, self.group, self.client_id, event, mq, **fields)
 
     # -- doRebalance ----------------------------------------------------------------------------------
+    async def try_rebalance(self) -> bool:
+        """The consumer's doRebalance as the round calls it: nothing while the consumer is suspended or
+        not running (unbalanced), nor for queues given by assign() (balanced); see GroupState rule 6."""
+        state = self.state
+        if state.assigned:
+            return True
+        if state.paused or not state.running:
+            return False
+        return await self.do_rebalance(state.consume_orderly)
+
     async def do_rebalance(self, is_order: bool) -> bool:
         balanced = True
         for topic in list(self.state.subscription_inner):
@@ -469,6 +587,58 @@ class RebalanceLitePullImpl(RebalanceImpl):
             raise
         except Exception as exc:
             self.log.error("messageQueueChanged listener failed", group=self.group, error=repr(exc))
+
+
+class PullMessageService:
+    """RocketMQ's PullMessageService thread: PullRequests taken one at a time, each ``pull_message``
+    awaited to its end. What blocks that thread in Java (connecting to a broker, a route lookup, the
+    orderly first pull's QUERY_CONSUMER_OFFSET) is awaited here in line, so it holds up the pulls of
+    every other queue; only the wait for the pull's answer runs apart (invokeAsync). Delayed tasks run
+    on the service's own single-threaded scheduler."""
+
+    def __init__(self, consumers: Mapping[str, RegisteredConsumer], events: EventSink) -> None:
+        self.consumers = consumers
+        self.log = events
+        self._queue: asyncio.Queue[PullRequest] = asyncio.Queue()
+        self._timers = TimerSet()
+        self._stopped = False
+        self.scheduler = SingleThreadScheduler("PullMessageServiceScheduledThread", events)
+
+    def execute_pull_request_immediately(self, request: PullRequest) -> None:
+        if not self._stopped:
+            self._queue.put_nowait(request)
+
+    def execute_pull_request_later(self, request: PullRequest, delay_ms: float) -> None:
+        """``delay_ms`` is already scaled."""
+        if delay_ms <= 0:
+            self.execute_pull_request_immediately(request)
+            return
+        self._timers.call_later(delay_ms, lambda: self.execute_pull_request_immediately(request))
+
+    def execute_task_later(self, fn: Callable[[], Coroutine[Any, Any, None]], delay_ms: float) -> None:
+        """``delay_ms`` is already scaled."""
+        if not self._stopped:
+            self.scheduler.schedule(fn, max(0.0, delay_ms) / 1000.0, "pull service task")
+
+    def stop(self) -> None:
+        self._stopped = True
+        self.scheduler.stop()
+        self._timers.cancel_all()
+
+    async def run(self) -> None:
+        while True:
+            request = await self._queue.get()
+            consumer = self.consumers.get(request.consumer_group)
+            if consumer is None:
+                continue  # group unregistered: the request dies, as in RocketMQ
+            try:
+                await consumer.pull_message(request)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug in one pull must not stop the service
+                self.log.error(
+                    "pull_message failed", error=repr(exc), mq=request.message_queue.short
+                )
 
 
 async def _try_acquire(lock: asyncio.Lock, timeout_s: float) -> bool:

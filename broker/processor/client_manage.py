@@ -90,7 +90,9 @@ class ClientManageProcessor:
             )
             groups[group] = hb.client_id
             if r.replaced_client_id is not None:
-                b.emit_consumer_unregistered(group, r.replaced_client_id, "replaced", conn.remote_addr)
+                b.consumer_ids_listener.consumer_unregistered(
+                    group, r.replaced_client_id, "replaced", conn.remote_addr
+                )
             if r.new_channel or r.replaced_client_id is not None:
                 b.log.emit(
                     "consumer_registered",
@@ -120,7 +122,8 @@ class ClientManageProcessor:
                     previous_topics=inc.previous_topics,
                 )
             if r.changed:
-                b.notify_group(group, "register" if r.new_channel else "subscription_changed")
+                cause = "register" if r.new_channel else "subscription_changed"
+                b.consumer_ids_listener.notify_group(group, cause)
         for pd in hb.producer_data_set:
             b.producer_manager.register_producer(
                 pd.group_name, ClientChannelInfo(conn.id, hb.client_id, conn.remote_addr, now, wall)
@@ -140,14 +143,14 @@ class ClientManageProcessor:
             removed = b.consumer_manager.unregister_consumer(consumer_group, conn.id)
             conn.attrs.get(ATTR_GROUPS, {}).pop(consumer_group, None)
             if removed is not None:
-                b.emit_consumer_unregistered(
+                b.consumer_ids_listener.consumer_unregistered(
                     consumer_group,
                     removed.client_id,
                     "unregister",
                     conn.remote_addr,
                     request_client_id=client_id,
                 )
-            b.notify_group(consumer_group, "unregister")
+            b.consumer_ids_listener.notify_group(consumer_group, "unregister")
             b.forget_group(consumer_group)
         return cmd.response()
 

@@ -1,6 +1,7 @@
 """What the request processors need from the broker, as one interface, so that they do not import the
-``BrokerServices`` that registers them: the managers, the store, the clock and event log, and the
-broker-wide actions a request can cause (notify a group, commit an offset, hold a pull ...)."""
+``BrokerController`` that registers them: the managers, the store, the clock and event log, and the
+broker-wide actions a request can cause (commit an offset, hold a pull ...), and the
+``ConsumerIdsChangeListener`` that tells a group its members changed."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from broker.config import BrokerConfig
-from broker.consumer_manager import ConsumerManager, ProducerManager
+from broker.consumer_manager import ConsumerIdsChangeListener, ConsumerManager, ProducerManager
 from broker.faults import FaultTable
 from broker.lock_manager import RebalanceLockManager
 from broker.long_polling import HeldPull, PullRequestHoldService
@@ -28,7 +29,7 @@ ATTR_GROUPS = "consumer_groups"  # group -> client id registered over this conne
 
 
 class BrokerServices(Protocol):
-    """The part of ``broker.controller.BrokerServices`` the processors use."""
+    """The part of ``broker.controller.BrokerController`` the processors use."""
 
     config: BrokerConfig
     log: EventLog
@@ -36,6 +37,7 @@ class BrokerServices(Protocol):
     server: RemotingServer
     store: MemoryMessageStore
     consumer_manager: ConsumerManager
+    consumer_ids_listener: ConsumerIdsChangeListener
     producer_manager: ProducerManager
     offset_manager: ConsumerOffsetManager
     lock_manager: RebalanceLockManager
@@ -51,13 +53,7 @@ class BrokerServices(Protocol):
 
     async def unsupported(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand: ...
 
-    def notify_group(self, group: str, cause: str) -> None: ...
-
     def emit_lock(self, event: str, group: str, client_id: str, mq: Any, **extra: Any) -> None: ...
-
-    def emit_consumer_unregistered(
-        self, group: str, client_id: str, reason: str, client_addr: str, **extra: Any
-    ) -> None: ...
 
     def commit_offset(self, conn: Connection, group: str, topic: str, queue_id: int, offset: int) -> None: ...
 

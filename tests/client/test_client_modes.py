@@ -294,7 +294,9 @@ SEND_BACK_FAILS = {"requestCode": 36, "errors": [{"code": 1, "remark": "send bac
 
 async def test_a_failed_send_back_goes_to_the_retry_topic_via_the_inner_producer(cluster: Cluster) -> None:
     """DefaultMQPushConsumerImpl#sendMessageBack: when CONSUMER_SEND_MSG_BACK fails, the message is sent
-    to %RETRY%<group> by the client's internal producer; it is not re-run locally."""
+    to %RETRY%<group> by the client's internal producer; it is not re-run locally. That producer starts
+    with the client instance (MQClientInstance#start), so the start's heartbeat already names its group,
+    and the instance's shutdown unregisters it."""
     broker = await cluster.start_broker()
     await cluster.create_topic("T", 1)
     await add_fault(broker.address, **SEND_BACK_FAILS, durationMs=600_000)
@@ -310,6 +312,10 @@ async def test_a_failed_send_back_goes_to_the_retry_topic_via_the_inner_producer
     c.subscribe("T")
     c.register_message_listener(listener)
     await c.start()
+    producers = broker.producer_manager.groups
+    await wait_until(lambda: "CLIENT_INNER_PRODUCER" in producers, 5, "the inner producer in a heartbeat")
+    assert [i.client_id for i in producers["CLIENT_INNER_PRODUCER"].values()] == [c.client_id]
+    assert cluster.events("message_sent_back") == []
     producer = cluster.producer()
     await producer.start()
     sent = (await producer.send("T", b"x")).msg_id
@@ -318,6 +324,9 @@ async def test_a_failed_send_back_goes_to_the_retry_topic_via_the_inner_producer
     assert (consumed["msg_id"], consumed["topic"]) == (sent, "%RETRY%fg")
     (back,) = cluster.events("message_sent_back")
     assert back["via"] == "retry_topic" and back["delay_level"] == 3
+    await c.shutdown()
+    inner = producers.get("CLIENT_INNER_PRODUCER", {})
+    assert c.client_id not in [i.client_id for i in inner.values()]
 
 
 async def test_orderly_past_max_reconsume_times_sends_to_the_retry_topic_which_goes_to_the_dlq(

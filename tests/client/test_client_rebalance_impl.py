@@ -15,11 +15,11 @@ from client.allocate import get_strategy
 from client.config import ConsumerConfig
 from client.consumer_base import normalize_enums
 from client.group_state import GroupState
-from client.instance import RebalanceService
 from client.offset_store import ReadOffsetType
 from client.process_queue import ProcessQueue, PullRequest
-from client.rebalance import RebalanceLitePullImpl, RebalancePushImpl
+from client.rebalance import RebalanceLitePullImpl, RebalancePushImpl, RebalanceService
 from protocol.model import ConsumeType, Message, MessageQueue
+from protocol.remoting import RemotingClient
 from protocol.runtime import EventLog, ManualClock
 
 
@@ -351,21 +351,28 @@ async def test_lock_all_and_unlock_all_follow_the_broker_answer() -> None:
     assert ("unlock", [mq(0), mq(1)]) in r.api.calls and not table[mq(1)].locked
 
 
-class _Inst:
+class _Round:
+    """A registered consumer whose rebalance records when it ran and answers ``results`` in turn."""
+
     def __init__(self, results: list[bool], **cfg: Any) -> None:
         self.config = ConsumerConfig(time_scale=0.01, **cfg)
         self.clock = ManualClock()
         self.results = results
         self.rounds: list[float] = []
+        self.rebalance_impl = self
 
-    async def do_rebalance(self) -> bool:
+    async def try_rebalance(self) -> bool:
         self.rounds.append(asyncio.get_running_loop().time())
         return self.results.pop(0) if self.results else True
 
+    def service(self) -> RebalanceService:
+        consumers = {"g": self}
+        return RebalanceService(self.config, self.clock, EventLog.null(), "cid", consumers, RemotingClient())
+
 
 async def test_rebalance_service_wakeups_coalesce() -> None:
-    inst = _Inst([])
-    svc = RebalanceService(inst)  # type: ignore[arg-type]
+    inst = _Round([])
+    svc = inst.service()
     task = asyncio.create_task(svc.run())
     try:
         for _ in range(5):
@@ -379,8 +386,8 @@ async def test_rebalance_service_wakeups_coalesce() -> None:
 
 
 async def test_rebalance_service_5x_retries_after_min_interval_when_unbalanced() -> None:
-    inst = _Inst([False, True], rebalance_retry_when_unbalanced=True, rebalance_wait_interval=100_000)
-    svc = RebalanceService(inst)  # type: ignore[arg-type]
+    inst = _Round([False, True], rebalance_retry_when_unbalanced=True, rebalance_wait_interval=100_000)
+    svc = inst.service()
     inst.clock.advance(2000)  # the service was created "long ago"
     task = asyncio.create_task(svc.run())
     try:
@@ -395,6 +402,27 @@ async def test_rebalance_service_5x_retries_after_min_interval_when_unbalanced()
         assert len(inst.rounds) == 2  # balanced: back to the long period
     finally:
         task.cancel()
+
+
+@pytest.mark.parametrize(
+    ("running", "paused", "assigned", "result", "rounds"),
+    [
+        (True, False, False, True, 1),
+        (False, False, False, False, 0),
+        (True, True, False, False, 0),
+        (True, False, True, True, 0),
+    ],
+)
+async def test_try_rebalance_runs_only_for_a_running_unsuspended_rebalanced_consumer(
+    running: bool, paused: bool, assigned: bool, result: bool, rounds: int
+) -> None:
+    """GroupState rule 6: suspend() and a stopped consumer make the round unbalanced without a broker
+    call; assign() makes it balanced without one."""
+    r = Rig()
+    r.route(mq(0))
+    r.state.running, r.state.paused, r.state.assigned = running, paused, assigned
+    assert await r.impl.try_rebalance() is result
+    assert len(r.api.calls) == rounds and (mq(0) in r.state.process_queue_table) is bool(rounds)
 
 
 @pytest.mark.parametrize("rocketmq5", [False, True])

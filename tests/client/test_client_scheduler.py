@@ -7,11 +7,11 @@ import asyncio
 import itertools
 from typing import Any
 
-from client.config import ClientConfig
-from client.instance import MQClientInstance, PullMessageService
 from client.process_queue import ProcessQueue, PullRequest
+from client.rebalance import PullMessageService
 from client.scheduler import SingleThreadScheduler
 from protocol.model import MessageQueue
+from protocol.runtime import EventLog
 
 
 async def test_tasks_run_one_at_a_time_and_a_slow_one_delays_the_others() -> None:
@@ -79,8 +79,8 @@ async def test_fixed_rate_runs_that_fell_behind_follow_each_other() -> None:
 async def test_pull_service_awaits_each_pull_before_taking_the_next() -> None:
     """PullMessageService is one thread: a pull whose blocking part (connect, the orderly first pull's
     offset query) takes long holds up the pulls of every other queue."""
-    instance = MQClientInstance(ClientConfig(namesrv_addr="127.0.0.1:1"))
-    service = PullMessageService(instance)
+    consumers: dict[str, object] = {}
+    service = PullMessageService(consumers, EventLog.null())  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
     log: list[tuple[int, float, float]] = []
 
@@ -92,7 +92,7 @@ async def test_pull_service_awaits_each_pull_before_taking_the_next() -> None:
             await asyncio.sleep(0.3 if request.message_queue.queue_id == 0 else 0)
             log.append((request.message_queue.queue_id, start, loop.time()))
 
-    instance.consumer_table["g"] = SlowFirst()  # type: ignore[assignment]
+    consumers["g"] = SlowFirst()
     for q in (0, 1):
         pq = ProcessQueue(now_ms=0)
         service.execute_pull_request_immediately(PullRequest("g", MessageQueue("T", "b", q), pq, 0))

@@ -6,7 +6,9 @@
 #
 # BASE_IMAGE is any image with Python 3.11+ as python3 and its venv module (the default, or a Debian
 # bookworm built by scripts/docker/base_image.sh where no registry is reachable). With wheels/ holding
-# the package and its dependencies as wheels (pip wheel . -w wheels), the build needs no network.
+# the dependencies and the build backend as wheels (scripts/docker/build_image.sh makes them), the build
+# needs no network. Either way the package itself is built from the sources copied here, so what the
+# image runs is exactly these COPY lines (and the source digest below covers them).
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}
 
@@ -23,12 +25,13 @@ COPY broker ./broker
 COPY client ./client
 COPY chaos ./chaos
 COPY pipeline ./pipeline
+COPY sim ./sim
 # pyproject.toml keeps the sources of this COPY from being empty when there is no wheels/ (the
 # classic builder refuses a COPY that matches nothing); only *.whl files are looked at below.
 COPY pyproject.toml wheels* ./wheels/
 RUN python3 -m venv "$VIRTUAL_ENV" \
     && if ls wheels/*.whl >/dev/null 2>&1; then \
-         pip install --no-index --find-links wheels rocketmq-rebalance-lab; \
+         pip install --no-index --find-links wheels .; \
        else \
          pip install .; \
        fi \

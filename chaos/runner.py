@@ -450,6 +450,8 @@ class Runner:
                 if a == "latency":
                     extra["latency_ms"] = round(p["ms"] * exp.time_scale, 3)
                     extra["jitter_ms"] = round(p.get("jitter_ms", 0) * exp.time_scale, 3)
+                if a == "loss":
+                    extra["percent"] = p["percent"]
                 if p.get("direction"):
                     extra["direction"] = p["direction"]
                 if a != "heal":  # the container backend partitions in the kernel, not in the proxy
@@ -462,6 +464,7 @@ class Runner:
                     ms=extra.get("latency_ms", 0),
                     jitter_ms=extra.get("jitter_ms", 0),
                     direction=extra.get("direction", "both"),
+                    percent=extra.get("percent", 0),
                 )
             elif a == "fault":
                 await self._fault(step)
@@ -503,10 +506,10 @@ class Runner:
             cluster.sup.refresh(m)
             if m.state == "paused":
                 await self.execute(Step(self.exp.duration, "resume", m.node, m.role, m.group, {}, 0))
-        for node in sorted(m.node for m in cluster.sup if m.role in ("consumer", "producer")):
-            if cluster.network_faulty(node):
+        for m in sorted(cluster.sup, key=lambda m: m.node):  # servers too: a partition may name any node
+            if cluster.network_faulty(m.node):
                 await self.execute(
-                    Step(self.exp.duration, "heal", node, "consumer", None, {"broker": "all"}, 0)
+                    Step(self.exp.duration, "heal", m.node, m.role, None, {"broker": "all"}, 0)
                 )
         for b in sorted({s.target for s in self.exp.schedule() if s.action == "fault"}):
             if cluster.sup.member(b).state == "running":

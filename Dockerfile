@@ -19,6 +19,16 @@ ENV PYTHONUNBUFFERED=1 \
     PATH=/opt/rmqlab/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 WORKDIR /lab
+# The dependencies first, in a layer of their own: a change of the sources does not reinstall them.
+# pyproject.toml keeps the sources of this COPY from being empty when there is no wheels/ (the
+# classic builder refuses a COPY that matches nothing); only *.whl files are looked at below.
+COPY pyproject.toml wheels* ./wheels/
+RUN python3 -m venv "$VIRTUAL_ENV" \
+    && if ls wheels/*.whl >/dev/null 2>&1; then \
+         pip install --no-index wheels/*.whl; \
+       fi \
+    && rm -rf wheels
+
 COPY pyproject.toml README.md ./
 COPY protocol ./protocol
 COPY broker ./broker
@@ -26,16 +36,14 @@ COPY client ./client
 COPY chaos ./chaos
 COPY pipeline ./pipeline
 COPY sim ./sim
-# pyproject.toml keeps the sources of this COPY from being empty when there is no wheels/ (the
-# classic builder refuses a COPY that matches nothing); only *.whl files are looked at below.
-COPY pyproject.toml wheels* ./wheels/
-RUN python3 -m venv "$VIRTUAL_ENV" \
-    && if ls wheels/*.whl >/dev/null 2>&1; then \
-         pip install --no-index --find-links wheels .; \
+# With the wheels installed above, the package builds with the venv's own setuptools and needs nothing
+# more; without them, pip fetches the build backend and the dependencies from the index.
+RUN if pip show setuptools wheel msgpack >/dev/null 2>&1; then \
+         pip install --no-index --no-deps --no-build-isolation .; \
        else \
          pip install .; \
        fi \
-    && rm -rf wheels build *.egg-info \
+    && rm -rf build *.egg-info \
     && mkdir -p /runs
 
 # Which sources the image was built from: rmq-chaos refuses an image whose digest is not the checkout's.

@@ -6,8 +6,7 @@
 #
 #   bash scripts/docker/compose_scenario.sh [--no-report]   # builds the image first when it is stale
 #
-# rmq-analyze starts with the cluster (`--after`), so that Spark is up when the run ends; --no-report
-# writes summary.json only (what the checks read).
+# --no-report writes summary.json only (what the checks read; CI uses it).
 #
 # Every hand-driven fault goes through `rmq-chaos nemesis`, which records it for the analysis. The
 # cluster is removed at the end, also after a failure or Ctrl-C. Needs Java 17 for the analysis.
@@ -39,14 +38,8 @@ run="$RUNS_DIR/$RUN_ID"
 project="rmqlab-scenario-$$"
 mkdir -p "$run"
 dc() { "${compose[@]}" -p "$project" -f docker-compose.yml "$@"; }
-analyzer=""
 cleanup() {
     dc down --remove-orphans --timeout 5 >/dev/null 2>&1 || true
-    if [ -n "$analyzer" ] && kill -0 "$analyzer" 2>/dev/null; then
-        kill "$analyzer" 2>/dev/null || true
-        wait "$analyzer" 2>/dev/null || true
-    fi
-    rm -f "$run/.scenario-done"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -54,9 +47,6 @@ chaos() { "$VENV/bin/rmq-chaos" "$@"; }
 step() { echo "==> [$(( $(date +%s) - t0 ))s] $*"; }
 t0=$(date +%s)
 
-# Spark starts beside the cluster (niced) and reads the run once the marker appears.
-"$VENV/bin/rmq-analyze" "$run" --after "$run/.scenario-done" "${analyze_flags[@]}" &
-analyzer=$!
 step "docker compose up --scale consumer=4 (run directory $run)"
 dc up -d --no-build --scale consumer=4 >/dev/null 2>&1 || { dc up -d --no-build --scale consumer=4; exit 1; }
 chaos wait "$run" --group GID_compose --balanced 4 --timeout 60
@@ -83,12 +73,10 @@ step "bring everything down"
 dc kill consumer >/dev/null 2>&1
 dc down --timeout 10 >/dev/null 2>&1
 step "rmq-analyze $run"
-touch "$run/.scenario-done"
 set +e
-wait "$analyzer"
+"$VENV/bin/rmq-analyze" "$run" "${analyze_flags[@]}"
 rc=$?
 set -e
-analyzer=""
 "$VENV/bin/python" - "$run/summary.json" <<'PY'
 import json, sys
 group = json.load(open(sys.argv[1]))["groups"]["GID_compose"]

@@ -331,3 +331,19 @@ async def test_rules_go_where_the_packets_pass_and_heal_removes_exactly_them(tmp
             await cluster.apply_network("consumer-2", "latency", "broker-a", ms=5)
     finally:
         cluster.sup.close()
+
+
+def test_the_container_tests_wait_for_the_background_build_and_show_its_failure(tmp_path: Path) -> None:
+    from kit.docker import wait_for_build
+
+    base = str(tmp_path / "image-build")
+    (tmp_path / "image-build.log").write_text("step 1\nerror: debootstrap failed\n")
+    with pytest.raises(pytest.fail.Exception, match=r"did not finish within 0\.1 s"):
+        wait_for_build(base, timeout_s=0.1)
+    (tmp_path / "image-build.status").write_text("1\n")
+    with pytest.raises(
+        pytest.fail.Exception, match=r"failed \(exit 1; log: .*\):\nstep 1\nerror: debootstrap"
+    ):
+        wait_for_build(base)
+    (tmp_path / "image-build.status").write_text("0\n")
+    wait_for_build(base)

@@ -6,8 +6,11 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from chaos.__main__ import shipped
 from chaos.container import RUN_LABEL
@@ -109,3 +112,21 @@ def partition_figures(run_dir: Path, time_scale: float) -> dict[str, Any]:
         "consumed_while_cut": sum(cut["ts_ms"] + 500 <= t < heal["ts_ms"] for t in consumed),
         "resumed_after_heal_s": (min(after) - heal["ts_ms"]) / 1000 / time_scale if after else None,
     }
+
+
+# scripts/test.sh builds the image while the other tests run; the container tests wait for it so long
+BUILD_WAIT_S = 900.0
+
+
+def wait_for_build(status_base: str, timeout_s: float = BUILD_WAIT_S) -> None:
+    """Wait until the background build of scripts/test.sh wrote its exit status; fail with its log."""
+    status, log = Path(status_base + ".status"), Path(status_base + ".log")
+    deadline = time.monotonic() + timeout_s
+    while not status.exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the image build did not finish within {timeout_s:g} s (log: {log})")
+        time.sleep(1)
+    code = status.read_text().strip()
+    if code != "0":
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
+        pytest.fail(f"the image build failed (exit {code}; log: {log}):\n{tail}")

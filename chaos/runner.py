@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from chaos.admin import AdminError
 from chaos.cluster import LocalCluster
 from chaos.container import BackendError, ContainerCluster, ImageInfo
-from chaos.experiment import NETWORK_ACTIONS, Experiment, ExperimentError, Step
+from chaos.experiment import BROKER_ACTIONS, NETWORK_ACTIONS, Experiment, ExperimentError, Step
 from chaos.realclients import RealClients, check_environment
 from chaos.supervisor import ProcessFailed, SupervisorError
 from chaos.tally import LogTailer, RunTally, progress_line
@@ -466,6 +466,10 @@ class Runner:
                     direction=extra.get("direction", "both"),
                     percent=extra.get("percent", 0),
                 )
+            elif a in BROKER_ACTIONS and sup.member(target).state not in ("running", "paused"):
+                # Skipped at once, as a refused connect would be: a killed broker's container takes its
+                # address along, and the admin connect would wait for its timeout instead.
+                raise SupervisorError(f"{target} is not running ({sup.member(target).state})")
             elif a == "fault":
                 await self._fault(step)
             elif a == "fault-clear":

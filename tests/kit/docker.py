@@ -125,7 +125,7 @@ def wait_for_build(status_base: str, timeout_s: float = BUILD_WAIT_S) -> None:
     while not status.exists():
         if time.monotonic() > deadline:
             pytest.fail(f"the image build did not finish within {timeout_s:g} s (log: {log})")
-        time.sleep(1)
+        time.sleep(0.25)
     code = status.read_text().strip()
     if code != "0":
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""

@@ -6,7 +6,9 @@
 #
 # BASE_IMAGE is any image with Python 3.11+ as python3 and its venv module (the default, or a Debian
 # bookworm built by scripts/docker/base_image.sh where no registry is reachable). With wheels/ holding
-# the package and its dependencies as wheels (pip wheel . -w wheels), the build needs no network.
+# the dependencies and the build backend as wheels (scripts/docker/build_image.sh makes them), the build
+# needs no network. Either way the package itself is built from the sources copied here, so what the
+# image runs is exactly these COPY lines (and the source digest below covers them).
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}
 
@@ -17,22 +19,31 @@ ENV PYTHONUNBUFFERED=1 \
     PATH=/opt/rmqlab/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 WORKDIR /lab
+# The dependencies first, in a layer of their own: a change of the sources does not reinstall them.
+# pyproject.toml keeps the sources of this COPY from being empty when there is no wheels/ (the
+# classic builder refuses a COPY that matches nothing); only *.whl files are looked at below.
+COPY pyproject.toml wheels* ./wheels/
+RUN python3 -m venv "$VIRTUAL_ENV" \
+    && if ls wheels/*.whl >/dev/null 2>&1; then \
+         pip install --no-index wheels/*.whl; \
+       fi \
+    && rm -rf wheels
+
 COPY pyproject.toml README.md ./
 COPY protocol ./protocol
 COPY broker ./broker
 COPY client ./client
 COPY chaos ./chaos
 COPY pipeline ./pipeline
-# pyproject.toml keeps the sources of this COPY from being empty when there is no wheels/ (the
-# classic builder refuses a COPY that matches nothing); only *.whl files are looked at below.
-COPY pyproject.toml wheels* ./wheels/
-RUN python3 -m venv "$VIRTUAL_ENV" \
-    && if ls wheels/*.whl >/dev/null 2>&1; then \
-         pip install --no-index --find-links wheels rocketmq-rebalance-lab; \
+COPY sim ./sim
+# With the wheels installed above, the package builds with the venv's own setuptools and needs nothing
+# more; without them, pip fetches the build backend and the dependencies from the index.
+RUN if pip show setuptools wheel msgpack >/dev/null 2>&1; then \
+         pip install --no-index --no-deps --no-build-isolation .; \
        else \
          pip install .; \
        fi \
-    && rm -rf wheels build *.egg-info \
+    && rm -rf build *.egg-info \
     && mkdir -p /runs
 
 # Which sources the image was built from: rmq-chaos refuses an image whose digest is not the checkout's.

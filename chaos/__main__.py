@@ -143,10 +143,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         except ExperimentError as e:
             print(e, file=sys.stderr)
             return 2
-        if exp.one_way_partitions():
+        if exp.kernel_only_network_faults():
             print(
-                f"rmq-chaos: one-way partitions need --backend docker (the local fault proxy cuts both "
-                f"ways): {', '.join(exp.one_way_partitions())}",
+                "rmq-chaos: these network faults need --backend docker (the kernel's iptables; the local "
+                "fault proxy sits between one client and a server and cuts both ways): "
+                f"{'; '.join(exp.kernel_only_network_faults())}",
                 file=sys.stderr,
             )
             return 2

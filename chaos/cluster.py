@@ -240,6 +240,11 @@ class LocalCluster:
         """A network nemesis on the node's links (KeyError when the node has no fault proxy)."""
         if params.pop("direction", "both") != "both":
             raise ValueError("a one-way partition needs the docker backend (the fault proxy cuts both ways)")
+        if action == "loss":
+            raise ValueError("packet loss needs the docker backend (the fault proxy relays a byte stream)")
+        if node not in self.links:
+            raise ValueError(f"{node} has no fault proxy: a link of a server needs the docker backend")
+        params.pop("percent", None)
         return self.links[node].apply(action, broker, **params)
 
     def network_faulty(self, node: str) -> bool:

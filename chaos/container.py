@@ -34,20 +34,21 @@ from pathlib import Path
 from typing import Any
 
 from chaos.cluster import LocalCluster
-from chaos.experiment import Experiment
+from chaos.experiment import NAMESRV_NODE, Experiment
 from chaos.proxy import ClientLinks
 from chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
 
 IMAGE = "rocketmq-rebalance-lab:latest"
 DIGEST_LABEL = "org.rocketmq-rebalance-lab.source-digest"
 RUN_LABEL = "org.rocketmq-rebalance-lab.run"
-# The package sources that go into the image (the Dockerfile's COPY lines, less the pipeline).
-SOURCE_PACKAGES = ("protocol", "broker", "client", "chaos")
+# The package sources that go into the image (the Dockerfile's COPY lines, less the pipeline, which runs
+# on the host: the image's rmq-analyze has no Spark).
+SOURCE_PACKAGES = ("protocol", "broker", "client", "chaos", "sim")
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 CONTAINER_RUN_DIR = "/runs"
 # Network actions the kernel does here; the rest need a fault proxy in front of the client.
-KERNEL_ACTIONS = ("blackhole",)
+KERNEL_ACTIONS = ("blackhole", "loss")
 PROXY_ACTIONS = ("latency", "reset")
 
 
@@ -152,10 +153,14 @@ def backend_problems(exp: Experiment) -> list[str]:
         missing = [t for t in ("nsenter", "iptables") if shutil.which(t) is None]
         if missing:
             out.append(
-                f"a partition needs {' and '.join(missing)} on this machine (apt-get install iptables)"
+                f"a partition or packet loss needs {' and '.join(missing)} on this machine "
+                "(apt-get install util-linux iptables)"
             )
         elif os.geteuid() != 0:
-            out.append("a partition sets iptables rules in a container's network namespace: run as root")
+            out.append(
+                "a partition or packet loss sets iptables rules in a container's network namespace: "
+                "run as root"
+            )
     return out
 
 
@@ -168,6 +173,42 @@ def check_backend(exp: Experiment, image: str) -> ImageInfo:
     if problems:
         raise BackendError("; ".join(problems))
     return check_image(image)
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernel network faults
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One iptables rule a network nemesis put in a container's namespace."""
+
+    peer: str  # the node at the other end of the link
+    namespace: str  # the node whose network namespace holds the rule
+    rule: list[str]
+
+
+def _ip_port(addr: str) -> tuple[str, str]:
+    ip, _, port = addr.rpartition(":")
+    return ip, port
+
+
+def drop_rules(
+    ip: str, port: str | None, *, drop_out: bool, drop_in: bool, probability: float | None = None
+) -> list[list[str]]:
+    """iptables rules (chain first) dropping the packets to and/or from ``ip`` (its TCP ``port`` only,
+    when given); with ``probability``, each packet independently with that chance (loss)."""
+    chance = []
+    if probability:
+        chance = ["-m", "statistic", "--mode", "random", "--probability", f"{probability:g}"]
+    rules = []
+    if drop_out:
+        where = ["-p", "tcp", "-d", ip, "--dport", port] if port else ["-d", ip]
+        rules.append(["OUTPUT", *where, *chance, "-j", "DROP"])
+    if drop_in:
+        where = ["-p", "tcp", "-s", ip, "--sport", port] if port else ["-s", ip]
+        rules.append(["INPUT", *where, *chance, "-j", "DROP"])
+    return rules
 
 
 # ------------------------------------------------------------------------------------------------
@@ -370,7 +411,7 @@ class ContainerCluster(LocalCluster):
         )
         self._network_created = False
         self._removed = False
-        self.rules: dict[str, list[list[str]]] = {}  # node -> iptables rules in force in its namespace
+        self.rules: dict[str, list[Cut]] = {}  # a nemesis' target -> the iptables rules it put in force
 
     async def prepare(self) -> None:
         """Create the run's bridge network and learn its addresses (before any node is declared)."""
@@ -438,18 +479,31 @@ class ContainerCluster(LocalCluster):
 
     # -- network faults ------------------------------------------------------------------------------
 
-    def _link_addresses(self, node: str, broker: str) -> list[str]:
-        """Where the node's packets to a broker (or the name server, or all brokers) go."""
-        links = self.links.get(node)
-        names = sorted(self.brokers) if broker == "all" else [broker]
+    def _server_address(self, name: str) -> str | None:
+        return self.namesrv if name == NAMESRV_NODE else self.brokers.get(name)
+
+    def _ends(self, node: str, other: str) -> list[tuple[str, str, str, str | None, bool]]:
+        """Where the packets between ``node`` and each node ``other`` names can be dropped:
+        (peer, namespace node, remote ip, remote port or None, whether in and out are swapped).
+
+        A client with fault proxies reaches the servers through the host (the run network's gateway),
+        so its links to them are cut in its own namespace, on the proxy's address, whichever end the
+        nemesis names; every other link is cut in the target's namespace, on the peer's address."""
+        peers = sorted(self.brokers) if other == "all" else [other]
         out = []
-        for name in names:
-            if name == "namesrv":
-                out.append(links.namesrv_address if links else str(self.namesrv))
-            elif name in self.brokers:
-                out.append(links.brokers[name].address if links else self.brokers[name])
+        for peer in peers:
+            if node in self.links and self._server_address(peer) is not None:
+                addr = self.links[node].select(peer)[0].address
+                out.append((peer, node, *_ip_port(addr), False))
+            elif peer in self.links and self._server_address(node) is not None:
+                addr = self.links[peer].select(node)[0].address
+                out.append((peer, peer, *_ip_port(addr), True))
+            elif peer in self.sup.members:
+                m = self.sup.members[peer]
+                assert isinstance(m, ContainerMember)
+                out.append((peer, node, m.ip, None, False))
             else:
-                raise ValueError(f"{node} has no link to {name!r}")
+                raise ValueError(f"{node} has no link to {peer!r}")
         return out
 
     async def _iptables(self, node: str, op: str, rule: list[str]) -> None:
@@ -467,32 +521,32 @@ class ContainerCluster(LocalCluster):
             raise ValueError(f"iptables in {node}'s network namespace failed: {err.decode().strip()}")
 
     async def apply_network(self, node: str, action: str, broker: str = "all", **params: Any) -> list[str]:
-        if action == "blackhole":
+        if action in ("blackhole", "loss"):
             direction = params.get("direction", "both")
-            rules = []
-            for addr in self._link_addresses(node, broker):
-                ip, _, port = addr.rpartition(":")
-                if direction in ("both", "out"):
-                    rules.append(["OUTPUT", "-p", "tcp", "-d", ip, "--dport", port, "-j", "DROP"])
-                if direction in ("both", "in"):
-                    rules.append(["INPUT", "-p", "tcp", "-s", ip, "--sport", port, "-j", "DROP"])
-            for rule in rules:
-                await self._iptables(node, "-A", rule)
-                self.rules.setdefault(node, []).append(rule)
-            return [" ".join(r) for r in rules]
+            probability = params["percent"] / 100 if action == "loss" else None
+            cuts = []
+            for peer, ns, ip, port, swapped in self._ends(node, broker):
+                out, into = direction in ("both", "out"), direction in ("both", "in")
+                if swapped:
+                    out, into = into, out
+                for rule in drop_rules(ip, port, drop_out=out, drop_in=into, probability=probability):
+                    cuts.append(Cut(peer, ns, rule))
+            for cut in cuts:
+                await self._iptables(cut.namespace, "-A", cut.rule)
+                self.rules.setdefault(node, []).append(cut)
+            return [f"{c.namespace}: {' '.join(c.rule)}" for c in cuts]
         if action == "heal":
+            wanted = None if broker == "all" else {broker}
             keep = []
-            wanted = set(self._link_addresses(node, broker))
-            for rule in self.rules.pop(node, []):
-                addr = f"{rule[4]}:{rule[6]}"  # -d/-s IP, --dport/--sport PORT
-                if addr not in wanted:
-                    keep.append(rule)
+            for cut in self.rules.pop(node, []):
+                if wanted is not None and cut.peer not in wanted:
+                    keep.append(cut)
                     continue
                 with contextlib.suppress(ValueError):  # a restarted container has no rules left
-                    await self._iptables(node, "-D", rule)
+                    await self._iptables(cut.namespace, "-D", cut.rule)
             if keep:
                 self.rules[node] = keep
-            if node in self.links:
+            if node in self.links and (broker == "all" or self._server_address(broker) is not None):
                 self.links[node].apply("heal", broker)
             return [f"heal {broker}"]
         if node not in self.links:

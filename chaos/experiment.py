@@ -30,7 +30,10 @@ from typing import Any
 from broker.acl import AclConfigError, PlainAccessValidator
 
 PROCESS_ACTIONS = ("kill", "stop", "start", "restart", "pause", "resume")
-NETWORK_ACTIONS = ("latency", "blackhole", "reset", "heal")
+NETWORK_ACTIONS = ("latency", "blackhole", "reset", "loss", "heal")
+# Network actions the kernel does (iptables in a container's network namespace): these may name any
+# node at the other end of the link (``peer``) and cut or thin one direction only.
+KERNEL_NETWORK_ACTIONS = ("blackhole", "loss", "heal")
 BROKER_ACTIONS = ("fault", "fault-clear", "policy")
 ACTIONS = PROCESS_ACTIONS + NETWORK_ACTIONS + BROKER_ACTIONS
 SELECTORS = ("random", "next", "all")
@@ -66,6 +69,7 @@ _UNDO = {
     "latency": "heal",
     "blackhole": "heal",
     "reset": "heal",
+    "loss": "heal",
 }
 
 
@@ -284,6 +288,7 @@ class NemesisSpec:
     random_count: int | None
     for_s: float | None
     params: dict[str, Any] = field(default_factory=dict)
+    peer_given: bool = False  # the other end of a network fault was given as `peer` (any node)
 
 
 @dataclass(frozen=True)
@@ -362,13 +367,29 @@ class Experiment:
         """The real RocketMQ clients this experiment runs (empty when every consumer is ours)."""
         return {c.client for c in self.consumers if c.real}
 
-    def one_way_partitions(self) -> list[str]:
-        """Blackholes of one direction only (the fault proxy cuts both ways; iptables can cut one)."""
-        return [
-            f"{n.action} {n.target} (direction={n.params['direction']})"
-            for n in self.nemeses
-            if n.params.get("direction", "both") != "both"
-        ]
+    def kernel_only_network_faults(self) -> list[str]:
+        """Network nemeses the lab's fault proxy cannot do, so only the kernel's (the docker backend's):
+        one direction only (the proxy cuts both), packet loss (the proxy relays a byte stream), and a
+        link that is not between a client and a server (the proxy sits in front of one client)."""
+        nodes = self.nodes()
+        out = []
+        for n in self.nemeses:
+            if n.action not in NETWORK_ACTIONS:
+                continue
+            other = n.params.get("broker", "all")
+            why = []
+            if n.params.get("direction", "both") != "both":
+                why.append(f"direction={n.params['direction']}")
+            if n.action == "loss":
+                why.append("packet loss")
+            client_link = all(
+                nodes[c].role in ("consumer", "producer") for c in candidates(n.target, n.group, nodes)
+            ) and (other == "all" or nodes[other].role in ("broker", "namesrv"))
+            if not client_link:
+                why.append(f"a link between {n.target} and {other}")
+            if why:
+                out.append(f"{n.action} {n.target} ({', '.join(why)})")
+        return out
 
     def network_targets(self, actions: Iterable[str] = NETWORK_ACTIONS) -> set[str]:
         """Client nodes that need a fault proxy because a network nemesis (of ``actions``) may target them."""
@@ -565,6 +586,10 @@ def _positive(v: Any) -> str | None:
 
 def _non_negative(v: Any) -> str | None:
     return None if v >= 0 else "must be >= 0"
+
+
+def _percent(v: Any) -> str | None:
+    return None if 0 < v <= 100 else f"must be more than 0 and at most 100, got {_show(v)}"
 
 
 def _all_non_negative(v: Any) -> str | None:
@@ -907,9 +932,21 @@ def _nemesis(n: _Table, index: int, pr: _Problems) -> NemesisSpec | None:
         params["down"] = n.get("down", "number", 0.0, _non_negative)
     if action in NETWORK_ACTIONS:
         params["broker"] = n.get("broker", "str", "all")
-    if action == "blackhole" and "direction" in n.data:
-        # one-way partitions: "out" drops what the node sends to the broker, "in" what it receives
+    if "peer" in n.data and action not in KERNEL_NETWORK_ACTIONS:
+        n.get("peer", "str", None)
+        kernel = ", ".join(KERNEL_NETWORK_ACTIONS)
+        n.err("peer", f"'peer' goes with {kernel} (the kernel's faults), not {action!r}")
+    if action in KERNEL_NETWORK_ACTIONS and "peer" in n.data:
+        # the other end of the link, any node: "broker" is the same key for brokers only, and keeps
+        # its name in the schedule and the events
+        if "broker" in n.data:
+            n.err("peer", "give 'broker' or 'peer', not both")
+        params["broker"] = n.get("peer", "str", "all")
+    if action in ("blackhole", "loss") and "direction" in n.data:
+        # one-way faults: "out" drops what the node sends to its peer, "in" what it receives
         params["direction"] = n.get("direction", "str", "both", _one_of(PARTITION_DIRECTIONS))
+    if action == "loss":
+        params["percent"] = n.get("percent", "number", _REQUIRED, _percent)
     if action == "latency":
         params["ms"] = n.get("ms", "number", _REQUIRED, _positive)
         params["jitter_ms"] = n.get("jitter_ms", "number", 0, _non_negative)
@@ -967,6 +1004,7 @@ def _nemesis(n: _Table, index: int, pr: _Problems) -> NemesisSpec | None:
         random_count=random_count,
         for_s=float(for_s) if for_s is not None else None,
         params=params,
+        peer_given=action in KERNEL_NETWORK_ACTIONS and "peer" in n.data,
     )
 
 
@@ -1021,8 +1059,12 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
                 err("target", f"unknown node {n.target!r} (nodes of this experiment: {known})")
                 continue
             roles = {nodes[n.target].role}
-        if n.action in NETWORK_ACTIONS and not roles <= {"consumer", "producer"}:
+        other = n.params.get("broker", "all")
+        client_target = roles <= {"consumer", "producer"}
+        if n.action in NETWORK_ACTIONS and not client_target and n.action not in KERNEL_NETWORK_ACTIONS:
             err("target", f"{n.action!r} acts on a client's link to a broker: target a consumer or producer")
+        elif n.action in ("blackhole", "loss") and not client_target and other == "all":
+            err(None, f"{n.action!r} on {n.target}, a server, needs the other end of the link: 'peer'")
         elif n.action in NETWORK_ACTIONS:
             real = [c for c in candidates(n.target, n.group, nodes) if nodes[c].client in REAL_CLIENTS]
             if real:
@@ -1033,10 +1075,14 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
                 )
         if n.action in BROKER_ACTIONS and roles != {"broker"}:
             err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")
-        if n.action in NETWORK_ACTIONS:
-            b = n.params.get("broker", "all")
-            if b != "all" and b not in exp.brokers:
-                err("broker", f'unknown broker {b!r} (brokers: {", ".join(exp.brokers)}, or "all")')
+        if n.action in NETWORK_ACTIONS and n.peer_given:
+            if other != "all" and other not in nodes:
+                known = ", ".join(sorted(nodes, key=_node_order))
+                err("peer", f'unknown node {other!r} (nodes of this experiment: {known}, or "all")')
+            elif other == n.target:
+                err("peer", "a link has two ends: the peer is the target itself")
+        elif n.action in NETWORK_ACTIONS and other not in ("all", NAMESRV_NODE, *exp.brokers):
+            err("broker", f'unknown broker {other!r} (brokers: {", ".join(exp.brokers)}, or "all")')
         if n.action == "fault" and n.params.get("client") is not None:
             c = n.params["client"]
             if c not in nodes or nodes[c].role not in ("consumer", "producer"):

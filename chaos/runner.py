@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from chaos.admin import AdminError
 from chaos.cluster import LocalCluster
 from chaos.container import BackendError, ContainerCluster, ImageInfo
-from chaos.experiment import NETWORK_ACTIONS, Experiment, ExperimentError, Step
+from chaos.experiment import BROKER_ACTIONS, NETWORK_ACTIONS, Experiment, ExperimentError, Step
 from chaos.realclients import RealClients, check_environment
 from chaos.supervisor import ProcessFailed, SupervisorError
 from chaos.tally import LogTailer, RunTally, progress_line
@@ -450,6 +450,8 @@ class Runner:
                 if a == "latency":
                     extra["latency_ms"] = round(p["ms"] * exp.time_scale, 3)
                     extra["jitter_ms"] = round(p.get("jitter_ms", 0) * exp.time_scale, 3)
+                if a == "loss":
+                    extra["percent"] = p["percent"]
                 if p.get("direction"):
                     extra["direction"] = p["direction"]
                 if a != "heal":  # the container backend partitions in the kernel, not in the proxy
@@ -462,7 +464,12 @@ class Runner:
                     ms=extra.get("latency_ms", 0),
                     jitter_ms=extra.get("jitter_ms", 0),
                     direction=extra.get("direction", "both"),
+                    percent=extra.get("percent", 0),
                 )
+            elif a in BROKER_ACTIONS and sup.member(target).state not in ("running", "paused"):
+                # Skipped at once, as a refused connect would be: a killed broker's container takes its
+                # address along, and the admin connect would wait for its timeout instead.
+                raise SupervisorError(f"{target} is not running ({sup.member(target).state})")
             elif a == "fault":
                 await self._fault(step)
             elif a == "fault-clear":
@@ -503,10 +510,10 @@ class Runner:
             cluster.sup.refresh(m)
             if m.state == "paused":
                 await self.execute(Step(self.exp.duration, "resume", m.node, m.role, m.group, {}, 0))
-        for node in sorted(m.node for m in cluster.sup if m.role in ("consumer", "producer")):
-            if cluster.network_faulty(node):
+        for m in sorted(cluster.sup, key=lambda m: m.node):  # servers too: a partition may name any node
+            if cluster.network_faulty(m.node):
                 await self.execute(
-                    Step(self.exp.duration, "heal", node, "consumer", None, {"broker": "all"}, 0)
+                    Step(self.exp.duration, "heal", m.node, m.role, None, {"broker": "all"}, 0)
                 )
         for b in sorted({s.target for s in self.exp.schedule() if s.action == "fault"}):
             if cluster.sup.member(b).state == "running":

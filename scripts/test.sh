@@ -4,7 +4,8 @@
 #
 # The container tests (tests/docker, part of the whole suite) need a Docker engine and the lab's image:
 # when they are to run, this script makes sure an engine answers (installing and starting Debian's as
-# root where there is none) and that the image is built from this checkout, and fails when it cannot.
+# root where there is none) and that the image is built from this checkout (in the background, while the
+# other tests run), and fails when it cannot.
 # RMQ_DOCKER=off skips all of that (and those tests) on a machine without an engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,19 @@ if [ "${RMQ_DOCKER:-}" != off ] && wants_docker "$@"; then
     source scripts/docker/engine.sh
     ensure_engine
     if ! "$VENV/bin/python" -m chaos.container check >/dev/null 2>&1; then
-        bash scripts/docker/build_image.sh
+        # The image builds beside the tests that need none; the container tests wait for it
+        # (tests/docker/conftest.py reads the status file) and fail with its log if it failed.
+        mkdir -p .cache/docker
+        export RMQ_IMAGE_BUILD="$PWD/.cache/docker/image-build"
+        rm -f "$RMQ_IMAGE_BUILD.status"
+        echo "==> building the image in the background (log: $RMQ_IMAGE_BUILD.log)"
+        (
+            set +e
+            nice bash scripts/docker/build_image.sh >"$RMQ_IMAGE_BUILD.log" 2>&1
+            echo $? >"$RMQ_IMAGE_BUILD.status"
+        ) &
+        build=$!
+        trap 'kill "$build" 2>/dev/null || true' EXIT
     fi
 fi
 echo "==> ruff"

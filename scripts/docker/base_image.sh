@@ -4,14 +4,15 @@
 #
 #   bash scripts/docker/base_image.sh [IMAGE]        # default rmqlab-base:bookworm
 #
-# The root file system is kept as a tarball in .cache/docker/ (ignored by git), so a second build on
-# the same checkout only imports it. The Debian mirror is the one this machine's apt uses, when it can
+# The root file system is kept as a tarball outside the checkout ($RMQ_CACHE_DIR, by default
+# ~/.cache/rocketmq-rebalance-lab), so a fresh engine on the same machine, or a fresh clone (as CI
+# makes), only imports it instead of spending two minutes in debootstrap. The Debian mirror is the one this machine's apt uses, when it can
 # be read from its sources; otherwise debootstrap's own default.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 image="${1:-rmqlab-base:bookworm}"
 suite="${RMQ_BASE_SUITE:-bookworm}"
-cache=".cache/docker/base-$suite.tar"
+cache="${RMQ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rocketmq-rebalance-lab}/base-$suite.tar"
 
 if docker image inspect "$image" >/dev/null 2>&1; then
     echo "==> base image $image is present"

@@ -4,9 +4,9 @@
 #   bash scripts/docker/build_image.sh [--base IMAGE] [--tag NAME]
 #
 # The base is --base (or $RMQ_BASE_IMAGE), else python:3.11-slim when it is present or can be pulled,
-# else a Debian bookworm built here by scripts/docker/base_image.sh (no registry needed). The package
-# and its dependencies are built as wheels on this machine (wheels/) and installed in the image without
-# an index. The image is labelled with the checkout's source digest, which `rmq-chaos run --backend
+# else a Debian bookworm built here by scripts/docker/base_image.sh (no registry needed). The package's
+# dependencies and build backend are built as wheels on this machine (wheels/) and installed in the
+# image without an index; the package itself is built in the image from the sources it copies. The image is labelled with the checkout's source digest, which `rmq-chaos run --backend
 # docker` compares with its own before it starts.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +22,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 ensure_engine
-ensure_venv '.'
+# A venv that already has the package (scripts/test.sh's, whose tests may be running now) is left alone.
+"$VENV/bin/python" -c 'import chaos.container' >/dev/null 2>&1 || ensure_venv '.'
 start=$(date +%s)
 if [ -z "$base" ]; then
     if docker image inspect python:3.11-slim >/dev/null 2>&1 ||
@@ -34,10 +35,11 @@ if [ -z "$base" ]; then
         base=rmqlab-base:bookworm
     fi
 fi
-echo "==> wheels of the package and its dependencies (wheels/)"
+echo "==> wheels of the package's dependencies and build backend (wheels/)"
 rm -rf wheels
-"$VENV/bin/python" -m pip wheel --disable-pip-version-check -q . -w wheels
-rm -rf build ./*.egg-info
+"$VENV/bin/python" -m pip wheel --disable-pip-version-check -q . 'setuptools>=68' wheel -w wheels
+# The image builds the package from the sources its Dockerfile copies, not from a wheel of this tree.
+rm -rf build ./*.egg-info wheels/rocketmq_rebalance_lab-*.whl
 digest="$("$VENV/bin/python" -m chaos.container digest)"
 echo "==> docker build -t $tag (base $base, sources ${digest:0:12})"
 previous="$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)"

@@ -4,12 +4,20 @@
 # down, and rmq-analyze judges the run directory. Exit 0 only when nothing was lost and the kill
 # converged (the analysis' verdict and two explicit checks of summary.json).
 #
-#   bash scripts/docker/compose_scenario.sh            # builds the image first when it is stale
+#   bash scripts/docker/compose_scenario.sh [--no-report]   # builds the image first when it is stale
+#
+# --no-report writes summary.json only (what the checks read; CI uses it).
 #
 # Every hand-driven fault goes through `rmq-chaos nemesis`, which records it for the analysis. The
 # cluster is removed at the end, also after a failure or Ctrl-C. Needs Java 17 for the analysis.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+analyze_flags=()
+case "${1:-}" in
+--no-report) analyze_flags=(--no-report) ;;
+"") ;;
+*) echo "usage: $0 [--no-report]" >&2; exit 2 ;;
+esac
 source scripts/_env.sh
 source scripts/docker/engine.sh
 ensure_engine
@@ -66,7 +74,7 @@ dc kill consumer >/dev/null 2>&1
 dc down --timeout 10 >/dev/null 2>&1
 step "rmq-analyze $run"
 set +e
-"$VENV/bin/rmq-analyze" "$run"
+"$VENV/bin/rmq-analyze" "$run" "${analyze_flags[@]}"
 rc=$?
 set -e
 "$VENV/bin/python" - "$run/summary.json" <<'PY'

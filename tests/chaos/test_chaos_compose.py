@@ -195,11 +195,13 @@ def test_dockerfile_installs_the_package_with_every_role() -> None:
     # the base is a build argument, the usual Python image by default
     assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim$", text, re.M)
     assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M)
-    for pkg in ("protocol", "broker", "client", "chaos", "pipeline"):
+    for pkg in ("protocol", "broker", "client", "chaos", "pipeline", "sim"):
         assert re.search(rf"^COPY {pkg} \./{pkg}$", text, re.M), pkg
-    # into a virtual environment, from host-built wheels when there are some (offline), else the index
+    # into a virtual environment: the dependencies from host-built wheels when there are some (offline),
+    # before the sources, and the package from the copied sources; else everything from the index
     assert 'python3 -m venv "$VIRTUAL_ENV"' in text and "PATH=/opt/rmqlab/bin:" in text
-    assert "pip install --no-index --find-links wheels rocketmq-rebalance-lab" in text
+    assert text.index("pip install --no-index wheels/*.whl") < text.index("COPY protocol ./protocol")
+    assert "pip install --no-index --no-deps --no-build-isolation ." in text
     assert re.search(r"^LABEL org\.rocketmq-rebalance-lab\.source-digest=\$\{SOURCE_DIGEST\}$", text, re.M)
     assert 'VOLUME ["/runs"]' in text
 
@@ -216,6 +218,7 @@ def test_dockerignore_keeps_only_the_sources_and_wheels() -> None:
         "client",
         "chaos",
         "pipeline",
+        "sim",
         "wheels",
     }
 

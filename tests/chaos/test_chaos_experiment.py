@@ -214,6 +214,23 @@ def test_random_schedule_depends_on_seed() -> None:
         ('action = "kill"\ntarget = "consumer-1"\nat = 700', "at = 700", "not before the end"),
         ('action = "kill"\ntarget = "consumer-1"\nat = 1\nevery = 5', "[[nemesis]]", "exactly one of"),
         ('action = "latency"\ntarget = "broker-a"\nms = 5\nat = 1', "broker-a", "target a consumer"),
+        ('action = "blackhole"\ntarget = "broker-a"\nat = 1', "[[nemesis]]", "needs the other end"),
+        ('action = "blackhole"\ntarget = "broker-a"\npeer = "nobody"\nat = 1', "nobody", "unknown node"),
+        ('action = "blackhole"\ntarget = "broker-a"\npeer = "broker-a"\nat = 1', "peer", "two ends"),
+        (
+            'action = "blackhole"\ntarget = "consumer-1"\npeer = "namesrv"\nbroker = "broker-a"\nat = 1',
+            "peer",
+            "not both",
+        ),
+        ('action = "latency"\ntarget = "consumer-1"\npeer = "namesrv"\nms = 5\nat = 1', "peer", "goes with"),
+        (
+            'action = "blackhole"\ntarget = "consumer-1"\nbroker = "consumer-2"\nat = 1',
+            "consumer-2",
+            "unknown broker",
+        ),
+        ('action = "loss"\ntarget = "consumer-1"\nat = 1', "[[nemesis]]", "missing required key 'percent'"),
+        ('action = "loss"\ntarget = "consumer-1"\npercent = 0\nat = 1', "percent", "more than 0"),
+        ('action = "loss"\ntarget = "consumer-1"\npercent = 101\nat = 1', "percent", "at most 100"),
         (
             'action = "fault"\ntarget = "consumer-1"\ncode = 11\ndrop = true\nat = 2',
             "consumer-1",
@@ -258,14 +275,43 @@ def test_partition_direction_and_which_nodes_need_a_fault_proxy() -> None:
     )
     exp = ex.parse(text)
     assert [n.params.get("direction") for n in exp.nemeses] == ["out", None, None]
-    assert exp.one_way_partitions() == ["blackhole consumer-1 (direction=out)"]
+    assert exp.kernel_only_network_faults() == ["blackhole consumer-1 (direction=out)"]
     assert exp.network_targets() == {"consumer-1", "consumer-2", "consumer-3"}
     assert exp.network_targets(("latency", "reset")) == {"consumer-3"}
     both = ex.parse(text.replace('direction = "out"', 'direction = "both"'))
-    assert both.one_way_partitions() == []
+    assert both.kernel_only_network_faults() == []
     [(line, msg)] = problems(text.replace('direction = "out"', 'direction = "sideways"'))
     assert line == len(BASE.splitlines()) + 5 and "direction" in msg and "sideways" in msg
     [(line, msg)] = problems(
         BASE + '[[nemesis]]\naction = "latency"\ntarget = "consumer-1"\nms = 5\ndirection = "in"\nat = 10\n'
     )
     assert "direction" in msg
+
+
+def test_partitions_between_any_two_nodes_and_loss_are_the_kernels_to_do() -> None:
+    text = BASE + (
+        '[[nemesis]]\naction = "blackhole"\ntarget = "broker-a"\npeer = "namesrv"\nat = 10\nfor = 50\n'
+        '[[nemesis]]\naction = "loss"\ntarget = "consumer-2"\nbroker = "broker-b"\npercent = 30\n'
+        'direction = "in"\nat = 20\nfor = 40\n'
+        '[[nemesis]]\naction = "blackhole"\ntarget = "consumer-3"\npeer = "broker-b"\nat = 30\nfor = 5\n'
+        '[[nemesis]]\naction = "blackhole"\ntarget = "consumer-4"\nbroker = "namesrv"\nat = 40\n'
+    )
+    exp = ex.parse(text)
+    steps = [(s.t, s.action, s.target, s.params) for s in exp.schedule()]
+    assert steps == [
+        (10, "blackhole", "broker-a", {"broker": "namesrv"}),
+        (20, "loss", "consumer-2", {"broker": "broker-b", "direction": "in", "percent": 30}),
+        (30, "blackhole", "consumer-3", {"broker": "broker-b"}),
+        (35, "heal", "consumer-3", {"broker": "broker-b"}),
+        (40, "blackhole", "consumer-4", {"broker": "namesrv"}),
+        (60, "heal", "broker-a", {"broker": "namesrv"}),
+        (60, "heal", "consumer-2", {"broker": "broker-b"}),
+    ]
+    # the proxy does a client's link to a server, both ways, without loss: the rest is the kernel's
+    assert exp.kernel_only_network_faults() == [
+        "blackhole broker-a (a link between broker-a and namesrv)",
+        "loss consumer-2 (direction=in, packet loss)",
+    ]
+    # only clients get fault proxies, and only for what the proxy does
+    assert exp.network_targets(("latency", "reset")) == set()
+    assert exp.network_targets() == {"broker-a", "consumer-2", "consumer-3", "consumer-4"}

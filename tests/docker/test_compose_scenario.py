@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.spark
 def test_compose_scenario_balances_survives_a_kill_and_loses_nothing(image: ImageInfo) -> None:
     proc = subprocess.run(
-        ["bash", str(ROOT / "scripts/docker/compose_scenario.sh")],
+        ["bash", str(ROOT / "scripts/docker/compose_scenario.sh"), "--no-report"],
         capture_output=True,
         text=True,
         timeout=900,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.container import DIGEST_LABEL, source_digest
+from chaos.container import DIGEST_LABEL, SOURCE_PACKAGES, source_digest
 
 FAKE_DOCKER = textwrap.dedent(
     """\
@@ -156,7 +156,7 @@ def test_a_real_client_cannot_run_in_a_container(tmp_path: Path) -> None:
 
 
 def test_source_digest_follows_the_sources(tmp_path: Path) -> None:
-    for pkg in ("protocol", "broker", "client", "chaos"):
+    for pkg in SOURCE_PACKAGES:
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "a.py").write_text("x = 1\n")
     first = source_digest(tmp_path)
@@ -169,16 +169,32 @@ def test_source_digest_follows_the_sources(tmp_path: Path) -> None:
     assert source_digest(tmp_path) != first
 
 
-ONE_WAY = KILL.replace(
-    '[[nemesis]]\naction = "kill"\ntarget = "consumer-1"\nat = 50\n',
-    '[[nemesis]]\naction = "blackhole"\ntarget = "consumer-1"\nbroker = "broker-a"\n'
-    'direction = "in"\nat = 50\n',
+def with_nemesis(entry: str) -> str:
+    return KILL.replace(
+        '[[nemesis]]\naction = "kill"\ntarget = "consumer-1"\nat = 50\n', "[[nemesis]]\n" + entry
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "named"),
+    [
+        (
+            'action = "blackhole"\ntarget = "consumer-1"\nbroker = "broker-a"\ndirection = "in"\nat = 50\n',
+            "blackhole consumer-1 (direction=in)",
+        ),
+        (
+            'action = "loss"\ntarget = "consumer-1"\nbroker = "broker-a"\npercent = 20\nat = 50\n',
+            "loss consumer-1 (packet loss)",
+        ),
+        (
+            'action = "blackhole"\ntarget = "broker-a"\npeer = "namesrv"\nat = 50\n',
+            "blackhole broker-a (a link between broker-a and namesrv)",
+        ),
+    ],
 )
-
-
-def test_a_one_way_partition_needs_the_docker_backend(tmp_path: Path) -> None:
-    exp = tmp_path / "one-way.toml"
-    exp.write_text(ONE_WAY)
+def test_what_only_the_kernel_does_needs_the_docker_backend(tmp_path: Path, entry: str, named: str) -> None:
+    exp = tmp_path / "kernel.toml"
+    exp.write_text(with_nemesis(entry))
     proc = subprocess.run(
         [sys.executable, "-m", "chaos", "run", str(exp), "--out", str(tmp_path / "run"), "--no-analyze"],
         capture_output=True,
@@ -186,17 +202,83 @@ def test_a_one_way_partition_needs_the_docker_backend(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "one-way partitions need --backend docker" in proc.stderr
-    assert "blackhole consumer-1 (direction=in)" in proc.stderr
+    assert "these network faults need --backend docker" in proc.stderr
+    assert proc.stderr.rstrip().endswith(": " + named), proc.stderr
     assert not (tmp_path / "run").exists()
 
 
-async def test_partition_rules_per_direction_and_heal_removes_exactly_them(tmp_path: Path) -> None:
-    from chaos.container import ContainerCluster, ImageInfo
+def test_kernel_faults_without_root_are_refused_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chaos import container
+    from chaos.experiment import parse
+
+    exp = parse(with_nemesis('action = "loss"\ntarget = "consumer-1"\npercent = 20\nat = 50\n'))
+    monkeypatch.setattr(container.os, "geteuid", lambda: 1000)
+    assert container.backend_problems(exp) == [
+        "a partition or packet loss sets iptables rules in a container's network namespace: run as root"
+    ]
+    monkeypatch.setattr(container.shutil, "which", lambda name: None if name == "nsenter" else "/bin/x")
+    assert container.backend_problems(exp) == [
+        "a partition or packet loss needs nsenter on this machine (apt-get install util-linux iptables)"
+    ]
+
+
+def test_drop_rules_per_direction_port_and_chance() -> None:
+    from chaos.container import drop_rules
+
+    assert drop_rules("10.9.0.11", "10911", drop_out=True, drop_in=False) == [
+        ["OUTPUT", "-p", "tcp", "-d", "10.9.0.11", "--dport", "10911", "-j", "DROP"]
+    ]
+    assert drop_rules("10.9.0.11", None, drop_out=False, drop_in=True, probability=0.25) == [
+        [
+            "INPUT",
+            "-s",
+            "10.9.0.11",
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+            "0.25",
+            "-j",
+            "DROP",
+        ]
+    ]
+    assert len(drop_rules("10.9.0.11", None, drop_out=True, drop_in=True)) == 2
+    assert drop_rules("10.9.0.11", None, drop_out=False, drop_in=False) == []
+
+
+async def test_rules_go_where_the_packets_pass_and_heal_removes_exactly_them(tmp_path: Path) -> None:
+    from chaos.container import ContainerCluster, ContainerMember, ImageInfo
 
     cluster = ContainerCluster(tmp_path, image=ImageInfo("img", "sha256:1", "d"), time_scale=0.05)
-    cluster.brokers = {"broker-a": "10.9.0.11:10911", "broker-b": "10.9.0.12:10911"}
-    cluster.namesrv = "10.9.0.10:9876"
+    cluster.sup.free_ips = [f"10.9.0.{i}" for i in range(10, 20)]  # type: ignore[attr-defined]
+    cluster.add_namesrv()
+    for b in ("broker-a", "broker-b"):
+        cluster.add_broker(b)
+    for c in ("consumer-1", "consumer-2", "consumer-3"):
+        cluster.add_consumer(c, group="G", topic="T", proxied=c == "consumer-3")
+    ip = {m.node: m.ip for m in cluster.sup if isinstance(m, ContainerMember)}
+    cluster.brokers = {b: f"{ip[b]}:10911" for b in ("broker-a", "broker-b")}
+    cluster.namesrv = f"{ip['namesrv']}:9876"
+
+    class Proxy:
+        def __init__(self, address: str) -> None:
+            self.address = address
+
+    class Links:  # consumer-3's fault proxies on the gateway, one per server
+        namesrv_address = "10.9.0.1:40000"
+
+        def select(self, peer: str) -> list[Proxy]:
+            return [Proxy({"namesrv": "10.9.0.1:40000", "broker-a": "10.9.0.1:40001"}[peer])]
+
+        def apply(self, action: str, peer: str) -> list[str]:
+            healed.append(peer)
+            return []
+
+    healed: list[str] = []
+    cluster.links = {"consumer-3": Links()}  # type: ignore[dict-item]
     calls: list[tuple[str, str, list[str]]] = []
 
     async def iptables(node: str, op: str, rule: list[str]) -> None:
@@ -204,28 +286,64 @@ async def test_partition_rules_per_direction_and_heal_removes_exactly_them(tmp_p
 
     cluster._iptables = iptables  # type: ignore[method-assign]
     try:
-        await cluster.apply_network("consumer-1", "blackhole", "broker-a", direction="out")
-        await cluster.apply_network("consumer-1", "blackhole", "broker-b", direction="in")
-        await cluster.apply_network("consumer-2", "blackhole", "all")
-        out_a = ["OUTPUT", "-p", "tcp", "-d", "10.9.0.11", "--dport", "10911", "-j", "DROP"]
-        in_b = ["INPUT", "-p", "tcp", "-s", "10.9.0.12", "--sport", "10911", "-j", "DROP"]
-        assert calls[:2] == [("consumer-1", "-A", out_a), ("consumer-1", "-A", in_b)]
-        assert [(n, op, r[0], r[4]) for n, op, r in calls[2:]] == [
-            ("consumer-2", "-A", "OUTPUT", "10.9.0.11"),
-            ("consumer-2", "-A", "INPUT", "10.9.0.11"),
-            ("consumer-2", "-A", "OUTPUT", "10.9.0.12"),
-            ("consumer-2", "-A", "INPUT", "10.9.0.12"),
+        # between two servers, both ways: in the target's namespace, on the peer's address
+        await cluster.apply_network("broker-a", "blackhole", "namesrv")
+        ns = ip["namesrv"]
+        assert calls == [
+            ("broker-a", "-A", ["OUTPUT", "-d", ns, "-j", "DROP"]),
+            ("broker-a", "-A", ["INPUT", "-s", ns, "-j", "DROP"]),
         ]
-        assert cluster.network_faulty("consumer-1") and cluster.network_faulty("consumer-2")
+        # one way, a client to a broker
         calls.clear()
-        await cluster.apply_network("consumer-1", "heal", "broker-b")
-        assert calls == [("consumer-1", "-D", in_b)]
-        assert cluster.network_faulty("consumer-1")  # broker-a's rule stays
-        await cluster.apply_network("consumer-1", "heal", "all")
-        assert calls[-1] == ("consumer-1", "-D", out_a) and not cluster.network_faulty("consumer-1")
+        await cluster.apply_network("consumer-1", "blackhole", "broker-b", direction="out")
+        assert calls == [("consumer-1", "-A", ["OUTPUT", "-d", ip["broker-b"], "-j", "DROP"])]
+        # a broker's link to a client that reaches it through a proxy on the gateway: cut in the
+        # client's namespace, on the proxy's address, with in and out seen from the client
+        calls.clear()
+        await cluster.apply_network("broker-a", "blackhole", "consumer-3", direction="out")
+        assert calls == [
+            ("consumer-3", "-A", ["INPUT", "-p", "tcp", "-s", "10.9.0.1", "--sport", "40001", "-j", "DROP"])
+        ]
+        # loss: the same places, each packet with the chance
+        calls.clear()
+        await cluster.apply_network("consumer-2", "loss", "all", percent=30)
+        assert [(n, r[0], r[2], r[-3]) for n, _, r in calls] == [
+            ("consumer-2", "OUTPUT", ip["broker-a"], "0.3"),
+            ("consumer-2", "INPUT", ip["broker-a"], "0.3"),
+            ("consumer-2", "OUTPUT", ip["broker-b"], "0.3"),
+            ("consumer-2", "INPUT", ip["broker-b"], "0.3"),
+        ]
+        assert all(cluster.network_faulty(n) for n in ("broker-a", "consumer-1", "consumer-2"))
+        # heal: a target's rules towards the named peer only, wherever they were put
+        calls.clear()
+        await cluster.apply_network("broker-a", "heal", "consumer-3")
+        assert calls == [
+            ("consumer-3", "-D", ["INPUT", "-p", "tcp", "-s", "10.9.0.1", "--sport", "40001", "-j", "DROP"])
+        ]
+        assert cluster.network_faulty("broker-a") and healed == []  # namesrv's rules stay
+        await cluster.apply_network("broker-a", "heal", "all")
+        assert [op for _, op, _ in calls[1:]] == ["-D", "-D"] and not cluster.network_faulty("broker-a")
+        await cluster.apply_network("consumer-3", "heal", "broker-a")
+        assert healed == ["broker-a"]  # the proxy's faults of that link
         with pytest.raises(ValueError, match="no link to 'broker-z'"):
             await cluster.apply_network("consumer-2", "blackhole", "broker-z")
         with pytest.raises(ValueError, match="no fault proxy for latency"):
             await cluster.apply_network("consumer-2", "latency", "broker-a", ms=5)
     finally:
         cluster.sup.close()
+
+
+def test_the_container_tests_wait_for_the_background_build_and_show_its_failure(tmp_path: Path) -> None:
+    from kit.docker import wait_for_build
+
+    base = str(tmp_path / "image-build")
+    (tmp_path / "image-build.log").write_text("step 1\nerror: debootstrap failed\n")
+    with pytest.raises(pytest.fail.Exception, match=r"did not finish within 0\.1 s"):
+        wait_for_build(base, timeout_s=0.1)
+    (tmp_path / "image-build.status").write_text("1\n")
+    with pytest.raises(
+        pytest.fail.Exception, match=r"failed \(exit 1; log: .*\):\nstep 1\nerror: debootstrap"
+    ):
+        wait_for_build(base)
+    (tmp_path / "image-build.status").write_text("0\n")
+    wait_for_build(base)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from chaos.__main__ import shipped
 from chaos.container import RUN_LABEL
@@ -81,3 +85,48 @@ def figures(summary: dict[str, Any], group: str, time_scale: float) -> dict[str,
         "stalled_s": g["stalled_ms"] / 1000 / time_scale,
         "orphan_s": g["orphan_ms"] / 1000 / time_scale,
     }
+
+
+def partition_figures(run_dir: Path, time_scale: float) -> dict[str, Any]:
+    """What a client's partition from a broker did (the first blackhole of the run, and its heal):
+    the messages the client consumed from that broker while cut off (half a second after the cut, for
+    what was already on its way), and the RocketMQ seconds from the heal until it consumed from there
+    again."""
+    nemeses = [
+        e
+        for e in map(json.loads, (run_dir / "chaos.jsonl").read_text().splitlines())
+        if e.get("event") == "nemesis"
+    ]
+    cut = next(e for e in nemeses if e["action"] == "blackhole")
+    node, broker = cut["target"], cut["broker"]
+    heal = next(
+        e for e in nemeses if e["action"] == "heal" and e["target"] == node and e["ts_ms"] > cut["ts_ms"]
+    )
+    consumed = [
+        e["ts_ms"]
+        for e in map(json.loads, (run_dir / f"{node}.jsonl").read_text().splitlines())
+        if e.get("event") == "message_consumed" and e["broker"] == broker
+    ]
+    after = [t for t in consumed if t >= heal["ts_ms"]]
+    return {
+        "consumed_while_cut": sum(cut["ts_ms"] + 500 <= t < heal["ts_ms"] for t in consumed),
+        "resumed_after_heal_s": (min(after) - heal["ts_ms"]) / 1000 / time_scale if after else None,
+    }
+
+
+# scripts/test.sh builds the image while the other tests run; the container tests wait for it so long
+BUILD_WAIT_S = 900.0
+
+
+def wait_for_build(status_base: str, timeout_s: float = BUILD_WAIT_S) -> None:
+    """Wait until the background build of scripts/test.sh wrote its exit status; fail with its log."""
+    status, log = Path(status_base + ".status"), Path(status_base + ".log")
+    deadline = time.monotonic() + timeout_s
+    while not status.exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the image build did not finish within {timeout_s:g} s (log: {log})")
+        time.sleep(0.25)
+    code = status.read_text().strip()
+    if code != "0":
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
+        pytest.fail(f"the image build failed (exit {code}; log: {log}):\n{tail}")

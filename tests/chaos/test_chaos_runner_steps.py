@@ -1,0 +1,78 @@
+"""Nemesis steps as the runner carries them out, against a cluster whose nodes are only declared."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from chaos.cluster import LocalCluster
+from chaos.experiment import parse
+from chaos.runner import Runner
+
+EXPERIMENT = """\
+name = "t"
+time_scale = 0.05
+duration = 300
+[cluster]
+brokers = 1
+[[topics]]
+name = "T"
+queues = 4
+[[consumers]]
+group = "G"
+topic = "T"
+count = 1
+[[nemesis]]
+action = "fault"
+target = "broker-a"
+code = "PULL_MESSAGE"
+errors = ["2:busy"]
+at = 100
+[[nemesis]]
+action = "policy"
+target = "broker-a"
+release_locks_on_close = true
+at = 110
+"""
+
+
+class RecordingAdmin:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def fault_add(self, *args: Any, **kw: Any) -> int:
+        self.calls.append("fault_add")
+        return 1
+
+    async def policy_set(self, *args: Any, **kw: Any) -> None:
+        self.calls.append("policy_set")
+
+
+async def test_broker_actions_on_a_broker_that_is_not_running_are_skipped_without_a_request(
+    tmp_path: Path,
+) -> None:
+    exp = parse(EXPERIMENT)
+    out = io.StringIO()
+    runner = Runner(exp, tmp_path / "run", analyze=False, out=out)
+    cluster = LocalCluster(tmp_path / "run", time_scale=exp.time_scale)
+    admin = RecordingAdmin()
+    cluster.admin = admin  # type: ignore[assignment]
+    cluster.add_broker("broker-a")
+    cluster.brokers["broker-a"] = "10.9.0.11:10911"  # where it was before it was killed
+    cluster.sup.member("broker-a").state = "exited"
+    runner.cluster = cluster
+    runner._t0 = 0.0
+    try:
+        for step in exp.schedule():
+            await runner.execute(step)
+        assert admin.calls == []
+        assert [s.split(": ", 1)[1] for s in runner.result.skipped] == [
+            "broker-a is not running (exited)",
+            "broker-a is not running (exited)",
+        ]
+        cluster.sup.member("broker-a").state = "running"
+        await runner.execute(exp.schedule()[1])
+        assert admin.calls == ["policy_set"]
+    finally:
+        cluster.sup.close()

@@ -161,7 +161,9 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._opaque = itertools.count(1)
-        self._tasks: set[asyncio.Task[None]] = set()
+        # dicts, not sets: closing and cancelling go in the order things began, not by memory address
+        # (a simulated run must give the same bytes whatever else the process allocated)
+        self._tasks: dict[asyncio.Task[None], None] = {}
         self._on_open = on_open
         self._on_close = on_close
         self._drain_waiters: list[asyncio.Future[None]] = []
@@ -288,8 +290,11 @@ class Connection(asyncio.Protocol):
             return
         self._inflight += 1
         task = asyncio.get_running_loop().create_task(self._run_request(cmd))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(self._forget_task)
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
 
     async def _run_request(self, cmd: RemotingCommand) -> None:
         try:
@@ -460,7 +465,7 @@ class RemotingServer:
         self.max_inflight = max_inflight
         self._dispatcher = _Dispatcher(log)
         self._server: asyncio.Server | None = None
-        self.connections: set[Connection] = set()
+        self.connections: dict[Connection, None] = {}  # in accept order (see Connection._tasks)
         self._opened: list[ConnectionCallback] = []
         self._closed: list[ConnectionCallback] = []
         self._log = log
@@ -484,12 +489,12 @@ class RemotingServer:
         self._closed.append(cb)
 
     def _conn_opened(self, conn: Connection) -> None:
-        self.connections.add(conn)
+        self.connections[conn] = None
         for cb in self._opened:
             cb(conn)
 
     def _conn_closed(self, conn: Connection) -> None:
-        self.connections.discard(conn)
+        self.connections.pop(conn, None)
         for cb in self._closed:
             try:
                 cb(conn)

@@ -210,8 +210,12 @@ class AllocateMessageQueueAveragely(_AbstractStrategy):
     ) -> list[MessageQueue]:
         if not self._check(current_cid, mq_all, cid_all):
             return []
-        index = list(cid_all).index(current_cid)
-        n, c = len(mq_all), len(cid_all)
+        return self.share(list(cid_all).index(current_cid), mq_all, len(cid_all))
+
+    @staticmethod
+    def share(index: int, mq_all: Sequence[MessageQueue], c: int) -> list[MessageQueue]:
+        """The queues of the client at ``index`` of ``c`` sorted ids, the arguments already checked."""
+        n = len(mq_all)
         mod = n % c
         bigger = mod > 0 and index < mod
         if n <= c:  # noqa: SIM108 - kept in RocketMQ's shape
@@ -237,8 +241,12 @@ class AllocateMessageQueueAveragelyByCircle(_AbstractStrategy):
     ) -> list[MessageQueue]:
         if not self._check(current_cid, mq_all, cid_all):
             return []
-        index = list(cid_all).index(current_cid)
-        return [mq_all[i] for i in range(index, len(mq_all), len(cid_all))]
+        return self.share(list(cid_all).index(current_cid), mq_all, len(cid_all))
+
+    @staticmethod
+    def share(index: int, mq_all: Sequence[MessageQueue], c: int) -> list[MessageQueue]:
+        """The queues of the client at ``index`` of ``c`` sorted ids, the arguments already checked."""
+        return [mq_all[i] for i in range(index, len(mq_all), c)]
 
 
 class AllocateMessageQueueByConfig(_AbstractStrategy):
@@ -654,13 +662,17 @@ def _cache_key(strategy: AllocateMessageQueueStrategy) -> tuple[Any, ...] | None
 
 
 class _Entry:
-    __slots__ = ("by_cid", "cids", "mq_all", "owners")
+    __slots__ = ("by_cid", "cids", "index", "mq_all", "owners")
 
     def __init__(self, mq_all: list[MessageQueue], cids: list[str]) -> None:
         self.mq_all = mq_all
         self.cids = cids
         self.by_cid: dict[str, list[MessageQueue]] = {}
         self.owners: list[str | None] | None = None
+        # Each id's first position in the sorted list (list.index's answer), built by the first client
+        # of the group whose call the strategy checked in full: the queue list is the same for the
+        # others, so checking every queue again per client would make a round quadratic.
+        self.index: dict[str, int] | None = None
 
 
 class AllocationCache:
@@ -709,8 +721,15 @@ class AllocationCache:
                 if entry.owners is None:
                     entry.owners = strategy.route(entry.mq_all, entry.cids)
                 got = [mq for mq, o in zip(entry.mq_all, entry.owners, strict=True) if o == current_cid]
+        elif entry.index is not None and isinstance(current_cid, str) and current_cid:
+            # AVG and AVG_BY_CIRCLE (the only other cached kinds): what allocate() does after its check
+            i = entry.index.get(current_cid)
+            got = [] if i is None else strategy.share(i, entry.mq_all, len(entry.cids))  # type: ignore[attr-defined]
         else:
             got = list(strategy.allocate(consumer_group, current_cid, entry.mq_all, entry.cids) or [])
+            entry.index = {}
+            for i, cid in enumerate(entry.cids):
+                entry.index.setdefault(cid, i)
         entry.by_cid[current_cid] = got
         return entry.mq_all, entry.cids, got
 

@@ -29,6 +29,8 @@ from protocol.command import (
 from protocol.model import WireError
 
 _log = logging.getLogger("protocol.remoting")
+_RESPONSE = int(Flag.RESPONSE)  # plain ints: IntFlag arithmetic runs in Python, on every frame
+_ONEWAY = int(Flag.ONEWAY)
 
 Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
 
@@ -118,7 +120,7 @@ class _Dispatcher:
         if resp is None:
             return None
         resp.opaque = cmd.opaque
-        resp.flag = (resp.flag | Flag.RESPONSE) & ~Flag.ONEWAY
+        resp.flag = (resp.flag | _RESPONSE) & ~_ONEWAY
         return resp
 
     def _report(self, msg: str, exc: BaseException) -> None:
@@ -335,7 +337,7 @@ class Connection(asyncio.Protocol):
             fallback = RemotingCommand(
                 ResponseCode.SYSTEM_ERROR,
                 resp.opaque,
-                int(Flag.RESPONSE),
+                _RESPONSE,
                 f"the answer could not be encoded: {reason}"[:512],
             )
             data = self.codec.encode(fallback)
@@ -358,7 +360,7 @@ class Connection(asyncio.Protocol):
     async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send a request and wait for its response."""
         cmd.opaque = self._next_opaque()
-        cmd.flag = cmd.flag & ~(Flag.ONEWAY | Flag.RESPONSE)
+        cmd.flag = cmd.flag & ~(_ONEWAY | _RESPONSE)
         fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending[cmd.opaque] = fut
         try:
@@ -378,7 +380,7 @@ class Connection(asyncio.Protocol):
 
     async def invoke_oneway(self, cmd: RemotingCommand, timeout_s: float = 3.0) -> None:
         cmd.opaque = self._next_opaque()
-        cmd.flag = (cmd.flag | Flag.ONEWAY) & ~Flag.RESPONSE
+        cmd.flag = (cmd.flag | _ONEWAY) & ~_RESPONSE
         self._write(cmd)
         try:
             async with asyncio.timeout(timeout_s):

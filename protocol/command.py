@@ -230,6 +230,11 @@ class LengthPrefixedDecoder(Generic[T]):
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[T]:
+        if not self._buf and len(data) > 4:
+            # the common case, one whole frame per read: decoded without the copies through the buffer
+            (length,) = _LEN.unpack_from(data, 0)
+            if length == len(data) - 4 and self._min <= length <= self.max_frame_bytes:
+                return [self._decode(bytes(data[4:]))]
         self._buf += data
         out: list[T] = []
         buf = self._buf

@@ -90,6 +90,7 @@ class VirtualLoop(asyncio.BaseEventLoop):
         super().__init__()
         self._now = 0.0
         self.network: Any = None
+        self._timer_seq = itertools.count()
         self.steps = 0
         self.set_exception_handler(self._exception_handler)
         self.errors: list[str] = []
@@ -124,9 +125,10 @@ class VirtualLoop(asyncio.BaseEventLoop):
         timer = _ProcessTimerHandle(when, callback, args, self, context)
         timer._process = self._owner(context)  # type: ignore[attr-defined]
         timer._io = False  # type: ignore[attr-defined]
-        # (when, handle): the heap compares floats in C and calls TimerHandle.__lt__ only on a tie,
-        # where it answers as before (False both ways), so timers still fire in the order they did
-        heapq.heappush(self._scheduled, (when, timer))  # type: ignore[attr-defined]
+        # (when, sequence, handle): the heap compares in C, and timers due at the same virtual instant
+        # fire in the order they were set. By `when` alone (asyncio's order) a tie went whichever way
+        # the heap's shape said, so a cancelled timer elsewhere could reorder two events of a run.
+        heapq.heappush(self._scheduled, (when, next(self._timer_seq), timer))  # type: ignore[attr-defined]
         timer._scheduled = True  # type: ignore[attr-defined]
         return timer
 
@@ -174,25 +176,24 @@ class VirtualLoop(asyncio.BaseEventLoop):
         return timer
 
     def _run_once(self) -> None:
-        """BaseEventLoop._run_once on the (when, handle) heap, with the wait replaced by a jump of the
-        clock: the same steps in the same order, so a run's interleaving is the one asyncio's own
-        iteration gives (debug-mode timing of slow callbacks is left out)."""
-        scheduled: list[tuple[float, asyncio.TimerHandle]] = self._scheduled  # type: ignore[attr-defined]
+        """BaseEventLoop._run_once over the (when, sequence, handle) heap, the wait replaced by a jump of
+        the clock: the same steps in the same order (debug-mode timing of slow callbacks left out)."""
+        scheduled: list[tuple[float, int, asyncio.TimerHandle]] = self._scheduled  # type: ignore[attr-defined]
         count = len(scheduled)
         if count > _MIN_SCHEDULED and self._timer_cancelled_count / count > _MIN_CANCELLED_FRACTION:  # type: ignore[attr-defined]
             kept = []
             for entry in scheduled:
-                if entry[1]._cancelled:  # type: ignore[attr-defined]
-                    entry[1]._scheduled = False  # type: ignore[attr-defined]
+                if entry[2]._cancelled:  # type: ignore[attr-defined]
+                    entry[2]._scheduled = False  # type: ignore[attr-defined]
                 else:
                     kept.append(entry)
             heapq.heapify(kept)
             self._scheduled = scheduled = kept
             self._timer_cancelled_count = 0
         else:
-            while scheduled and scheduled[0][1]._cancelled:  # type: ignore[attr-defined]
+            while scheduled and scheduled[0][2]._cancelled:  # type: ignore[attr-defined]
                 self._timer_cancelled_count -= 1
-                heapq.heappop(scheduled)[1]._scheduled = False  # type: ignore[attr-defined]
+                heapq.heappop(scheduled)[2]._scheduled = False  # type: ignore[attr-defined]
         ready = self._ready  # type: ignore[attr-defined]
         if not ready and not self._stopping:  # type: ignore[attr-defined]
             if not scheduled:
@@ -204,7 +205,7 @@ class VirtualLoop(asyncio.BaseEventLoop):
         while scheduled:
             if scheduled[0][0] >= end_time:
                 break
-            handle = heapq.heappop(scheduled)[1]
+            handle = heapq.heappop(scheduled)[2]
             handle._scheduled = False  # type: ignore[attr-defined]
             ready.append(handle)
         for _ in range(len(ready)):

@@ -119,7 +119,9 @@ def test_eviction_keeps_the_most_recent_entries() -> None:
 
 
 @pytest.mark.parametrize("name", ["AVG", "AVG_BY_CIRCLE"])
-def test_a_round_of_the_whole_group_checks_the_queues_once(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_round_of_the_whole_group_checks_the_queues_once(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every client's share is the strategy's own answer (repeated ids, an id not in the group, more
     clients than queues), while the queue list is checked by the first client only."""
     import client.allocate as allocate_mod

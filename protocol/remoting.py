@@ -382,6 +382,8 @@ class Connection(asyncio.Protocol):
         cmd.opaque = self._next_opaque()
         cmd.flag = (cmd.flag | _ONEWAY) & ~_RESPONSE
         self._write(cmd)
+        if not self._write_paused or self.closed:
+            return  # nothing to wait for, so no timer to arm (a broker's NOTIFY goes to every member)
         try:
             async with asyncio.timeout(timeout_s):
                 await self._drain()

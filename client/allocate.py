@@ -682,11 +682,32 @@ class AllocationCache:
     own: a miss calls it exactly as RebalanceImpl would.
     """
 
-    def __init__(self, max_entries: int = 32) -> None:
+    def __init__(self, max_entries: int = 32, max_views: int = 4096) -> None:
         self.max_entries = max_entries
         self._entries: dict[tuple[Any, ...], _Entry] = {}
         self.hits = 0
         self.misses = 0
+        # Finding an entry compares queue sets, and MessageQueue's equality runs in Python: thousands of
+        # calls per lookup at 4,000 queues. Each client keeps its queue set (a frozenset, replaced on a
+        # route change) between rounds, so the set object seen before maps to one shared equal set
+        # (kept alive here, so its id is not reused) and the entry is then found by identity.
+        self.max_views = max_views
+        self._views: dict[int, tuple[frozenset[MessageQueue], frozenset[MessageQueue]]] = {}
+        self._shared: dict[frozenset[MessageQueue], frozenset[MessageQueue]] = {}
+
+    def _queue_set(self, mq_set: Iterable[MessageQueue]) -> frozenset[MessageQueue]:
+        if not isinstance(mq_set, frozenset):
+            return frozenset(mq_set)
+        seen = self._views.get(id(mq_set))
+        if seen is not None and seen[0] is mq_set:
+            return seen[1]
+        if len(self._shared) >= self.max_views:
+            self._shared.clear()
+        shared = self._shared.setdefault(mq_set, mq_set)
+        while len(self._views) >= self.max_views:
+            del self._views[next(iter(self._views))]
+        self._views[id(mq_set)] = (mq_set, shared)
+        return shared
 
     def allocate(
         self,
@@ -702,7 +723,7 @@ class AllocationCache:
             mq_all, cids = sort_mq_all(mq_set), sort_cid_all(cid_all)
             return mq_all, cids, list(strategy.allocate(consumer_group, current_cid, mq_all, cids) or [])
         cid_tuple = tuple(cid_all)
-        key = (skey, frozenset(mq_set), cid_tuple)
+        key = (skey, self._queue_set(mq_set), cid_tuple)
         entry = self._entries.pop(key, None)
         if entry is None:
             entry = _Entry(sort_mq_all(key[1]), sort_cid_all(cid_tuple))

@@ -155,10 +155,10 @@ class GroupState:
         self.pull_threshold_for_queue = config.pull_threshold_for_queue
         self.pull_threshold_size_for_queue = config.pull_threshold_size_for_queue
         self._subscriptions: dict[str, SubscriptionData] = {}
-        self._topic_queues: dict[str, set[MessageQueue]] = {}
+        self._topic_queues: dict[str, frozenset[MessageQueue]] = {}
         self._process_queues: dict[MessageQueue, ProcessQueue] = {}
         self.subscription_inner: Mapping[str, SubscriptionData] = MappingProxyType(self._subscriptions)
-        self.topic_subscribe_info_table: Mapping[str, set[MessageQueue]] = MappingProxyType(
+        self.topic_subscribe_info_table: Mapping[str, frozenset[MessageQueue]] = MappingProxyType(
             self._topic_queues
         )
         self.process_queue_table: Mapping[MessageQueue, ProcessQueue] = MappingProxyType(self._process_queues)
@@ -197,7 +197,7 @@ class GroupState:
         """Take a topic's readable queues from a new route; True when they changed."""
         if self._topic_queues.get(topic) == mqs:
             return False
-        self._topic_queues[topic] = set(mqs)
+        self._topic_queues[topic] = frozenset(mqs)  # replaced, never changed in place
         return True
 
     def is_subscribe_topic_need_update(self, topic: str) -> bool:

@@ -150,3 +150,30 @@ def test_a_round_of_the_whole_group_checks_the_queues_once(
         assert checks == 2  # sorting the queue set, then the first client's full check
         with pytest.raises(ValueError):
             cache.allocate(get_strategy(name), "G", "", queues, cids)
+
+
+def test_a_client_keeping_its_queue_set_is_answered_without_comparing_queues(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two clients with equal queue sets built apart (as each parses its own route): after the first
+    round, a lookup compares no MessageQueue; a replaced set is a new view and a new answer."""
+    eq = MessageQueue.__eq__
+    compared = 0
+
+    def counting(self: MessageQueue, other: object) -> bool:
+        nonlocal compared
+        compared += 1
+        return eq(self, other)
+
+    cache = AllocationCache()
+    avg = AllocateMessageQueueAveragely()
+    cids = ["c1", "c2"]
+    views = {c: frozenset(_queues(40)) for c in cids}
+    first = {c: cache.allocate(avg, "G", c, views[c], cids)[2] for c in cids}
+    monkeypatch.setattr(MessageQueue, "__eq__", counting)
+    again = {c: cache.allocate(avg, "G", c, views[c], cids)[2] for c in cids}
+    assert again == first and compared == 0 and cache.hits == 2
+    monkeypatch.setattr(MessageQueue, "__eq__", eq)
+    fewer = frozenset(_queues(38))
+    assert len(cache.allocate(avg, "G", "c1", fewer, cids)[2]) == 19
+    assert cache.allocate(avg, "G", "c1", set(_queues(40)), cids)[2] == first["c1"]  # a plain set too

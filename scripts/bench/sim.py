@@ -151,11 +151,13 @@ def real(text: str, work: Path) -> dict[str, Any]:
     d = work / "real"
     d.mkdir(parents=True)
     (d / "exp.toml").write_text(text)
+    load = _load()
     r = _child(
         [sys.executable, "-m", "chaos", "run", "exp.toml", "--out", str(d / "run"), "--no-analyze"],
         dict(os.environ),
         d,
     )
+    r["load_avg_before_after"] = [load, _load()]
     manifest = json.loads((d / "run" / "manifest.json").read_text())
     scale = manifest["time_scale"]
     rocketmq_s = (manifest["ended_ms"] - manifest["started_ms"]) / 1000 / scale

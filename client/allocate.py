@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -64,6 +65,12 @@ def java_string_key(s: str) -> bytes:
     return s.encode("utf-16-be", "surrogatepass")
 
 
+_MQ_FIELDS = operator.attrgetter("topic", "broker_name", "queue_id")
+_TOPIC = operator.attrgetter("topic")
+_BROKER = operator.attrgetter("broker_name")
+_QUEUE_ID = operator.attrgetter("queue_id")
+
+
 def mq_sort_key(mq: MessageQueue) -> tuple[bytes, bytes, int]:
     """``MessageQueue.compareTo``: topic, then broker name (Java string order), then queue id."""
     return (java_string_key(mq.topic), java_string_key(mq.broker_name), mq.queue_id)
@@ -73,6 +80,11 @@ def sort_mq_all(mq_all: Iterable[MessageQueue]) -> list[MessageQueue]:
     """``mq_all`` sorted as RebalanceImpl sorts it before allocating."""
     items = list(mq_all)
     _check_mqs(items, "mq_all")
+    names = {*map(_TOPIC, items), *map(_BROKER, items)}
+    if all(n.isascii() or max(n) <= "\uffff" for n in names):
+        # Without characters beyond the BMP, code point order is Java's UTF-16 order: the key can be
+        # the fields themselves, compared in C
+        return sorted(items, key=_MQ_FIELDS)
     return sorted(items, key=mq_sort_key)
 
 
@@ -152,6 +164,15 @@ class HashFunction(Protocol):
 
 
 def _check_mqs(mqs: Sequence[Any], what: str) -> None:
+    # The common case checked by type in C (a list of thousands is checked once per view of a group);
+    # anything else, subclasses included, takes the loop below, which names the first bad element.
+    if (
+        set(map(type, mqs)) <= {MessageQueue}
+        and set(map(type, map(_TOPIC, mqs))) <= {str}
+        and set(map(type, map(_BROKER, mqs))) <= {str}
+        and set(map(type, map(_QUEUE_ID, mqs))) <= {int}
+    ):
+        return
     for i, mq in enumerate(mqs):
         if not isinstance(mq, MessageQueue):
             raise ValueError(f"{what}[{i}] is not a MessageQueue: {mq!r}")
@@ -210,8 +231,12 @@ class AllocateMessageQueueAveragely(_AbstractStrategy):
     ) -> list[MessageQueue]:
         if not self._check(current_cid, mq_all, cid_all):
             return []
-        index = list(cid_all).index(current_cid)
-        n, c = len(mq_all), len(cid_all)
+        return self.share(list(cid_all).index(current_cid), mq_all, len(cid_all))
+
+    @staticmethod
+    def share(index: int, mq_all: Sequence[MessageQueue], c: int) -> list[MessageQueue]:
+        """The queues of the client at ``index`` of ``c`` sorted ids, the arguments already checked."""
+        n = len(mq_all)
         mod = n % c
         bigger = mod > 0 and index < mod
         if n <= c:  # noqa: SIM108 - kept in RocketMQ's shape
@@ -237,8 +262,12 @@ class AllocateMessageQueueAveragelyByCircle(_AbstractStrategy):
     ) -> list[MessageQueue]:
         if not self._check(current_cid, mq_all, cid_all):
             return []
-        index = list(cid_all).index(current_cid)
-        return [mq_all[i] for i in range(index, len(mq_all), len(cid_all))]
+        return self.share(list(cid_all).index(current_cid), mq_all, len(cid_all))
+
+    @staticmethod
+    def share(index: int, mq_all: Sequence[MessageQueue], c: int) -> list[MessageQueue]:
+        """The queues of the client at ``index`` of ``c`` sorted ids, the arguments already checked."""
+        return [mq_all[i] for i in range(index, len(mq_all), c)]
 
 
 class AllocateMessageQueueByConfig(_AbstractStrategy):
@@ -654,13 +683,17 @@ def _cache_key(strategy: AllocateMessageQueueStrategy) -> tuple[Any, ...] | None
 
 
 class _Entry:
-    __slots__ = ("by_cid", "cids", "mq_all", "owners")
+    __slots__ = ("by_cid", "cids", "index", "mq_all", "owners")
 
     def __init__(self, mq_all: list[MessageQueue], cids: list[str]) -> None:
         self.mq_all = mq_all
         self.cids = cids
         self.by_cid: dict[str, list[MessageQueue]] = {}
         self.owners: list[str | None] | None = None
+        # Each id's first position in the sorted list (list.index's answer), built by the first client
+        # of the group whose call the strategy checked in full: the queue list is the same for the
+        # others, so checking every queue again per client would make a round quadratic.
+        self.index: dict[str, int] | None = None
 
 
 class AllocationCache:
@@ -670,11 +703,32 @@ class AllocationCache:
     own: a miss calls it exactly as RebalanceImpl would.
     """
 
-    def __init__(self, max_entries: int = 32) -> None:
+    def __init__(self, max_entries: int = 32, max_views: int = 4096) -> None:
         self.max_entries = max_entries
         self._entries: dict[tuple[Any, ...], _Entry] = {}
         self.hits = 0
         self.misses = 0
+        # Finding an entry compares queue sets, and MessageQueue's equality runs in Python: thousands of
+        # calls per lookup at 4,000 queues. Each client keeps its queue set (a frozenset, replaced on a
+        # route change) between rounds, so the set object seen before maps to one shared equal set
+        # (kept alive here, so its id is not reused) and the entry is then found by identity.
+        self.max_views = max_views
+        self._views: dict[int, tuple[frozenset[MessageQueue], frozenset[MessageQueue]]] = {}
+        self._shared: dict[frozenset[MessageQueue], frozenset[MessageQueue]] = {}
+
+    def _queue_set(self, mq_set: Iterable[MessageQueue]) -> frozenset[MessageQueue]:
+        if not isinstance(mq_set, frozenset):
+            return frozenset(mq_set)
+        seen = self._views.get(id(mq_set))
+        if seen is not None and seen[0] is mq_set:
+            return seen[1]
+        if len(self._shared) >= self.max_views:
+            self._shared.clear()
+        shared = self._shared.setdefault(mq_set, mq_set)
+        while len(self._views) >= self.max_views:
+            del self._views[next(iter(self._views))]
+        self._views[id(mq_set)] = (mq_set, shared)
+        return shared
 
     def allocate(
         self,
@@ -690,7 +744,7 @@ class AllocationCache:
             mq_all, cids = sort_mq_all(mq_set), sort_cid_all(cid_all)
             return mq_all, cids, list(strategy.allocate(consumer_group, current_cid, mq_all, cids) or [])
         cid_tuple = tuple(cid_all)
-        key = (skey, frozenset(mq_set), cid_tuple)
+        key = (skey, self._queue_set(mq_set), cid_tuple)
         entry = self._entries.pop(key, None)
         if entry is None:
             entry = _Entry(sort_mq_all(key[1]), sort_cid_all(cid_tuple))
@@ -709,8 +763,15 @@ class AllocationCache:
                 if entry.owners is None:
                     entry.owners = strategy.route(entry.mq_all, entry.cids)
                 got = [mq for mq, o in zip(entry.mq_all, entry.owners, strict=True) if o == current_cid]
+        elif entry.index is not None and isinstance(current_cid, str) and current_cid:
+            # AVG and AVG_BY_CIRCLE (the only other cached kinds): what allocate() does after its check
+            i = entry.index.get(current_cid)
+            got = [] if i is None else strategy.share(i, entry.mq_all, len(entry.cids))  # type: ignore[attr-defined]
         else:
             got = list(strategy.allocate(consumer_group, current_cid, entry.mq_all, entry.cids) or [])
+            entry.index = {}
+            for i, cid in enumerate(entry.cids):
+                entry.index.setdefault(cid, i)
         entry.by_cid[current_cid] = got
         return entry.mq_all, entry.cids, got
 

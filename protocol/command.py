@@ -21,6 +21,9 @@ PROTOCOL_VERSION: Final = 1
 OPAQUE_MAX: Final = 2**31 - 1
 
 _LEN = struct.Struct(">I")
+# the flag bits as plain ints: IntFlag arithmetic runs in Python, on every frame
+_RESPONSE: Final = int(Flag.RESPONSE)
+_ONEWAY: Final = int(Flag.ONEWAY)
 T = TypeVar("T")
 
 
@@ -114,17 +117,17 @@ class RemotingCommand:
 
     @property
     def is_response(self) -> bool:
-        return bool(self.flag & Flag.RESPONSE)
+        return bool(self.flag & _RESPONSE)
 
     @property
     def is_oneway(self) -> bool:
-        return bool(self.flag & Flag.ONEWAY) and not self.is_response
+        return bool(self.flag & _ONEWAY) and not self.flag & _RESPONSE
 
     @classmethod
     def request(
         cls, code: int, ext: dict[str, Any] | None = None, body: Any = None, *, oneway: bool = False
     ) -> RemotingCommand:
-        return cls(int(code), 0, Flag.ONEWAY if oneway else 0, None, dict(ext or {}), body)
+        return cls(int(code), 0, _ONEWAY if oneway else 0, None, dict(ext or {}), body)
 
     def response(
         self,
@@ -133,7 +136,7 @@ class RemotingCommand:
         ext: dict[str, Any] | None = None,
         body: Any = None,
     ) -> RemotingCommand:
-        return RemotingCommand(int(code), self.opaque, int(Flag.RESPONSE), remark, dict(ext or {}), body)
+        return RemotingCommand(int(code), self.opaque, _RESPONSE, remark, dict(ext or {}), body)
 
     # Typed access to header fields; a wrong type is INVALID_PARAMETER naming the field.
     def ext_int(self, name: str, default: Any = REQUIRED) -> Any:
@@ -227,6 +230,11 @@ class LengthPrefixedDecoder(Generic[T]):
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[T]:
+        if not self._buf and len(data) > 4:
+            # the common case, one whole frame per read: decoded without the copies through the buffer
+            (length,) = _LEN.unpack_from(data, 0)
+            if length == len(data) - 4 and self._min <= length <= self.max_frame_bytes:
+                return [self._decode(bytes(data[4:]))]
         self._buf += data
         out: list[T] = []
         buf = self._buf

@@ -29,6 +29,8 @@ from protocol.command import (
 from protocol.model import WireError
 
 _log = logging.getLogger("protocol.remoting")
+_RESPONSE = int(Flag.RESPONSE)  # plain ints: IntFlag arithmetic runs in Python, on every frame
+_ONEWAY = int(Flag.ONEWAY)
 
 Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
 
@@ -118,7 +120,7 @@ class _Dispatcher:
         if resp is None:
             return None
         resp.opaque = cmd.opaque
-        resp.flag = (resp.flag | Flag.RESPONSE) & ~Flag.ONEWAY
+        resp.flag = (resp.flag | _RESPONSE) & ~_ONEWAY
         return resp
 
     def _report(self, msg: str, exc: BaseException) -> None:
@@ -161,7 +163,9 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._opaque = itertools.count(1)
-        self._tasks: set[asyncio.Task[None]] = set()
+        # dicts, not sets: closing and cancelling go in the order things began, not by memory address
+        # (a simulated run must give the same bytes whatever else the process allocated)
+        self._tasks: dict[asyncio.Task[None], None] = {}
         self._on_open = on_open
         self._on_close = on_close
         self._drain_waiters: list[asyncio.Future[None]] = []
@@ -288,8 +292,11 @@ class Connection(asyncio.Protocol):
             return
         self._inflight += 1
         task = asyncio.get_running_loop().create_task(self._run_request(cmd))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(self._forget_task)
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
 
     async def _run_request(self, cmd: RemotingCommand) -> None:
         try:
@@ -330,7 +337,7 @@ class Connection(asyncio.Protocol):
             fallback = RemotingCommand(
                 ResponseCode.SYSTEM_ERROR,
                 resp.opaque,
-                int(Flag.RESPONSE),
+                _RESPONSE,
                 f"the answer could not be encoded: {reason}"[:512],
             )
             data = self.codec.encode(fallback)
@@ -353,7 +360,7 @@ class Connection(asyncio.Protocol):
     async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send a request and wait for its response."""
         cmd.opaque = self._next_opaque()
-        cmd.flag = cmd.flag & ~(Flag.ONEWAY | Flag.RESPONSE)
+        cmd.flag = cmd.flag & ~(_ONEWAY | _RESPONSE)
         fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending[cmd.opaque] = fut
         try:
@@ -373,8 +380,10 @@ class Connection(asyncio.Protocol):
 
     async def invoke_oneway(self, cmd: RemotingCommand, timeout_s: float = 3.0) -> None:
         cmd.opaque = self._next_opaque()
-        cmd.flag = (cmd.flag | Flag.ONEWAY) & ~Flag.RESPONSE
+        cmd.flag = (cmd.flag | _ONEWAY) & ~_RESPONSE
         self._write(cmd)
+        if not self._write_paused or self.closed:
+            return  # nothing to wait for, so no timer to arm (a broker's NOTIFY goes to every member)
         try:
             async with asyncio.timeout(timeout_s):
                 await self._drain()
@@ -460,7 +469,7 @@ class RemotingServer:
         self.max_inflight = max_inflight
         self._dispatcher = _Dispatcher(log)
         self._server: asyncio.Server | None = None
-        self.connections: set[Connection] = set()
+        self.connections: dict[Connection, None] = {}  # in accept order (see Connection._tasks)
         self._opened: list[ConnectionCallback] = []
         self._closed: list[ConnectionCallback] = []
         self._log = log
@@ -484,12 +493,12 @@ class RemotingServer:
         self._closed.append(cb)
 
     def _conn_opened(self, conn: Connection) -> None:
-        self.connections.add(conn)
+        self.connections[conn] = None
         for cb in self._opened:
             cb(conn)
 
     def _conn_closed(self, conn: Connection) -> None:
-        self.connections.discard(conn)
+        self.connections.pop(conn, None)
         for cb in self._closed:
             try:
                 cb(conn)

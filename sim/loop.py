@@ -14,10 +14,16 @@ import asyncio
 import contextvars
 import heapq
 import itertools
+from asyncio import base_events
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from protocol.runtime import Clock
+
+# BaseEventLoop's thresholds for sweeping cancelled timers out of the heap, and its longest wait.
+_MIN_SCHEDULED = base_events._MIN_SCHEDULED_TIMER_HANDLES
+_MIN_CANCELLED_FRACTION = base_events._MIN_CANCELLED_TIMER_HANDLES_FRACTION
+_MAX_SELECT_TIMEOUT = base_events.MAXIMUM_SELECT_TIMEOUT
 
 # Virtual epoch: 2026-01-01T00:00:00Z, so timestamps look like wall-clock epoch ms and never depend on now.
 EPOCH_MS = 1_767_225_600_000
@@ -77,31 +83,14 @@ class _ProcessTimerHandle(asyncio.TimerHandle):
         _gate(self, super()._run)
 
 
-class _VirtualSelector:
-    """Stands where the OS selector would: waiting means moving the clock to the next timer."""
-
-    def __init__(self, loop: VirtualLoop) -> None:
-        self._loop = loop
-
-    def select(self, timeout: float | None) -> list[Any]:
-        if timeout is None:
-            raise SimDeadlock("no callback is ready and no timer is set")
-        if timeout > 0:
-            self._loop.advance(timeout)
-        return []
-
-    def close(self) -> None:
-        pass
-
-
 class VirtualLoop(asyncio.BaseEventLoop):
     """The simulation's event loop. ``network`` (sim.network.Network) answers connects and listens."""
 
     def __init__(self) -> None:
         super().__init__()
         self._now = 0.0
-        self._selector = _VirtualSelector(self)
         self.network: Any = None
+        self._timer_seq = itertools.count()
         self.steps = 0
         self.set_exception_handler(self._exception_handler)
         self.errors: list[str] = []
@@ -109,9 +98,6 @@ class VirtualLoop(asyncio.BaseEventLoop):
     # -- time ------------------------------------------------------------------------------------
     def time(self) -> float:
         return self._now
-
-    def advance(self, seconds: float) -> None:
-        self._now += seconds
 
     # -- scheduling: every handle remembers the process it belongs to ----------------------------
     @staticmethod
@@ -139,7 +125,10 @@ class VirtualLoop(asyncio.BaseEventLoop):
         timer = _ProcessTimerHandle(when, callback, args, self, context)
         timer._process = self._owner(context)  # type: ignore[attr-defined]
         timer._io = False  # type: ignore[attr-defined]
-        heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
+        # (when, sequence, handle): the heap compares in C, and timers due at the same virtual instant
+        # fire in the order they were set. By `when` alone (asyncio's order) a tie went whichever way
+        # the heap's shape said, so a cancelled timer elsewhere could reorder two events of a run.
+        heapq.heappush(self._scheduled, (when, next(self._timer_seq), timer))  # type: ignore[attr-defined]
         timer._scheduled = True  # type: ignore[attr-defined]
         return timer
 
@@ -185,6 +174,44 @@ class VirtualLoop(asyncio.BaseEventLoop):
         timer = self.call_at(when, callback, *args, context=context)
         timer._io = True  # type: ignore[attr-defined]
         return timer
+
+    def _run_once(self) -> None:
+        """BaseEventLoop._run_once over the (when, sequence, handle) heap, the wait replaced by a jump of
+        the clock: the same steps in the same order (debug-mode timing of slow callbacks left out)."""
+        scheduled: list[tuple[float, int, asyncio.TimerHandle]] = self._scheduled  # type: ignore[attr-defined]
+        count = len(scheduled)
+        if count > _MIN_SCHEDULED and self._timer_cancelled_count / count > _MIN_CANCELLED_FRACTION:  # type: ignore[attr-defined]
+            kept = []
+            for entry in scheduled:
+                if entry[2]._cancelled:  # type: ignore[attr-defined]
+                    entry[2]._scheduled = False  # type: ignore[attr-defined]
+                else:
+                    kept.append(entry)
+            heapq.heapify(kept)
+            self._scheduled = scheduled = kept
+            self._timer_cancelled_count = 0
+        else:
+            while scheduled and scheduled[0][2]._cancelled:  # type: ignore[attr-defined]
+                self._timer_cancelled_count -= 1
+                heapq.heappop(scheduled)[2]._scheduled = False  # type: ignore[attr-defined]
+        ready = self._ready  # type: ignore[attr-defined]
+        if not ready and not self._stopping:  # type: ignore[attr-defined]
+            if not scheduled:
+                raise SimDeadlock("no callback is ready and no timer is set")
+            timeout = min(max(0, scheduled[0][0] - self._now), _MAX_SELECT_TIMEOUT)
+            if timeout > 0:
+                self._now += timeout
+        end_time = self._now + self._clock_resolution
+        while scheduled:
+            if scheduled[0][0] >= end_time:
+                break
+            handle = heapq.heappop(scheduled)[2]
+            handle._scheduled = False  # type: ignore[attr-defined]
+            ready.append(handle)
+        for _ in range(len(ready)):
+            handle = ready.popleft()
+            if not handle._cancelled:
+                handle._run()
 
     # -- no threads, no OS ------------------------------------------------------------------------
     def _process_events(self, event_list: list[Any]) -> None:

@@ -65,3 +65,49 @@ async def test_timer_set_runs_callbacks_until_cancel_all() -> None:
     timers.call_later(0, lambda: fired.append("after"))
     await asyncio.sleep(0.01)
     assert sorted(fired) == ["a", "now"] and len(timers) == 0
+
+
+def test_event_lines_are_the_bytes_structlog_rendered(tmp_path: Path) -> None:
+    """The JSON lines are written without structlog's chain; they must stay the bytes it wrote (key
+    order, separators, non-ASCII text, str() of what JSON cannot hold, a given ts_ms kept)."""
+    import structlog
+
+    clock = ManualClock(1234)
+    lines: list[str] = []
+
+    class Sink:
+        def put(self, line: str) -> None:
+            lines.append(line)
+
+        def flush(self) -> None: ...
+
+        def close(self) -> None: ...
+
+    def stamp(_: object, __: str, ev: dict[str, object]) -> dict[str, object]:
+        ev.setdefault("ts_ms", clock.now_ms())
+        ev["node"] = "n1"
+        ev["role"] = "broker"
+        return ev
+
+    reference = structlog.wrap_logger(
+        None,
+        processors=[
+            stamp,
+            structlog.processors.JSONRenderer(separators=(",", ":"), ensure_ascii=False, default=str),
+        ],
+    )
+    log = EventLog("n1", "broker", None, clock=clock, console=False, sink=Sink())
+    cases: list[tuple[str, dict[str, object]]] = [
+        ("mq_added", {"topic": "Tö", "queue_id": 3, "cid_all": ["a", "b"], "x": None, "f": 0.5}),
+        ("pull_served", {"ts_ms": 99, "path": Path("/a"), "ok": True}),
+        ("odd", {"node": "overridden", "nested": {"k": [1, {"z": "ü"}]}}),
+    ]
+    for event, fields in cases:
+        log.emit(event, **fields)
+    log.warning("pull failed", code=24, peer=("10.0.0.1", 1))
+    expected = [reference._process_event("msg", e, dict(f))[0][0] for e, f in cases]
+    expected.append(
+        reference._process_event("msg", "log", {"level": "warning", "msg": "pull failed", "code": 24,
+                                                "peer": ("10.0.0.1", 1)})[0][0]
+    )  # fmt: skip
+    assert lines == expected

@@ -54,6 +54,23 @@ def test_time_jumps_to_the_next_timer_and_the_clock_follows() -> None:
     assert wall_ms == 3_604_500 and mono == 3_604_500
 
 
+def test_timers_due_at_one_instant_fire_in_the_order_they_were_set() -> None:
+    """Ties are common on a virtual clock; their order must not depend on the heap's shape, which any
+    cancelled timer elsewhere changes."""
+
+    async def main(loop: VirtualLoop, _: Network) -> list[int]:
+        fired: list[int] = []
+        stray = [loop.call_at(loop.time() + 0.5 + i / 10, lambda: None) for i in range(7)]
+        for i in range(20):
+            loop.call_at(loop.time() + 1.0, fired.append, i)
+            if i % 3 == 0:
+                stray.pop().cancel()
+        await asyncio.sleep(2)
+        return fired
+
+    assert run(main) == list(range(20))
+
+
 def test_timeout_fires_in_virtual_time() -> None:
     async def main(loop: VirtualLoop, _: Network) -> float:
         with pytest.raises(TimeoutError):

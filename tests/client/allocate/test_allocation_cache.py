@@ -116,3 +116,64 @@ def test_eviction_keeps_the_most_recent_entries() -> None:
     assert cache.hits == 1
     cache.allocate(avg, "G", "c1", _queues(4), ["c1"])  # evicted
     assert cache.misses == 4
+
+
+@pytest.mark.parametrize("name", ["AVG", "AVG_BY_CIRCLE"])
+def test_a_round_of_the_whole_group_checks_the_queues_once(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every client's share is the strategy's own answer (repeated ids, an id not in the group, more
+    clients than queues), while the queue list is checked by the first client only."""
+    import client.allocate as allocate_mod
+    from client.allocate import sort_cid_all, sort_mq_all
+
+    checks = 0
+    check_mqs = allocate_mod._check_mqs
+
+    def counting(mqs: Any, what: str) -> None:
+        nonlocal checks
+        checks += 1
+        check_mqs(mqs, what)
+
+    for n_queues, cids in ((13, ["c3", "c1", "c2", "c1", "c4"]), (3, [f"c{i}" for i in range(7)])):
+        cache = AllocationCache()
+        queues = _queues(n_queues)
+        plain = get_strategy(name)
+        expected = {
+            c: plain.allocate("G", c, sort_mq_all(queues), sort_cid_all(cids)) for c in [*cids, "absent"]
+        }
+        monkeypatch.setattr(allocate_mod, "_check_mqs", counting)
+        checks = 0
+        got = {c: cache.allocate(get_strategy(name), "G", c, queues, cids)[2] for c in [*cids, "absent"]}
+        monkeypatch.setattr(allocate_mod, "_check_mqs", check_mqs)
+        assert got == expected
+        assert checks == 2  # sorting the queue set, then the first client's full check
+        with pytest.raises(ValueError):
+            cache.allocate(get_strategy(name), "G", "", queues, cids)
+
+
+def test_a_client_keeping_its_queue_set_is_answered_without_comparing_queues(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two clients with equal queue sets built apart (as each parses its own route): after the first
+    round, a lookup compares no MessageQueue; a replaced set is a new view and a new answer."""
+    eq = MessageQueue.__eq__
+    compared = 0
+
+    def counting(self: MessageQueue, other: object) -> bool:
+        nonlocal compared
+        compared += 1
+        return eq(self, other)
+
+    cache = AllocationCache()
+    avg = AllocateMessageQueueAveragely()
+    cids = ["c1", "c2"]
+    views = {c: frozenset(_queues(40)) for c in cids}
+    first = {c: cache.allocate(avg, "G", c, views[c], cids)[2] for c in cids}
+    monkeypatch.setattr(MessageQueue, "__eq__", counting)
+    again = {c: cache.allocate(avg, "G", c, views[c], cids)[2] for c in cids}
+    assert again == first and compared == 0 and cache.hits == 2
+    monkeypatch.setattr(MessageQueue, "__eq__", eq)
+    fewer = frozenset(_queues(38))
+    assert len(cache.allocate(avg, "G", "c1", fewer, cids)[2]) == 19
+    assert cache.allocate(avg, "G", "c1", set(_queues(40)), cids)[2] == first["c1"]  # a plain set too

@@ -302,6 +302,9 @@ def test_allocate_all_rejects_empty_inputs() -> None:
         allocate_all(AllocateMessageQueueAveragely(), "g", ["T"], ["a"])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="needs an int queue id"):
         allocate_all(AllocateMessageQueueAveragely(), "g", [MessageQueue("T", "b", 1.5)], ["a"])  # type: ignore[arg-type]
+    both = [MessageQueue("T", "b", 0), MessageQueue("T", "b", True)]
+    with pytest.raises(ValueError, match=r"mq_all\[1\] needs an int queue id"):  # bool is an int to Python
+        allocate_all(AllocateMessageQueueAveragely(), "g", both, ["a"])
 
 
 # --------------------------------------------------------------------------------------------------------

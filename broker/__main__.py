@@ -96,6 +96,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="RocketMQ 5's broker rules: no NOTIFY for broadcasting groups, the 5.x retry/DLQ rule, and "
         "QUERY_NOT_FOUND for the offset of a fresh, empty queue",
     )
+    p.add_argument(
+        "--default-message-request-mode",
+        choices=("PULL", "POP"),
+        default="PULL",
+        help="RocketMQ 5 server-side assignment: the mode of a topic and group with none set "
+        "(defaultMessageRequestMode, default PULL)",
+    )
+    p.add_argument(
+        "--default-pop-share-queue-num",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="the pop share number that goes with the POP default mode (defaultPopShareQueueNum, default -1: "
+        "every consumer pops every queue)",
+    )
+    p.add_argument(
+        "--no-server-load-balancer",
+        action="store_true",
+        help="QUERY_ASSIGNMENT answers every queue (serverLoadBalancerEnable off)",
+    )
     p.add_argument("--disable-notify", action="store_true", help="send no NOTIFY_CONSUMER_IDS_CHANGED at all")
     p.add_argument(
         "--create-topic",
@@ -151,6 +171,9 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         acl_file=_acl_file(args.acl),
         flush_consumer_offset_interval_ms=args.flush_consumer_offset_interval,
         rocketmq5=args.rocketmq5,
+        default_message_request_mode=args.default_message_request_mode,
+        default_pop_share_queue_num=args.default_pop_share_queue_num,
+        server_load_balancer_enable=not args.no_server_load_balancer,
     )
 
 

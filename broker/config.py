@@ -59,6 +59,15 @@ class BrokerConfig:
     # rule of handleRetryAndDLQ (past max, or at once while the group holds locks), and
     # QUERY_CONSUMER_OFFSET answers QUERY_NOT_FOUND for a fresh, empty queue
     rocketmq5: bool = False
+    # RocketMQ 5's server-side assignment (QueryAssignmentProcessor): the mode of a (topic, group) with no
+    # stored one (defaultMessageRequestMode), its pop share number (defaultPopShareQueueNum), whether the
+    # broker balances at all (serverLoadBalancerEnable), and how often the cached routes are refreshed
+    # (loadBalancePollNameServerInterval).
+    default_message_request_mode: str = "PULL"
+    default_pop_share_queue_num: int = -1
+    server_load_balancer_enable: bool = True
+    load_balance_poll_name_server_interval_ms: int = 30_000
+    revive_interval_ms: int = 1_000  # reviveInterval: how often POP checkpoints are checked for revive
     # What-if policies, off by default (RocketMQ's behaviour).
     notify_on_channel_expired: bool = False
     release_locks_on_close: bool = False

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from typing import Any
 
 from broker.acl import ADMIN_CODES, AclDenied, PlainAccessValidator, is_loopback
+from broker.assignment import MessageRequestModeTable
 from broker.config import BrokerConfig
 from broker.consumer_manager import ConsumerIdsChangeListener, ConsumerManager, ProducerManager
 from broker.faults import FaultTable
@@ -19,16 +21,19 @@ from broker.lock_manager import RebalanceLockManager
 from broker.long_polling import HeldPull, PullRequestHoldService
 from broker.namesrv import NamesrvProcessor
 from broker.offset_manager import ConsumerOffsetManager
+from broker.pop import PopState
 from broker.processor import register_processors
+from broker.processor.pop import PopLongPollingService, PopMessageProcessor
 from broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, Handler
 from broker.route_info import QueueData, RouteInfoManager
 from broker.schedule import ScheduleMessageService
 from broker.sqlite_store import SqliteMessageStore
 from broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, StoredMessage, StoreError
 from broker.topic_config import TopicConfig
+from client.route import TopicRouteData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, RemotingCommand
-from protocol.model import WireError, is_retry_topic, retry_topic
+from protocol.model import MessageQueue, WireError, is_retry_topic, retry_topic
 from protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer
 from protocol.runtime import Clock, EventLog, SystemClock, local_ip
 
@@ -92,6 +97,13 @@ class BrokerController:
         self.pull_events = True  # one pull_served event per answered pull
         # offsets committed since the last flush, when offsets are flushed periodically as RocketMQ does
         self._unflushed_offsets: dict[tuple[str, str, int], int] = {}
+        # RocketMQ 5: POP's checkpoints and held pops, the request modes, and the topic routes
+        # QUERY_ASSIGNMENT balances over (TopicRouteInfoManager's cache: topic -> (queues, fetched at))
+        self.pop_state = PopState()
+        self.pop_polling = PopLongPollingService()
+        self.pop_processor = PopMessageProcessor(self)
+        self.request_modes = MessageRequestModeTable()
+        self._subscribe_info: dict[str, tuple[set[MessageQueue] | None, int]] = {}
 
     # -- life cycle ------------------------------------------------------------------------
     @property
@@ -141,8 +153,14 @@ class BrokerController:
             else:
                 self.offset_manager.commit_offset(group, topic, qid, offset)
         self.store.add_arrival_listener(self._on_message_arrived)
+        try:
+            self.request_modes = await asyncio.to_thread(self._load_request_modes)
+        except BaseException:
+            await self.store.close()
+            await self.server.close()
+            raise
 
-        register_processors(self)
+        register_processors(self, self.pop_processor)
         if self.namesrv_processor is not None:
             self.namesrv_processor.register(self.server, self.wrap)
         self.server.on_connection_opened(self._on_connection_opened)
@@ -194,6 +212,7 @@ class BrokerController:
                 await self._runner
         for req in self.hold_service.pop_all():
             _wake(req, "shutdown")
+        self.pop_polling.wake_all()
         if self._namesrv_client is not None:
             with contextlib.suppress(RemotingError, OSError):
                 await self._namesrv_client.invoke(
@@ -214,6 +233,7 @@ class BrokerController:
             tg.create_task(self._schedule_loop())
             tg.create_task(self._register_loop())
             tg.create_task(self._idle_loop())
+            tg.create_task(self._revive_loop())
             if self.config.flush_consumer_offset_interval_ms > 0:
                 tg.create_task(self._offset_flush_loop())
             if self.namesrv_processor is not None:
@@ -309,6 +329,7 @@ class BrokerController:
         self.producer_manager.do_channel_close_event(conn.id)
         for req in self.hold_service.remove_connection(conn.id):
             _wake(req, "closed")
+        self.pop_polling.wake_connection(conn.id)
         if self.release_locks_on_close:
             for group, client_id in conn.attrs.get(ATTR_GROUPS, {}).items():
                 gi = self.consumer_manager.find(group)
@@ -411,6 +432,8 @@ class BrokerController:
         if msg.topic == SCHEDULE_TOPIC:
             self._schedule_event.set()
             return
+        if self.pop_polling.table:
+            self.pop_polling.notify(msg.topic, msg.queue_id)
         if len(self.hold_service):
             for req in self.hold_service.notify_message_arriving(
                 msg.topic, msg.queue_id, msg.queue_offset + 1, msg.tags, self.clock.monotonic_ms()
@@ -431,6 +454,97 @@ class BrokerController:
                     _wake(req, "checked")
             except Exception as exc:
                 self.log.error("hold check failed", error=repr(exc))
+
+    # -- RocketMQ 5: POP revive, request modes, routes for assignment -------------------------------
+    async def _revive_loop(self) -> None:
+        interval = self.config.scaled_s(self.config.revive_interval_ms)
+        while True:
+            await asyncio.sleep(interval)
+            if not len(self.pop_state):
+                continue
+            try:
+                await self.pop_processor.revive()
+            except StoreError as exc:
+                self.log.error("pop revive failed", error=str(exc))
+            except Exception as exc:
+                self.log.error("pop revive failed", error=repr(exc))
+
+    def _request_modes_path(self) -> str | None:
+        return (
+            os.path.join(self.config.store_dir, "messageRequestMode.json") if self.config.store_dir else None
+        )
+
+    def _load_request_modes(self) -> MessageRequestModeTable:
+        path = self._request_modes_path()
+        if path is None:
+            return MessageRequestModeTable()
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            return MessageRequestModeTable()
+        try:
+            return MessageRequestModeTable.decode(text, path)
+        except ValueError as exc:
+            raise StoreError(str(exc)) from None
+
+    async def persist_request_modes(self) -> None:
+        """MessageRequestModeManager#persist: the whole table, replaced atomically (with --store-dir)."""
+        path = self._request_modes_path()
+        if path is None:
+            return
+        text = self.request_modes.encode()
+
+        def write() -> None:
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+
+        try:
+            await asyncio.to_thread(write)
+        except OSError as exc:
+            raise StoreError(f"cannot write {path}: {exc}") from None
+
+    async def topic_subscribe_info(self, topic: str) -> set[MessageQueue] | None:
+        """TopicRouteInfoManager#getTopicSubscribeInfo: the readable queues of every broker in the name
+        server's route for ``topic``, fetched on first use and again once older than
+        loadBalancePollNameServerInterval; None when the name server has no route."""
+        now = self.clock.monotonic_ms()
+        cached = self._subscribe_info.get(topic)
+        if cached is not None and now - cached[1] < self.config.scaled(
+            self.config.load_balance_poll_name_server_interval_ms
+        ):
+            return cached[0]
+        body: Any = None
+        if self.namesrv_processor is not None:
+            await self.register_broker_all()  # the embedded name server sees this broker's latest topics
+            assert self.route_info is not None
+            body = self.route_info.pickup_topic_route_data(topic)
+        else:
+            if self._namesrv_client is None:
+                self._namesrv_client = RemotingClient(
+                    max_frame_bytes=self.config.max_frame_bytes, log=self.log
+                )
+            req = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            try:
+                resp = await self._namesrv_client.invoke(
+                    self.config.namesrv, req, max(1.0, self.config.scaled_s(3_000))
+                )
+            except (RemotingError, OSError) as exc:
+                self.log.warning("route lookup for assignment failed", topic=topic, error=str(exc))
+                return cached[0] if cached is not None else None
+            body = resp.body if resp.code == ResponseCode.SUCCESS else None
+        queues: set[MessageQueue] | None = None
+        if body is not None:
+            try:
+                queues = TopicRouteData.from_wire(body).subscribe_queues(topic)
+            except WireError as exc:
+                self.log.warning("bad route for assignment", topic=topic, error=str(exc))
+        self._subscribe_info[topic] = (queues, now)
+        return queues
 
     # -- housekeeping ------------------------------------------------------------------------
     async def _scan_loop(self) -> None:
@@ -607,6 +721,9 @@ class BrokerController:
             "connections": len(self.connections),
             "locks": self.lock_manager.lock_count(),
             "heldPulls": len(self.hold_service),
+            "heldPops": len(self.pop_polling),
+            "popCheckpoints": len(self.pop_state),
+            "popInFlight": self.pop_state.in_flight(),
             "scheduledMessages": self.schedule_service.pending(self.store),
             "faults": len(self.faults),
             "notifyEnabled": self.consumer_ids_listener.enabled,

@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 from broker.processor.admin import AdminBrokerProcessor
+from broker.processor.assignment import QueryAssignmentProcessor
 from broker.processor.client_manage import ClientManageProcessor
 from broker.processor.consumer_manage import ConsumerManageProcessor
+from broker.processor.pop import PopMessageProcessor
 from broker.processor.pull import PullMessageProcessor
 from broker.processor.send import SendMessageProcessor
 from broker.processor.services import BrokerServices
 from protocol.codes import RequestCode
 
 
-def register_processors(broker: BrokerServices) -> None:
+def register_processors(broker: BrokerServices, pop: PopMessageProcessor | None = None) -> None:
+    """Register every processor; ``pop`` is the broker's own POP processor (it also runs the revive)."""
     server = broker.server
-    for proc_cls in (
-        ClientManageProcessor,
-        ConsumerManageProcessor,
-        SendMessageProcessor,
-        PullMessageProcessor,
-        AdminBrokerProcessor,
+    for proc in (
+        ClientManageProcessor(broker),
+        ConsumerManageProcessor(broker),
+        SendMessageProcessor(broker),
+        PullMessageProcessor(broker),
+        AdminBrokerProcessor(broker),
+        QueryAssignmentProcessor(broker),
+        pop or PopMessageProcessor(broker),
     ):
-        proc = proc_cls(broker)
         for code, handler in proc.handlers().items():
             server.register(code, broker.wrap(code, handler))
     # Unknown codes go through the same wrapper so that their answer also waits for earlier writes.

@@ -8,16 +8,19 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from broker.assignment import MessageRequestModeTable
 from broker.config import BrokerConfig
 from broker.consumer_manager import ConsumerIdsChangeListener, ConsumerManager, ProducerManager
 from broker.faults import FaultTable
 from broker.lock_manager import RebalanceLockManager
 from broker.long_polling import HeldPull, PullRequestHoldService
 from broker.offset_manager import ConsumerOffsetManager
+from broker.pop import PopState
 from broker.schedule import ScheduleMessageService
 from broker.store import MemoryMessageStore
 from broker.topic_config import TopicConfig, TopicConfigManager
 from protocol.command import RemotingCommand
+from protocol.model import MessageQueue
 from protocol.remoting import Connection, RemotingServer
 from protocol.runtime import Clock, EventLog
 
@@ -48,6 +51,9 @@ class BrokerServices(Protocol):
     notify_on_channel_expired: bool
     release_locks_on_close: bool
     pull_events: bool
+    pop_state: PopState
+    pop_polling: Any  # broker.processor.pop.PopLongPollingService
+    request_modes: MessageRequestModeTable
 
     def wrap(self, code: int, handler: Handler) -> Handler: ...
 
@@ -64,3 +70,7 @@ class BrokerServices(Protocol):
     def hold_pull(self, req: HeldPull) -> None: ...
 
     def status(self) -> dict[str, Any]: ...
+
+    async def topic_subscribe_info(self, topic: str) -> set[MessageQueue] | None: ...
+
+    async def persist_request_modes(self) -> None: ...

@@ -38,6 +38,7 @@ from protocol.native.message_ext import (
     string_to_properties,
     unpack_physical_offset,
 )
+from protocol.pop import bitset_indices
 
 INT: Final = "int"
 STR: Final = "str"
@@ -132,6 +133,35 @@ REQUEST_SCHEMAS: Final[dict[int, dict[str, str]]] = {
     },
     RequestCode.GET_ROUTEINFO_BY_TOPIC: {"topic": STR},
     RequestCode.GET_CONSUMER_CONNECTION_LIST: {"consumerGroup": STR},
+    RequestCode.POP_MESSAGE: {
+        "consumerGroup": STR,
+        "topic": STR,
+        "queueId": INT,
+        "maxMsgNums": INT,
+        "invisibleTime": INT,
+        "pollTime": INT,
+        "bornTime": INT,
+        "initMode": INT,
+        "expType": STR,
+        "exp": STR,
+        "order": BOOL,
+        "attemptId": STR,
+    },
+    RequestCode.ACK_MESSAGE: {
+        "consumerGroup": STR,
+        "topic": STR,
+        "queueId": INT,
+        "extraInfo": STR,
+        "offset": INT,
+    },
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: {
+        "consumerGroup": STR,
+        "topic": STR,
+        "queueId": INT,
+        "extraInfo": STR,
+        "offset": INT,
+        "invisibleTime": INT,
+    },
 }
 
 # SendMessageRequestHeaderV2's one-letter names.
@@ -356,6 +386,22 @@ def normalize_lock_body(body: Any) -> Any:
 # -- requests from real clients ----------------------------------------------------------------------------
 
 
+def normalize_batch_ack(body: Any) -> Any:
+    """BatchAckMessageRequestBody: each ack's bit set (``b``, java.util.BitSet#toByteArray in base64, as
+    BitSetSerializerDeserializer writes it) becomes the list of its set indices."""
+    if not isinstance(body, dict) or not isinstance(body.get("acks"), list):
+        return body
+    acks = []
+    for ack in body["acks"]:
+        if isinstance(ack, dict) and isinstance(ack.get("b"), str):
+            try:
+                ack = dict(ack, b=bitset_indices(base64.b64decode(ack["b"], validate=True)))
+            except ValueError:
+                pass  # left as it is: the handler names the field
+        acks.append(ack)
+    return dict(body, acks=acks)
+
+
 def _send_request(ext: dict[str, Any], raw_body: bytes | None) -> tuple[dict[str, Any], Any]:
     props_text = ext.pop("properties", None)
     props = string_to_properties(props_text) if isinstance(props_text, str) else {}
@@ -431,6 +477,9 @@ def request_from_native(frame: NativeFrame) -> RemotingCommand:
     elif code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
         parsed = parse_json_body(frame.body)
         body = normalize_lock_body(parsed) if parsed is not None else frame.body
+    elif code == RequestCode.BATCH_ACK_MESSAGE:
+        parsed = parse_json_body(frame.body)
+        body = normalize_batch_ack(parsed) if parsed is not None else frame.body
     else:
         parsed = parse_json_body(frame.body)
         body = parsed if parsed is not None else frame.body
@@ -531,7 +580,9 @@ def response_to_native(request_code: int | None, cmd: RemotingCommand, ctx: Tran
     """Our answer to a real client's request, in the form that client reads."""
     ext = dict(cmd.ext)
     body: bytes | None
-    if request_code == RequestCode.PULL_MESSAGE:
+    if request_code == RequestCode.POP_MESSAGE:
+        body = _pull_body(cmd.body, ctx) if cmd.code == ResponseCode.SUCCESS else None
+    elif request_code == RequestCode.PULL_MESSAGE:
         ext.setdefault("suggestWhichBrokerId", 0)
         for name in ("nextBeginOffset", "minOffset", "maxOffset"):
             ext.setdefault(name, 0)

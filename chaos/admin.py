@@ -170,6 +170,14 @@ class AdminClient:
         ext = {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": perm}
         await self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
 
+    async def set_message_request_mode(
+        self, addr: str, topic: str, group: str, mode: str, pop_share_queue_num: int = 0
+    ) -> None:
+        """SET_MESSAGE_REQUEST_MODE (RocketMQ 5): how the broker assigns ``topic`` to ``group``'s
+        consumers that ask it (PULL: queues by the strategy; POP: see popShareQueueNum)."""
+        body = {"topic": topic, "consumerGroup": group, "mode": mode, "popShareQueueNum": pop_share_queue_num}
+        await self._call(addr, RequestCode.SET_MESSAGE_REQUEST_MODE, body=body)
+
     async def route(self, namesrv: str, topic: str) -> dict[str, Any] | None:
         """The name server's route for ``topic``, or None when it does not know the topic (yet)."""
         resp = await self.client.invoke(
@@ -244,6 +252,24 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--topic", required=True)
     create.add_argument("--queues", required=True, type=positive_int, help="read and write queue count")
     create.add_argument("--perm", type=int, default=PERM_READ_WRITE, choices=(2, 4, 6), help="6 = read+write")
+
+    group = sub.add_parser("group", help="consumer groups (RocketMQ 5 server-side assignment)")
+    gsub = group.add_subparsers(dest="group_command", required=True, metavar="request-mode")
+    mode = gsub.add_parser(
+        "request-mode",
+        help="set a group's request mode for a topic (SET_MESSAGE_REQUEST_MODE), kept by the broker",
+    )
+    mode.add_argument("--group", required=True)
+    mode.add_argument("--topic", required=True)
+    mode.add_argument("--mode", required=True, choices=("PULL", "POP"))
+    mode.add_argument(
+        "--pop-share-queue-num",
+        type=int,
+        default=0,
+        metavar="N",
+        help="POP: <= 0 or >= members - 1: every consumer pops every queue; else each pops its own queues "
+        "and those of the next N members (default 0)",
+    )
     return p
 
 
@@ -282,6 +308,11 @@ async def _run(args: argparse.Namespace) -> int:
         elif args.command == "topic":
             await admin.topic_create(b, args.topic, args.queues, args.perm)
             print(f"topic {args.topic} created with {args.queues} queues")
+        elif args.command == "group":
+            await admin.set_message_request_mode(
+                b, args.topic, args.group, args.mode, args.pop_share_queue_num
+            )
+            print(f"group {args.group} reads {args.topic} in {args.mode} mode")
     return 0
 
 

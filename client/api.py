@@ -16,7 +16,7 @@ from client.pull_core import PullStatus, pull_status
 from client.route import TopicRouteData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, field_int, field_list, field_str
-from protocol.model import HeartbeatData, Message, MessageQueue, is_retry_topic
+from protocol.model import HeartbeatData, Message, MessageModel, MessageQueue, is_retry_topic
 from protocol.remoting import RemotingClient
 
 # PullSysFlag bits
@@ -302,3 +302,150 @@ class MQClientAPI:
             MessageQueue(mq.topic, mq.broker_name, queue_id),
             field_int(resp.ext, "queueOffset", "ext"),
         )
+
+
+@dataclass(slots=True)
+class PopResult:
+    """A POP_MESSAGE answer (RocketMQ's PopResult): FOUND with messages, or nothing within the poll time."""
+
+    status: str  # FOUND, POLLING_NOT_FOUND or POLLING_FULL
+    pop_time: int
+    invisible_time: int
+    rest_num: int
+    messages: list[Message] = field(default_factory=list)
+
+
+class PopClientAPI:
+    """The RocketMQ 5 calls of MQClientAPIImpl: queryAssignment, popMessageAsync, ackMessageAsync and
+    changeInvisibleTimeAsync."""
+
+    def __init__(self, remoting: RemotingClient) -> None:
+        self.remoting = remoting
+
+    async def query_assignment(
+        self,
+        addr: str,
+        *,
+        topic: str,
+        group: str,
+        client_id: str,
+        strategy_name: str,
+        message_model: MessageModel,
+        timeout_s: float,
+    ) -> list[tuple[MessageQueue, str]] | None:
+        """(queue, mode) pairs, or None when the broker has no valid answer."""
+        body = {
+            "topic": topic,
+            "consumerGroup": group,
+            "clientId": client_id,
+            "strategyName": strategy_name,
+            "messageModel": str(message_model),
+        }
+        cmd = RemotingCommand.request(RequestCode.QUERY_ASSIGNMENT, body=body)
+        resp = _check(await self.remoting.invoke(addr, cmd, timeout_s), addr)
+        raw = resp.body.get("messageQueueAssignments") if isinstance(resp.body, dict) else None
+        if raw is None:
+            return None
+        out: list[tuple[MessageQueue, str]] = []
+        for i, a in enumerate(raw if isinstance(raw, list) else []):
+            where = f"body.messageQueueAssignments[{i}]"
+            mq = MessageQueue.from_wire(a.get("messageQueue") if isinstance(a, dict) else None, where)
+            out.append((mq, field_str(a, "mode", where, "PULL")))
+        return out
+
+    async def pop_message(
+        self,
+        addr: str,
+        *,
+        group: str,
+        mq: MessageQueue,
+        invisible_time: int,
+        max_nums: int,
+        poll_time: int,
+        born_time: int,
+        init_mode: int,
+        expression: str | None,
+        timeout_s: float,
+    ) -> PopResult:
+        ext: dict[str, Any] = {
+            "consumerGroup": group,
+            "topic": mq.topic,
+            "queueId": mq.queue_id,
+            "maxMsgNums": max_nums,
+            "invisibleTime": invisible_time,
+            "pollTime": poll_time,
+            "bornTime": born_time,
+            "initMode": init_mode,
+            "expType": "TAG",
+            "order": False,
+        }
+        if expression is not None:
+            ext["exp"] = expression
+        resp = await self.remoting.invoke_async(
+            addr, RemotingCommand.request(RequestCode.POP_MESSAGE, ext), timeout_s
+        )
+        status = {
+            ResponseCode.SUCCESS: "FOUND",
+            ResponseCode.POLLING_TIMEOUT: "POLLING_NOT_FOUND",
+            ResponseCode.PULL_NOT_FOUND: "POLLING_NOT_FOUND",
+            ResponseCode.POLLING_FULL: "POLLING_FULL",
+        }.get(resp.code)
+        if status is None:
+            raise MQBrokerError(resp.code, resp.remark, addr)
+        msgs: list[Message] = []
+        if status == "FOUND" and isinstance(resp.body, dict):
+            for i, raw in enumerate(field_list(resp.body, "messages", "body", [])):
+                msgs.append(Message.from_wire(raw, f"body.messages[{i}]"))
+        return PopResult(
+            status,
+            field_int(resp.ext, "popTime", "ext", 0),
+            field_int(resp.ext, "invisibleTime", "ext", invisible_time),
+            field_int(resp.ext, "restNum", "ext", 0),
+            msgs,
+        )
+
+    async def ack_message(
+        self,
+        addr: str,
+        *,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        extra_info: str,
+        timeout_s: float,
+    ) -> None:
+        ext = {
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": queue_id,
+            "extraInfo": extra_info,
+            "offset": offset,
+        }
+        cmd = RemotingCommand.request(RequestCode.ACK_MESSAGE, ext)
+        _check(await self.remoting.invoke_async(addr, cmd, timeout_s), addr)
+
+    async def change_invisible_time(
+        self,
+        addr: str,
+        *,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        extra_info: str,
+        invisible_time: int,
+        timeout_s: float,
+    ) -> str:
+        """The new receipt."""
+        ext = {
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": queue_id,
+            "extraInfo": extra_info,
+            "offset": offset,
+            "invisibleTime": invisible_time,
+        }
+        cmd = RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
+        resp = _check(await self.remoting.invoke_async(addr, cmd, timeout_s), addr)
+        return str(field_str(resp.ext, "extraInfo", "ext", extra_info))

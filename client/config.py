@@ -218,6 +218,12 @@ class ConsumerConfig(ClientConfig):
     send_back_only_cached: bool = False  # >=5.1: failed messages no longer cached are not sent back
     mark_dropped_before_release: bool = False  # >=5.0: drop every leaving queue before releasing one
     message_queue_changed_without_route: bool = False  # >=5.0: messageQueueChanged({}, {}) without route
+    # RocketMQ 5 server-side assignment (DefaultMQPushConsumer.clientRebalance, 5.x only): false asks the
+    # broker (QUERY_ASSIGNMENT) and takes POP queues as the broker assigns them
+    client_rebalance: bool = True
+    pop_invisible_time: int = 60_000  # popInvisibleTime; outside [5 s, 300 s] it is taken as 60 s
+    pop_batch_nums: int = 32  # popBatchNums
+    pop_threshold_for_queue: int = 96  # popThresholdForQueue: popped messages not yet acked, per queue
 
     def validate(self) -> None:
         ClientConfig.validate(self)
@@ -236,6 +242,9 @@ class ConsumerConfig(ClientConfig):
         _check_range("consume_message_batch_max_size", self.consume_message_batch_max_size, 1, 1024)
         _check_range("pull_batch_size", self.pull_batch_size, 1, 1024)
         _check_range("lite_pull_batch_size", self.lite_pull_batch_size, 1, 1024)
+        _check_range("pop_batch_nums", self.pop_batch_nums, 1, 32)
+        _check_range("pop_threshold_for_queue", self.pop_threshold_for_queue, 1, 65535)
+        _check_range("pop_invisible_time", self.pop_invisible_time, 1, 2**31 - 1)
         if len(self.consume_timestamp) != 14 or not self.consume_timestamp.isdigit():
             raise ConfigError(f"consume_timestamp must be yyyyMMddHHmmss, got {self.consume_timestamp!r}")
         try:

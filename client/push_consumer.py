@@ -70,6 +70,20 @@ class PushConsumer(ConsumerBase):
         self.state.consume_orderly = orderly
 
     def _build_rebalance_impl(self) -> RebalancePushImpl:
+        if not self.config.client_rebalance:  # RocketMQ 5: the broker assigns (client/pop_consumer.py)
+            from client.api import PopClientAPI
+            from client.pop_consumer import RebalancePush5Impl
+
+            return RebalancePush5Impl(
+                self.state,
+                self.api,
+                self.pulls,
+                self.offset_store,
+                self.log,
+                clock=self.clock,
+                pop_api=PopClientAPI(self.instance.remoting),
+                routes=self.instance,
+            )
         return RebalancePushImpl(
             self.state, self.api, self.pulls, self.offset_store, self.log, clock=self.clock
         )
@@ -96,6 +110,20 @@ class PushConsumer(ConsumerBase):
             clock=self.clock,
             retry_sender=self._send_by_inner_producer,
         )
+        pop_service = None
+        if not self.consume_orderly and not self.config.client_rebalance:
+            from client.pop_consumer import RebalancePush5Impl, attach_pop_service
+
+            assert isinstance(self.rebalance_impl, RebalancePush5Impl)
+            pop_service = attach_pop_service(
+                self.rebalance_impl,
+                self.state,
+                listener,
+                api=self.api,
+                offsets=self.offset_store,
+                events=self.log,
+                clock=self.clock,
+            )
         try:
             await self._start_client()
         except BaseException:
@@ -106,6 +134,8 @@ class PushConsumer(ConsumerBase):
             self._executor.shutdown(wait=False)
             raise
         self.consume_service.start()
+        if pop_service is not None:
+            pop_service.start()
 
     async def shutdown(self) -> None:
         """Stop consuming, unlock (orderly), persist offsets and UNREGISTER_CLIENT from every broker."""
@@ -117,6 +147,9 @@ class PushConsumer(ConsumerBase):
             await self.consume_service.shutdown(cfg.ms(cfg.await_termination_millis_when_shutdown))
             if self.consume_orderly and self.message_model is MessageModel.CLUSTERING:
                 await self.rebalance_impl.unlock_all(False)
+        pop_service = getattr(self.rebalance_impl, "pop_service", None)
+        if pop_service is not None:
+            await pop_service.shutdown(cfg.ms(cfg.await_termination_millis_when_shutdown))
         await self._stop_client()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
@@ -154,6 +187,10 @@ class PushConsumer(ConsumerBase):
         blocks there in Java (the orderly first pull's offset query, a route lookup, connecting to the
         broker) run in line; only the wait for the answer runs as its own task (invokeAsync)."""
         cfg = self.config
+        pop_message = getattr(self.rebalance_impl, "pop_message", None)
+        if pop_message is not None and not isinstance(req, PullRequest):  # a RocketMQ 5 PopRequest
+            await pop_message(req, running=self.running, paused=self.paused)
+            return
         pq = req.process_queue
         if pq.dropped:
             return

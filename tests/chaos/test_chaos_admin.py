@@ -49,7 +49,15 @@ class FakeBroker:
                 return cmd.response(body={"topics": 2, "messages": 10})
             return cmd.response()
 
-        for code in (9000, 9001, 9002, 9003, 9004, RequestCode.UPDATE_AND_CREATE_TOPIC):
+        for code in (
+            9000,
+            9001,
+            9002,
+            9003,
+            9004,
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            RequestCode.SET_MESSAGE_REQUEST_MODE,
+        ):
             self.server.register(code, handle)
         await self.server.start()
         self.address = self.server.address
@@ -169,3 +177,30 @@ def test_usage_errors_exit_2(argv: list[str], message: str, capsys: pytest.Captu
         main(["--broker", "127.0.0.1:1", *argv])
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_group_request_mode(broker: FakeBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ["--broker", broker.address]
+    cmd = [
+        *b,
+        "group",
+        "request-mode",
+        "--group",
+        "g",
+        "--topic",
+        "T",
+        "--mode",
+        "POP",
+        "--pop-share-queue-num",
+        "1",
+    ]
+    assert main(cmd) == 0
+    assert capsys.readouterr().out.strip() == "group g reads T in POP mode"
+    [req] = broker.requests
+    assert req.code == RequestCode.SET_MESSAGE_REQUEST_MODE
+    assert req.body == {"topic": "T", "consumerGroup": "g", "mode": "POP", "popShareQueueNum": 1}
+    broker.fail_with = (ResponseCode.TOPIC_NOT_EXIST, "topic[T] not exist")
+    assert main(cmd) == 1
+    assert "TOPIC_NOT_EXIST" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*b, "group", "request-mode", "--group", "g", "--topic", "T", "--mode", "PUSH"])

@@ -29,7 +29,7 @@ from typing import Any
 
 from broker.acl import AclConfigError, PlainAccessValidator
 
-PROCESS_ACTIONS = ("kill", "stop", "start", "restart", "pause", "resume")
+PROCESS_ACTIONS = ("kill", "stop", "start", "restart", "pause", "resume", "hang", "unhang")
 NETWORK_ACTIONS = ("latency", "blackhole", "reset", "heal")
 BROKER_ACTIONS = ("fault", "fault-clear", "policy")
 ACTIONS = PROCESS_ACTIONS + NETWORK_ACTIONS + BROKER_ACTIONS
@@ -61,6 +61,7 @@ NAMESRV_NODE = "namesrv"
 # Actions undone after `for` seconds, and by what.
 _UNDO = {
     "pause": "resume",
+    "hang": "unhang",
     "stop": "start",
     "kill": "start",
     "latency": "heal",
@@ -1030,6 +1031,20 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
                     "target",
                     f"{n.action!r} needs the lab's fault proxy, which speaks only the lab's own protocol: "
                     f"it cannot sit in front of real clients ({', '.join(real)})",
+                )
+        if n.action in ("hang", "unhang"):
+            hangable = [
+                c
+                for c in candidates(n.target, n.group, nodes)
+                if nodes[c].role == "consumer" and nodes[c].client in (None, "python")
+            ]
+            if (
+                roles != {"consumer"}
+                or not hangable
+                or len(hangable) != len(candidates(n.target, n.group, nodes))
+            ):
+                err(
+                    "target", f"{n.action!r} hangs the listener of the lab's own consumers: target those only"
                 )
         if n.action in BROKER_ACTIONS and roles != {"broker"}:
             err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")

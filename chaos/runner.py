@@ -445,6 +445,10 @@ class Runner:
                 sup.pause(target)
             elif a == "resume":
                 sup.resume(target)
+            elif a == "hang":
+                sup.hang(target)
+            elif a == "unhang":
+                sup.unhang(target)
             elif a in NETWORK_ACTIONS:
                 extra: dict[str, Any] = {"broker": p.get("broker", "all")}
                 if a == "latency":
@@ -503,6 +507,8 @@ class Runner:
             cluster.sup.refresh(m)
             if m.state == "paused":
                 await self.execute(Step(self.exp.duration, "resume", m.node, m.role, m.group, {}, 0))
+            if m.hung and m.state == "running":
+                await self.execute(Step(self.exp.duration, "unhang", m.node, m.role, m.group, {}, 0))
         for node in sorted(m.node for m in cluster.sup if m.role in ("consumer", "producer")):
             if cluster.network_faulty(node):
                 await self.execute(

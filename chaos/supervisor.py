@@ -90,6 +90,7 @@ class Member:
     log_files: list[str] = field(default_factory=list)
     out_file: str = ""
     returncode: int | None = None
+    hung: bool = False  # the listener was hung (SIGUSR1) and not released yet
     _out_offset: int = 0
 
     @property
@@ -336,6 +337,7 @@ class Supervisor:
                     m.client_ids.append(m.ready_info)
                 self._learn_port(m)
                 m.state = "running"
+                m.hung = False  # a new incarnation's listener is not hung
                 self._emit(
                     "process_ready", target=node, target_role=m.role, pid=m.proc.pid, ready=m.ready_info
                 )
@@ -434,6 +436,35 @@ class Supervisor:
             self._nemesis("resume", m)
         self._signal(m, signal.SIGCONT)
         m.state = "running"
+        return m
+
+    def hang(self, node: str, *, nemesis: bool = True) -> Member:
+        """SIGUSR1 to one of the lab's own consumers: its listener stops returning (a stuck call) while the
+        process stays alive, heartbeats and keeps its queues."""
+        m = self._require_hangable(node)
+        if nemesis:
+            self._nemesis("hang", m)
+        self._signal(m, signal.SIGUSR1)
+        m.hung = True
+        return m
+
+    def unhang(self, node: str, *, nemesis: bool = True) -> Member:
+        """SIGUSR2: the hung listener calls return (success)."""
+        m = self._require_hangable(node)
+        if not m.hung:
+            raise SupervisorError(f"{node}'s listener is not hung")
+        if nemesis:
+            self._nemesis("unhang", m)
+        self._signal(m, signal.SIGUSR2)
+        m.hung = False
+        return m
+
+    def _require_hangable(self, node: str) -> Member:
+        m = self._require(node, "running")
+        if m.role != "consumer" or (m.client or "python") != "python":
+            raise SupervisorError(
+                f"{node} is not one of the lab's own consumers: its listener cannot be hung"
+            )
         return m
 
     def begin_stop(self, node: str, *, nemesis: bool = True) -> Member:

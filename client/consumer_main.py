@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -100,10 +101,39 @@ async def serve(args: argparse.Namespace, log: EventLog, listener: Callable[...,
     return 0
 
 
+class ListenerGate:
+    """The hung-listener fault: SIGUSR1 makes every listener call block (a stuck database call) while the
+    process stays alive and keeps heartbeating; SIGUSR2 lets the blocked calls return success."""
+
+    def __init__(self, log: EventLog, group: str) -> None:
+        self.log = log
+        self.group = group
+        self.open = asyncio.Event()
+        self.open.set()
+
+    def hang(self) -> None:
+        if self.open.is_set():
+            self.open.clear()
+            self.log.emit("listener_hung", group=self.group)
+
+    def release(self) -> None:
+        if not self.open.is_set():
+            self.open.set()
+            self.log.emit("listener_released", group=self.group)
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGUSR1, self.hang)
+        loop.add_signal_handler(signal.SIGUSR2, self.release)
+
+
 async def run(args: argparse.Namespace, log: EventLog) -> int:
     work_s = args.consume_ms / 1000.0
+    gate = ListenerGate(log, args.group)
+    gate.install()
 
     async def listener(msgs: list[Message]) -> None:
+        await gate.open.wait()
         if work_s > 0:
             await asyncio.sleep(work_s * len(msgs))
 

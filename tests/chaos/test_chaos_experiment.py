@@ -269,3 +269,18 @@ def test_partition_direction_and_which_nodes_need_a_fault_proxy() -> None:
         BASE + '[[nemesis]]\naction = "latency"\ntarget = "consumer-1"\nms = 5\ndirection = "in"\nat = 10\n'
     )
     assert "direction" in msg
+
+
+def test_hang_for_a_while_or_until_the_end() -> None:
+    text = BASE + (
+        '\n[[nemesis]]\naction = "hang"\ntarget = "consumer-2"\nat = 100\nfor = 60\n'
+        '\n[[nemesis]]\naction = "hang"\ntarget = "consumer:next"\ngroup = "g1"\nat = [200]\n'
+    )
+    steps = [(s.t, s.action, s.target) for s in ex.parse(text).schedule()]
+    assert (100, "hang", "consumer-2") in steps and (160, "unhang", "consumer-2") in steps
+    assert [s for s in steps if s[0] == 200 and s[1] == "hang"]
+    assert not [s for s in steps if s[1] == "unhang" and s[0] != 160]  # the second one lasts to the end
+    bad = BASE + '\n[[nemesis]]\naction = "hang"\ntarget = "broker-a"\nat = 1\n'
+    got = problems(bad)
+    assert any("lab's own consumers" in msg for _, msg in got), got
+    assert any(line == line_of(bad, "broker-a") for line, _ in got)

@@ -223,3 +223,17 @@ def test_a_durable_broker_of_a_relative_run_directory_gets_an_absolute_store(
         assert cluster.run_dir == tmp_path / "runs" / "rel"
     finally:
         cluster.sup.close(timeout_s=2)
+
+
+def test_hang_is_for_the_labs_own_consumers(sup: Supervisor) -> None:
+    sup.add("consumer-1", "consumer", "standin_role", ["--ready", "cid"], group="g1")
+    sup.add("producer-1", "producer", "standin_role", ["--ready", "p"])
+    sup.start("consumer-1")
+    sup.start("producer-1")
+    with pytest.raises(SupervisorError, match="not one of the lab's own consumers"):
+        sup.hang("producer-1")
+    with pytest.raises(SupervisorError, match="not hung"):
+        sup.unhang("consumer-1")
+    m = sup.hang("consumer-1")  # SIGUSR1 (the stand-in has no handler for it and ends)
+    assert m.hung
+    assert [e["action"] for e in sup.events.named("nemesis")] == ["hang"]

@@ -125,3 +125,55 @@ async def test_cli_errors_are_clear(cluster: Cluster) -> None:
         _, err2 = await producer.communicate()
     assert bad_strategy.returncode == 2 and b"unknown allocation strategy" in err1
     assert producer.returncode == 1 and b"2 of 2 sends failed" in err2 and b"no route info" in err2
+
+
+async def test_hung_listener_signal_under_pop(cluster: Cluster, tmp_path: Path) -> None:
+    """SIGUSR1 hangs rmq-consumer's listener (the process lives on and heartbeats); under POP its
+    in-flight messages come back to the group after their invisible time; SIGUSR2 releases it."""
+    broker = await cluster.start_broker(default_message_request_mode="POP")
+    await cluster.create_topic("T", 2)
+    log = tmp_path / "consumer-1.jsonl"
+    proc = await spawn(
+        "client.consumer_main",
+        "--namesrv", cluster.namesrv, "--time-scale", str(cluster.scale),
+        "--group", "g", "--topic", "T", "--consume-from", "first", "--rocketmq5",
+        "--set", "client_rebalance=false", "--set", "pop_invisible_time=5000",
+        "--node", "consumer-1", "--log-file", str(log),
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(15):
+            assert proc.stdout is not None
+            assert (await proc.stdout.readline()).startswith(b"READY ")
+        proc.send_signal(signal.SIGUSR1)
+        await wait_until(lambda: read_events(log, "listener_hung"), 5, "the hang")
+        producer = cluster.producer()
+        await producer.start()
+        sent = [(await producer.send("T", b"x%d" % i)).msg_id for i in range(4)]
+        await wait_until(lambda: broker.pop_state.in_flight() == 4, 10, "the hung consumer pops")
+        survivor = cluster.consumer("g", "survivor", **{**FIVE_OPTIONS})
+        survivor.subscribe("T")
+        survivor.register_message_listener(lambda msgs: None)
+        await survivor.start()
+        # the hung one holds only its in-flight messages, for their invisible time (5 s, scaled)
+        await wait_until(
+            lambda: set(sent) <= {e["msg_id"] for e in cluster.events("message_consumed")}, 20, "revived"
+        )
+        assert not read_events(log, "message_consumed")
+        assert proc.returncode is None  # alive all along
+        proc.send_signal(signal.SIGUSR2)
+        await wait_until(lambda: read_events(log, "listener_released"), 5, "the release")
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(15):
+            await proc.wait()
+    assert proc.returncode == 0
+
+
+FIVE_OPTIONS = {
+    "rebalance_retry_when_unbalanced": True,
+    "pull_request_dispatch_delay": 500,
+    "client_rebalance": False,
+    "consume_from_where": "first",
+    "pop_invisible_time": 5000,
+}

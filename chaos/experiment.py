@@ -40,6 +40,9 @@ ROLES = ("namesrv", "broker", "producer", "consumer")
 # room list per consumer, which an experiment cannot give yet).
 KNOWN_STRATEGIES = ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH")
 CONSUME_FROM = ("first", "last", "timestamp")
+# Who assigns a group's queues: the client (RocketMQ 4.x and 5.x's default), or the broker (RocketMQ 5,
+# clientRebalance = false) in PULL mode (queues by the strategy) or POP mode (messages, not queues).
+ASSIGNMENTS = ("client", "server-pull", "server-pop")
 # Which client a consumer node runs: ours, or a real RocketMQ client through its driver in interop/.
 CLIENTS = ("python", "cpp", "js")
 REAL_CLIENTS = ("cpp", "js")
@@ -224,6 +227,20 @@ class ConsumerSpec:
     nodes: tuple[str, ...]
     client: str = "python"  # one of CLIENTS
     start: float = 0.0  # lab seconds after the cluster is up at which the nodes join (0: with the cluster)
+    assignment: str = "client"  # one of ASSIGNMENTS
+    rocketmq5: bool = False  # the client's RocketMQ >= 5.2 behaviour (implied by a server assignment)
+
+    @property
+    def request_mode(self) -> str | None:
+        """The mode the brokers keep for (topic, group): PULL or POP; None when the client balances."""
+        return {"server-pull": "PULL", "server-pop": "POP"}.get(self.assignment)
+
+    def client_args(self) -> list[str]:
+        """rmq-consumer flags for the assignment and the client version."""
+        args = ["--rocketmq5"] if self.rocketmq5 or self.assignment != "client" else []
+        if self.assignment != "client":
+            args += ["--set", "client_rebalance=false"]
+        return args
 
     @property
     def real(self) -> bool:
@@ -414,6 +431,8 @@ class Experiment:
                     "nodes": list(c.nodes),
                     "client": c.client,
                     "start": c.start,
+                    "assignment": c.assignment,
+                    "rocketmq5": c.rocketmq5,
                 }
                 for c in self.consumers
             ],
@@ -767,7 +786,15 @@ def _consumers(tables: Iterable[_Table], declared: set[str]) -> list[ConsumerSpe
         consume_from = c.get("consume_from", "str", "first", _one_of(CONSUME_FROM))
         client = c.get("client", "str", "python", _one_of(CLIENTS))
         join = c.get("start", "number", 0.0, _non_negative)
+        assignment = c.get("assignment", "str", "client", _one_of(ASSIGNMENTS))
+        rocketmq5 = c.get("rocketmq5", "bool", False)
         c.finish()
+        if assignment != "client" and (orderly or broadcast or client in REAL_CLIENTS):
+            c.err(
+                "assignment",
+                "a server assignment is for the lab's own concurrent CLUSTERING consumers "
+                "(RocketMQ balances orderly and broadcasting consumers in the client)",
+            )
         if topic is not None and topic not in declared:
             c.err("topic", f"topic {topic!r} is not declared in [[topics]]")
         if client in REAL_CLIENTS:
@@ -789,6 +816,8 @@ def _consumers(tables: Iterable[_Table], declared: set[str]) -> list[ConsumerSpe
                 nodes,
                 client=client,
                 start=float(join or 0.0),
+                assignment=assignment or "client",
+                rocketmq5=bool(rocketmq5),
             )
         )
     return consumers

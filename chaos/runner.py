@@ -333,6 +333,7 @@ class Runner:
                     consume_ms=c.consume_ms,
                     consume_from=c.consume_from,
                     proxied=node in proxied,
+                    extra=c.client_args(),
                 )
         if exp.workload:
             w = exp.workload
@@ -347,6 +348,10 @@ class Runner:
             await cluster.create_topic(
                 t.name, exp.topic_queues_per_broker(t.name), timeout_s=self.ready_timeout_s
             )
+        for c in exp.consumers:
+            if c.request_mode is not None:  # RocketMQ 5 server-side assignment: the brokers keep the mode
+                for addr in cluster.brokers.values():
+                    await cluster.admin.set_message_request_mode(addr, c.topic, c.group, c.request_mode, -1)
         await cluster.start_links()
         consumers = [n for c in exp.consumers if c.start <= 0 for n in c.nodes]
         kinds = sorted({c.client for c in exp.consumers if c.start <= 0})

@@ -17,6 +17,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.model import MessageModel, MessageQueue
 
 CIDS3 = ["c1", "c2", "c3"]
+CIDS4 = ["c1", "c2", "c3", "c4"]
 CIDS6 = ["c1", "c2", "c3", "c4", "c5", "c6"]
 
 # (name, mode, popShareQueueNum, strategy, members, client, expected "broker:queue" list or None).
@@ -40,6 +41,8 @@ CASES = [
     ("pop-share-1-c1", "POP", 1, "AVG", CIDS3, "c1", ["broker-a:0", "broker-a:1", "broker-a:2"]),
     ("pop-share-1-c3-wraps", "POP", 1, "AVG", CIDS3, "c3", ["broker-a:0", "broker-a:1", "broker-a:3"]),
     ("pop-share-1-circle-c2", "POP", 1, "AVG_BY_CIRCLE", CIDS3, "c2", ["broker-a:1", "broker-a:2"]),
+    # as many members as queues still shares: c2's own queue and c3's
+    ("pop-share-1-members-equal-queues-c2", "POP", 1, "AVG", CIDS4, "c2", ["broker-a:1", "broker-a:2"]),
     ("pop-share-1-more-members-c5", "POP", 1, "AVG", CIDS6, "c5", ["broker-a:0"]),
     ("pop-share-1-more-members-c6", "POP", 1, "AVG", CIDS6, "c6", ["broker-a:1"]),
     ("pop-share-2-more-members-c4", "POP", 2, "AVG", CIDS6, "c4", ["broker-a:3"]),
@@ -150,7 +153,7 @@ async def test_query_assignment_table_through_the_wire(make_broker, make_peer) -
         peers[cid] = make_peer(broker.address)
     admin = make_peer(broker.address)
     await admin.send("T")  # creates T with 4 queues
-    for cids in (CIDS3, CIDS6):
+    for cids in (CIDS3, CIDS4, CIDS6):
         for cid in CIDS6:
             if cid in cids:
                 await peers[cid].heartbeat(cid)

@@ -55,76 +55,124 @@ def idle_ms(allocations: list[tuple[int, str, bool]], live: list[tuple[int, int]
     return total
 
 
-def mode_metrics(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Per group: its mode, sent, consumed, lost, duplicates, the longest wait of a message (first send
-    to first consumption, or to the run's end when never consumed), the time to drain (last send to the
-    last first consumption; None when a message was lost), revives, invisible-time changes, the longest
-    wait of a revived message (its first pop to its first consumption) and idle consumers."""
-    recs = sorted(records, key=lambda r: r["ts_ms"])
-    if not recs:
-        return {"run": {"start_ms": None, "end_ms": None, "time_scale": 1.0, "t0_ms": None}, "groups": {}}
-    run_end = recs[-1]["ts_ms"]
-    scale, t0 = 1.0, recs[0]["ts_ms"]
-    sent_at: dict[tuple[str, str], int] = {}  # (topic, msg_id) -> first send
+LIFECYCLE_EVENTS = ("rebalance", "assignment", "consumer_started", "consumer_stopped", "nemesis")
+
+
+def consumer_metrics(records: Iterable[dict[str, Any]], run_end: int) -> dict[str, dict[str, Any]]:
+    """Per group, from the consumers' lifecycle lines (``LIFECYCLE_EVENTS``, in event order): its mode,
+    its topics, and its idle consumers (count and total ms). A consumer belongs to the group and node of
+    its ``consumer_started``; it is live from there to its ``consumer_stopped``, a ``kill``/``stop`` of
+    its node, or ``run_end``."""
     group_topics: dict[str, set[str]] = defaultdict(set)
     assignments: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    consumed: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-    popped: dict[str, dict[str, int]] = defaultdict(dict)
-    revived: dict[str, list[str]] = defaultdict(list)
-    changed: dict[str, int] = defaultdict(int)
     client_group: dict[str, str] = {}
     client_node: dict[str, str] = {}
     starts: dict[str, list[int]] = defaultdict(list)
     ends: dict[str, list[int]] = defaultdict(list)
     node_ends: dict[str, list[int]] = defaultdict(list)
     allocations: dict[str, list[tuple[int, str, bool]]] = defaultdict(list)
-    for r in recs:
+    for r in records:
         ev, ts = r.get("event"), r["ts_ms"]
         group, client = r.get("group"), r.get("client_id")
+        if ev == "rebalance" and group and client and not _is_retry(r["topic"]):
+            group_topics[group].add(r["topic"])
+            allocations[client].append((ts, r["topic"], bool(r.get("allocated"))))
+        elif ev == "assignment" and group and client and not _is_retry(r["topic"]):
+            group_topics[group].add(r["topic"])
+            assignments[group].append(r)
+            allocations[client].append((ts, r["topic"], bool(r.get("pull") or r.get("pop"))))
+        elif ev == "nemesis" and r.get("action") in ("kill", "stop"):
+            node_ends[r.get("target") or ""].append(ts)
+        elif ev == "consumer_started" and group and client:
+            starts[client].append(ts)
+            client_group.setdefault(client, group)
+            client_node.setdefault(client, r.get("node") or "")
+        elif ev in _END_EVENTS and client:
+            ends[client].append(ts)
+
+    def live_spans(client: str) -> list[tuple[int, int]]:
+        stops = sorted(ends[client] + node_ends.get(client_node.get(client, ""), []))
+        return [(s, next((e for e in stops if e >= s), run_end)) for s in sorted(starts[client])]
+
+    out: dict[str, dict[str, Any]] = {}
+    for group in set(group_topics) | set(client_group.values()):
+        clients = sorted(c for c, g in client_group.items() if g == group)
+        idle = {c: idle_ms(allocations.get(c, []), live_spans(c), run_end) for c in clients}
+        out[group] = {
+            "mode": group_mode(assignments.get(group, [])),
+            "topics": sorted(group_topics.get(group, set())),
+            "idle_consumers": sum(1 for v in idle.values() if v > 0),
+            "idle_consumer_ms": sum(idle.values()),
+        }
+    return out
+
+
+def assemble(
+    run: dict[str, Any],
+    consumers: dict[str, dict[str, Any]],
+    messages: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The output: per group (those with topics or consumptions) the consumer part and the message part."""
+    empty = {"mode": "client", "topics": [], "idle_consumers": 0, "idle_consumer_ms": 0}
+    groups = {}
+    for group in sorted(set(consumers) | set(messages)):
+        c = consumers.get(group, empty)
+        if not c["topics"] and group not in messages:
+            continue
+        groups[group] = {**c, **messages.get(group, _message_defaults())}
+    return {"run": run, "groups": groups}
+
+
+def _message_defaults() -> dict[str, Any]:
+    return {
+        "sent": 0,
+        "consumed_unique": 0,
+        "lost": 0,
+        "duplicates": 0,
+        "longest_wait_ms": 0,
+        "time_to_drain_ms": None,
+        "revived": 0,
+        "revived_messages": 0,
+        "longest_revived_wait_ms": 0,
+        "invisible_time_changes": 0,
+    }
+
+
+def mode_metrics(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Per group: its mode, sent, consumed, lost, duplicates, the longest wait of a message (first send
+    to first consumption, or to the run's end when never consumed), the time to drain (last send to the
+    last first consumption; None when a message was lost), revives, invisible-time changes, the longest
+    wait of a revived message (its first pop to its first consumption) and idle consumers. The
+    plain-Python reference of ``pipeline.pop_spark``."""
+    recs = sorted(records, key=lambda r: r["ts_ms"])
+    if not recs:
+        return {"run": {"start_ms": None, "end_ms": None, "time_scale": 1.0, "t0_ms": None}, "groups": {}}
+    run_end = recs[-1]["ts_ms"]
+    scale, t0 = 1.0, recs[0]["ts_ms"]
+    sent_at: dict[tuple[str, str], int] = {}  # (topic, msg_id) -> first send
+    consumed: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    popped: dict[str, dict[str, int]] = defaultdict(dict)
+    revived: dict[str, list[str]] = defaultdict(list)
+    changed: dict[str, int] = defaultdict(int)
+    for r in recs:
+        ev, ts, group = r.get("event"), r["ts_ms"], r.get("group")
         if ev == "schedule_started":
             t0 = ts
             scale = float(r.get("time_scale") or 1.0)
         elif ev == "message_sent":
-            key = (r["topic"], r["msg_id"])
-            sent_at.setdefault(key, ts)
+            sent_at.setdefault((r["topic"], r["msg_id"]), ts)
         elif ev == "message_consumed" and group:
             consumed[group][r["msg_id"]].append(ts)
-        elif ev == "rebalance" and group and client:
-            if not _is_retry(r["topic"]):
-                group_topics[group].add(r["topic"])
-                allocations[client].append((ts, r["topic"], bool(r.get("allocated"))))
-        elif ev == "assignment" and group and client:
-            if not _is_retry(r["topic"]):
-                group_topics[group].add(r["topic"])
-                assignments[group].append(r)
-                allocations[client].append((ts, r["topic"], bool(r.get("pull") or r.get("pop"))))
-        elif ev == "message_popped" and group:
+        elif ev == "message_popped" and group and isinstance(r.get("msg_id"), str):
             popped[group].setdefault(r["msg_id"], ts)
-        elif ev == "message_revived" and group:
+        elif ev == "message_revived" and group and isinstance(r.get("msg_id"), str):
             revived[group].append(r["msg_id"])
         elif ev == "invisible_time_changed" and group:
             changed[group] += 1
-        elif ev == "nemesis" and r.get("action") in ("kill", "stop"):
-            node_ends[r.get("target", "")].append(ts)
-        if ev == "consumer_started" and group and client:
-            starts[client].append(ts)
-        elif ev in _END_EVENTS and client:
-            ends[client].append(ts)
-        if client and group and r.get("role") == "consumer":
-            client_group.setdefault(client, group)
-            client_node.setdefault(client, r.get("node", ""))
-
-    def live_spans(client: str) -> list[tuple[int, int]]:
-        stops = sorted(ends[client] + node_ends.get(client_node.get(client, ""), []))
-        spans = []
-        for s in sorted(starts[client]):
-            end = next((e for e in stops if e >= s), run_end)
-            spans.append((s, end))
-        return spans
-
-    groups: dict[str, Any] = {}
-    for group in sorted(set(group_topics) | set(consumed)):
-        topics = group_topics.get(group, set())
+    consumers = consumer_metrics((r for r in recs if r.get("event") in LIFECYCLE_EVENTS), run_end)
+    messages: dict[str, dict[str, Any]] = {}
+    for group in set(consumers) | set(consumed) | set(revived) | set(changed):
+        topics = set(consumers.get(group, {}).get("topics", []))
         sent = {mid: ts for (topic, mid), ts in sent_at.items() if topic in topics}
         got = consumed.get(group, {})
         first = {mid: min(tss) for mid, tss in got.items()}
@@ -139,13 +187,9 @@ def mode_metrics(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
             for mid in set(rev)
             if mid in first and mid in popped.get(group, {})
         ]
-        clients = sorted(c for c, g in client_group.items() if g == group and starts.get(c))
-        idle = {c: idle_ms(allocations.get(c, []), live_spans(c), run_end) for c in clients}
-        groups[group] = {
-            "mode": group_mode(assignments.get(group, [])),
-            "topics": sorted(topics),
+        messages[group] = {
             "sent": len(sent),
-            "consumed_unique": sum(1 for mid in first if mid in sent) if sent else len(first),
+            "consumed_unique": sum(1 for mid in first if mid in sent),
             "lost": len(lost),
             "duplicates": sum(len(t) - 1 for t in got.values()),
             "longest_wait_ms": max(waits) if waits else 0,
@@ -154,13 +198,9 @@ def mode_metrics(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
             "revived_messages": len(set(rev)),
             "longest_revived_wait_ms": max(rev_waits) if rev_waits else 0,
             "invisible_time_changes": changed.get(group, 0),
-            "idle_consumers": sum(1 for v in idle.values() if v > 0),
-            "idle_consumer_ms": sum(idle.values()),
         }
-    return {
-        "run": {"start_ms": recs[0]["ts_ms"], "end_ms": run_end, "time_scale": scale, "t0_ms": t0},
-        "groups": groups,
-    }
+    run = {"start_ms": recs[0]["ts_ms"], "end_ms": run_end, "time_scale": scale, "t0_ms": t0}
+    return assemble(run, consumers, messages)
 
 
 def _rmq_s(ms: int | None, scale: float) -> str:

@@ -138,3 +138,22 @@ def test_cli_writes_modes_json(tmp_path: Path, capsys: Any) -> None:
     assert "| P | server-pop | 2 | 0 | 0 | 5 | 5 | 1 | 0 |" in table  # 2500 ms at scale 0.5 = 5 s
     assert json.loads((tmp_path / "modes.json").read_text())["groups"]["C"]["lost"] == 1
     assert main([str(tmp_path / "nope")]) == 2
+
+
+def test_spark_twin_equals_the_reference(spark: Any, tmp_path: Path) -> None:
+    from pipeline.pop_spark import mode_metrics_spark
+
+    records = run()
+    # more of the same: a second POP consumer idle for lack of an assignment, a malformed line
+    records += [
+        ev(1000, "consumer_started", group="P", client_id="p2", node="consumer-4"),
+        ev(1030, "assignment", group="P", client_id="p2", topic="T", pull=[], pop=[], changed=True),
+        ev(3700, "message_consumed", group="P", client_id="p2", msg_id="m1", topic="T", broker="b"),
+    ]
+    lines = [json.dumps(r) for r in records] + ['{"ts_ms": "x"}']
+    (tmp_path / "a.jsonl").write_text("\n".join(lines[:12]) + "\n")
+    (tmp_path / "b.jsonl").write_text("\n".join(lines[12:]) + "\n")
+    expected = mode_metrics(records)
+    got = mode_metrics_spark(spark, tmp_path)
+    assert got == expected
+    assert got["groups"]["P"]["idle_consumers"] == 1 and got["groups"]["P"]["duplicates"] == 1

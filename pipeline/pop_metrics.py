@@ -232,31 +232,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("run_dir", help="a run directory (its *.jsonl event logs)")
     p.add_argument("--out", default=None, help="where to write modes.json (default: the run directory)")
-    p.add_argument(
-        "--spark", action="store_true", help="compute with Spark (local[2]) instead of plain Python"
-    )
     args = p.parse_args(argv)
     if not os.path.isdir(args.run_dir):
         print(f"pop_metrics: {args.run_dir}: not a directory", file=sys.stderr)
         return 2
-    if args.spark:
-        from pipeline.pop_spark import mode_metrics_spark
-        from pipeline.session import start_spark
+    events, malformed = load_run(args.run_dir)
+    result = mode_metrics(e.rec for e in events)
+    result["run"]["malformed_lines"] = malformed
+    write(result, args.out or os.path.join(args.run_dir, "modes.json"))
+    return 0
 
-        handle = start_spark("local[2]")
-        try:
-            result = mode_metrics_spark(handle.spark, args.run_dir)
-        finally:
-            handle.stop()
-    else:
-        events, malformed = load_run(args.run_dir)
-        result = mode_metrics(e.rec for e in events)
-        result["run"]["malformed_lines"] = malformed
-    out = args.out or os.path.join(args.run_dir, "modes.json")
+
+def write(result: dict[str, Any], out: str) -> None:
+    """``modes.json`` and the table on stdout."""
     with open(out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2, sort_keys=True)
     print(table(result))
-    return 0
 
 
 if __name__ == "__main__":

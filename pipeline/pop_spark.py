@@ -1,15 +1,20 @@
 """The Spark side of ``pipeline.pop_metrics``: the per-message part (sends, first consumptions, pops,
 revives) as DataFrame joins and aggregates, so it scales with the run; the consumers' lifecycle lines are
-few and go through the same plain function as the reference (``consumer_metrics``)."""
+few and go through the same plain function as the reference (``consumer_metrics``).
+
+``python -m pipeline.pop_spark RUN_DIR [--master URL]`` writes ``modes.json`` as ``pipeline.pop_metrics``
+does."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 from typing import Any
 
 from pipeline.discover import RunDirError, discover
 from pipeline.ingest import load_json_run
-from pipeline.pop_metrics import LIFECYCLE_EVENTS, assemble, consumer_metrics
+from pipeline.pop_metrics import LIFECYCLE_EVENTS, assemble, consumer_metrics, write
 
 # Lines outside the contract's table that the comparison reads.
 POP_EVENTS = ("schedule_started", "assignment", "message_popped", "message_revived", "invisible_time_changed")
@@ -186,3 +191,30 @@ def mode_metrics_spark(spark: Any, run_dir: str | os.PathLike[str]) -> dict[str,
         return assemble(run, consumers, messages)
     finally:
         loaded.release()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m pipeline.pop_spark",
+        description="pipeline.pop_metrics with Spark: writes modes.json into the run directory.",
+    )
+    p.add_argument("run_dir", help="a run directory (its *.jsonl event logs)")
+    p.add_argument("--out", default=None, help="where to write modes.json (default: the run directory)")
+    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    args = p.parse_args(argv)
+    if not os.path.isdir(args.run_dir):
+        print(f"pop_spark: {args.run_dir}: not a directory", file=sys.stderr)
+        return 2
+    from pipeline.session import start_spark
+
+    handle = start_spark(args.master)
+    try:
+        result = mode_metrics_spark(handle.spark, args.run_dir)
+    finally:
+        handle.stop()
+    write(result, args.out or os.path.join(args.run_dir, "modes.json"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

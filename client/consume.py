@@ -186,6 +186,34 @@ class _ServiceBase:
     async def _run(self, item: Any) -> None:
         raise NotImplementedError
 
+    async def consume_concurrently(
+        self, msgs: list[Message], ctx: ConsumeConcurrentlyContext
+    ) -> tuple[int, ConsumeConcurrentlyStatus]:
+        """Call a concurrent listener with a batch (stamped with its start time, retry topics shown as
+        their original topic); returns the start time and the status, an exception or an unknown answer
+        counting as RECONSUME_LATER."""
+        started = self.clock.now_ms()
+        for msg in msgs:
+            msg.properties[PROPERTY_CONSUME_START_TIME] = str(started)
+        views = [listener_view(m) for m in msgs]
+        try:
+            status = await self.listener(views, ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.warning("listener raised; reconsume later", group=self.group, error=repr(exc))
+            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        if status is None or status is True:
+            status = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        elif status is False:
+            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        try:
+            status = ConsumeConcurrentlyStatus(status)
+        except ValueError:
+            self.log.warning("listener returned an unknown status; reconsume later", status=repr(status))
+            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        return started, status
+
     def _later(self, delay_ms: float, fn: Callable[[], object]) -> None:
         self._timers.call_later(delay_ms, fn)
 
@@ -312,26 +340,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         if req.pq.dropped:
             return
         ctx = ConsumeConcurrentlyContext(req.mq)
-        started = self.clock.now_ms()
-        for msg in req.msgs:
-            msg.properties[PROPERTY_CONSUME_START_TIME] = str(started)
-        views = [listener_view(m) for m in req.msgs]
-        try:
-            status = await self.listener(views, ctx)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.log.warning("listener raised; reconsume later", group=self.group, error=repr(exc))
-            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        if status is None or status is True:
-            status = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-        elif status is False:
-            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        try:
-            status = ConsumeConcurrentlyStatus(status)
-        except ValueError:
-            self.log.warning("listener returned an unknown status; reconsume later", status=repr(status))
-            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        started, status = await self.consume_concurrently(req.msgs, ctx)
         n = len(req.msgs)
         ack_index = min(ctx.ack_index, n - 1) if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS else -1
         if ack_index >= 0:

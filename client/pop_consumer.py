@@ -15,12 +15,10 @@ from typing import Any
 
 from client.api import PopClientAPI
 from client.consume import (
-    PROPERTY_CONSUME_START_TIME,
     ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
     Listener,
     _ServiceBase,
-    listener_view,
     origin_msg_id,
 )
 from client.errors import MQBrokerError
@@ -331,25 +329,7 @@ class ConsumeMessagePopConcurrentlyService(_ServiceBase):
             self.log.info("pop messages timed out before consumption", group=self.group, mq=req.mq.short)
             return
         ctx = ConsumeConcurrentlyContext(req.mq)
-        started = self.clock.now_ms()
-        for msg in req.msgs:
-            msg.properties[PROPERTY_CONSUME_START_TIME] = str(started)
-        views = [listener_view(m) for m in req.msgs]
-        try:
-            status = await self.listener(views, ctx)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.log.warning("listener raised; reconsume later", group=self.group, error=repr(exc))
-            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        if status is None or status is True:
-            status = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-        elif status is False:
-            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        try:
-            status = ConsumeConcurrentlyStatus(status)
-        except ValueError:
-            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        started, status = await self.consume_concurrently(req.msgs, ctx)
         n = len(req.msgs)
         ack_index = min(ctx.ack_index, n - 1) if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS else -1
         if req.ppq.dropped or is_pop_timeout(req.msgs, self.clock.now_ms()):

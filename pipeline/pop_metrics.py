@@ -119,11 +119,11 @@ def assemble(
         c = consumers.get(group, empty)
         if not c["topics"] and group not in messages:
             continue
-        groups[group] = {**c, **messages.get(group, _message_defaults())}
+        groups[group] = {**c, **messages.get(group, message_defaults())}
     return {"run": run, "groups": groups}
 
 
-def _message_defaults() -> dict[str, Any]:
+def message_defaults() -> dict[str, Any]:
     return {
         "sent": 0,
         "consumed_unique": 0,

@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.discover import RunDirError, discover
 from pipeline.ingest import load_json_run
-from pipeline.pop_metrics import LIFECYCLE_EVENTS, assemble, consumer_metrics, write
+from pipeline.pop_metrics import LIFECYCLE_EVENTS, assemble, consumer_metrics, message_defaults, write
 
 # Lines outside the contract's table that the comparison reads.
 POP_EVENTS = ("schedule_started", "assignment", "message_popped", "message_revived", "invisible_time_changed")
@@ -151,21 +151,7 @@ def mode_metrics_spark(spark: Any, run_dir: str | os.PathLike[str]) -> dict[str,
         messages: dict[str, dict[str, Any]] = {}
 
         def part(group: str) -> dict[str, Any]:
-            return messages.setdefault(
-                group,
-                {
-                    "sent": 0,
-                    "consumed_unique": 0,
-                    "lost": 0,
-                    "duplicates": 0,
-                    "longest_wait_ms": 0,
-                    "time_to_drain_ms": None,
-                    "revived": 0,
-                    "revived_messages": 0,
-                    "longest_revived_wait_ms": 0,
-                    "invisible_time_changes": 0,
-                },
-            )
+            return messages.setdefault(group, message_defaults())
 
         for g in consumers:
             part(g)

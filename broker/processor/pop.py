@@ -514,17 +514,23 @@ class PopMessageProcessor:
         outcome, _ = b.pop_state.ack(group, topic, queue_id, start, pop_time, offset)
         if outcome is AckResult.ACKED:
             self._commit(conn, (group, topic, queue_id))
-            b.log.emit(
-                "message_acked",
-                group=group,
-                client_id=_client_id(conn, group),
-                topic=topic,
-                broker=b.config.broker_name,
-                queue_id=queue_id,
-                queue_offset=offset,
-                pop_time=pop_time,
-            )
+            self._emit_acked(conn, group, topic, queue_id, offset, pop_time)
         return outcome
+
+    def _emit_acked(
+        self, conn: Connection | None, group: str, topic: str, queue_id: int, offset: int, pop_time: int
+    ) -> None:
+        b = self.broker
+        b.log.emit(
+            "message_acked",
+            group=group,
+            client_id=_client_id(conn, group),
+            topic=topic,
+            broker=b.config.broker_name,
+            queue_id=queue_id,
+            queue_offset=offset,
+            pop_time=pop_time,
+        )
 
     def _ack_orderly(
         self, conn: Connection, group: str, topic: str, queue_id: int, offset: int, pop_time: int
@@ -543,16 +549,7 @@ class PopMessageProcessor:
         if nxt < 0:
             return  # a receipt of an older pop of this queue: nothing to do (RocketMQ answers SUCCESS)
         b.commit_offset(conn, group, topic, queue_id, nxt)
-        b.log.emit(
-            "message_acked",
-            group=group,
-            client_id=_client_id(conn, group),
-            topic=topic,
-            broker=b.config.broker_name,
-            queue_id=queue_id,
-            queue_offset=offset,
-            pop_time=pop_time,
-        )
+        self._emit_acked(conn, group, topic, queue_id, offset, pop_time)
         if not b.pop_state.check_block(key, None, b.clock.now_ms()):
             b.pop_polling.notify(topic, queue_id, group)
 

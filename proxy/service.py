@@ -1,0 +1,567 @@
+"""The v5 ``MessagingService`` over our brokers: each gRPC call becomes the broker requests that RocketMQ 5's
+proxy in cluster mode sends over remoting (route from the name server, heartbeat, send, POP, ACK, change
+invisible time, send back to the DLQ).
+
+Every v5 client gets its own remoting connections to the brokers (a ``ClientSession``), so each appears in
+its group as a member of its own, as the broker keys registrations by connection: a client that says
+goodbye, or stops heartbeating for ``client_expire_ms``, has its connections closed and leaves its group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from client.api import MQClientAPI
+from client.errors import MQBrokerError
+from client.route import TopicPublishInfo, TopicRouteData
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.model import ConsumerData, ConsumeType, HeartbeatData, Message, ProducerData
+from protocol.remoting import RemotingClient, RemotingError
+from protocol.runtime import EventLog
+from proxy import convert
+from proxy.config import ProxyConfig
+from proxy.convert import Delivery, ProxyError
+from proxy.v5 import Code, MessagingServiceServicer, pb, svc
+
+CLIENT_ID_KEY = "x-mq-client-id"
+CLIENT_VERSION_KEY = "x-mq-client-version"
+PROXY_PRODUCER_GROUP = "PROXY_SEND_GROUP"  # the group our SEND_MESSAGE names for v5 producers
+
+
+@dataclass(slots=True)
+class ClientSession:
+    """One v5 client as the proxy knows it: its settings, its connections to brokers, its last call."""
+
+    client_id: str
+    remoting: RemotingClient
+    last_seen_ms: int
+    settings: Any = None
+    group: str | None = None
+    heartbeat_addrs: set[str] = field(default_factory=set)
+
+    @property
+    def api(self) -> MQClientAPI:
+        return MQClientAPI(self.remoting)
+
+
+def _meta(context: Any) -> dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
+    """The gRPC servicer; one per proxy process."""
+
+    def __init__(self, config: ProxyConfig, log: EventLog) -> None:
+        self.config = config
+        self.log = log
+        self.sessions: dict[str, ClientSession] = {}
+        self._namesrv = RemotingClient(log=log)
+        self._publish: dict[str, TopicPublishInfo] = {}
+        self.endpoints = pb.Endpoints(
+            scheme=pb.IPv4, addresses=[pb.Address(host=config.host, port=config.port)]
+        )
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    def _timeout_s(self) -> float:
+        return self.config.broker_timeout_ms / 1000
+
+    def _now_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
+
+    def _session(self, context: Any, *, create: bool = True) -> ClientSession:
+        client_id = _meta(context).get(CLIENT_ID_KEY, "")
+        if not client_id:
+            raise ProxyError(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_KEY} header is missing")
+        session = self.sessions.get(client_id)
+        if session is None:
+            if not create:
+                raise ProxyError(Code.UNRECOGNIZED_CLIENT_TYPE, "no settings received from this client yet")
+            session = ClientSession(client_id, RemotingClient(log=self.log), self._now_ms())
+            self.sessions[client_id] = session
+        session.last_seen_ms = self._now_ms()
+        return session
+
+    async def _route(self, topic: str) -> TopicRouteData:
+        try:
+            route = await MQClientAPI(self._namesrv).get_topic_route(
+                self.config.namesrv, topic, self._timeout_s()
+            )
+        except MQBrokerError as exc:
+            raise ProxyError(convert.broker_status(exc.code, exc.remark).code, exc.remark) from None
+        except (RemotingError, OSError) as exc:
+            raise ProxyError(
+                Code.INTERNAL_SERVER_ERROR, f"name server {self.config.namesrv}: {exc}"
+            ) from None
+        if route is None:
+            raise ProxyError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
+        return route
+
+    async def _broker_addr(self, topic: str, broker_name: str) -> str:
+        route = await self._route(topic)
+        bd = route.broker(broker_name)
+        addr = bd.master_addr() if bd is not None else None
+        if addr is None:
+            raise ProxyError(Code.BAD_REQUEST, f"broker {broker_name!r} is not in the route of {topic!r}")
+        return addr
+
+    async def _invoke(
+        self, session: ClientSession, addr: str, cmd: RemotingCommand, timeout_s: float
+    ) -> RemotingCommand:
+        try:
+            return await session.remoting.invoke(addr, cmd, timeout_s)
+        except TimeoutError:
+            raise ProxyError(Code.PROXY_TIMEOUT, f"broker {addr} did not answer in time") from None
+        except (RemotingError, OSError) as exc:
+            raise ProxyError(Code.INTERNAL_SERVER_ERROR, f"broker {addr}: {exc}") from None
+
+    async def close(self) -> None:
+        for session in list(self.sessions.values()):
+            await session.remoting.close()
+        self.sessions.clear()
+        await self._namesrv.close()
+
+    async def expire_idle(self) -> None:
+        """Drops clients silent for ``client_expire_ms`` (the proxy's channel expiry), every scan."""
+        while True:
+            await asyncio.sleep(self.config.scaled(self.config.scan_interval_ms))
+            limit = self._now_ms() - self.config.scaled(self.config.client_expire_ms) * 1000
+            for cid, session in list(self.sessions.items()):
+                if session.last_seen_ms < limit:
+                    self.sessions.pop(cid, None)
+                    self.log.emit("proxy_client_expired", client_id=cid, group=session.group)
+                    await session.remoting.close()
+
+    # -- route ---------------------------------------------------------------------------------------
+    async def QueryRoute(self, request: Any, context: Any) -> Any:
+        try:
+            topic = convert.validate_topic(request.topic, request.HasField("topic"))
+            route = await self._route(topic)
+            queues = convert.route_message_queues(route, topic, self.endpoints)
+            return svc.QueryRouteResponse(status=convert.ok_status(), message_queues=queues)
+        except ProxyError as exc:
+            return svc.QueryRouteResponse(status=exc.status())
+
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        try:
+            topic = convert.validate_topic(request.topic, request.HasField("topic"))
+            convert.validate_group(request.group, request.HasField("group"))
+            route = await self._route(topic)
+            found = convert.assignments(route, topic, self.endpoints)
+            return svc.QueryAssignmentResponse(status=convert.ok_status(), assignments=found)
+        except ProxyError as exc:
+            return svc.QueryAssignmentResponse(status=exc.status())
+
+    # -- client --------------------------------------------------------------------------------------
+    async def _register(self, session: ClientSession) -> None:
+        """Heartbeats the client to every broker of its topics over its own connections (what the Java
+        proxy's registerConsumer/registerProducer make the brokers see)."""
+        settings = session.settings
+        if settings.client_type in convert.CONSUMER_TYPES:
+            group = convert.validate_group(
+                settings.subscription.group, settings.subscription.HasField("group")
+            )
+            subs = convert.subscriptions(settings)
+            consume_type = (
+                ConsumeType.CONSUME_PASSIVELY
+                if settings.client_type == pb.PUSH_CONSUMER
+                else ConsumeType.CONSUME_ACTIVELY
+            )
+            hb = HeartbeatData(
+                session.client_id,
+                consumer_data_set=[ConsumerData(group, consume_type, subscription_data_set=subs)],
+            )
+            topics = [s.topic for s in subs]
+            session.group = group
+        elif settings.client_type == pb.PRODUCER:
+            topics = [convert.validate_topic(t) for t in settings.publishing.topics]
+            hb = HeartbeatData(session.client_id, producer_data_set=[ProducerData(PROXY_PRODUCER_GROUP)])
+        else:
+            raise ProxyError(
+                Code.UNRECOGNIZED_CLIENT_TYPE, f"client type {settings.client_type} is not served"
+            )
+        addrs: set[str] = set()
+        for topic in topics:
+            with contextlib.suppress(ProxyError):  # a topic without a route yet: heartbeat the others
+                route = await self._route(topic)
+                addrs.update(a for bd in route.broker_datas if (a := bd.master_addr()) is not None)
+        for addr in sorted(addrs):
+            try:
+                await session.api.send_heartbeat(addr, hb, self._timeout_s())
+            except MQBrokerError as exc:
+                raise ProxyError(convert.broker_status(exc.code, exc.remark).code, exc.remark) from None
+            except (RemotingError, OSError) as exc:
+                self.log.warning(
+                    "heartbeat to a broker failed", client_id=session.client_id, broker=addr, error=str(exc)
+                )
+        session.heartbeat_addrs = addrs
+
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        try:
+            session = self._session(context, create=False)
+            if session.settings is None:
+                raise ProxyError(Code.UNRECOGNIZED_CLIENT_TYPE, "no settings received from this client yet")
+            if session.settings.client_type in convert.CONSUMER_TYPES:
+                convert.validate_group(request.group, request.HasField("group"))
+            await self._register(session)
+            return svc.HeartbeatResponse(status=convert.ok_status())
+        except ProxyError as exc:
+            return svc.HeartbeatResponse(status=exc.status())
+
+    async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
+        try:
+            session = self._session(context)
+        except ProxyError as exc:
+            yield svc.TelemetryCommand(status=exc.status())
+            return
+        async for command in request_iterator:
+            if command.WhichOneof("command") != "settings":
+                continue  # answers to commands the proxy never sends
+            try:
+                settings = command.settings
+                if settings.client_type not in convert.CONSUMER_TYPES and settings.client_type != pb.PRODUCER:
+                    raise ProxyError(
+                        Code.UNRECOGNIZED_CLIENT_TYPE, f"client type {settings.client_type} is not served"
+                    )
+                session.settings = settings
+                await self._register(session)
+                answer = convert.answer_settings(settings)
+                self.log.emit(
+                    "proxy_client_settings",
+                    client_id=session.client_id,
+                    client_type=pb.ClientType.Name(settings.client_type),
+                    group=session.group,
+                )
+                yield svc.TelemetryCommand(status=convert.ok_status(), settings=answer)
+            except ProxyError as exc:
+                yield svc.TelemetryCommand(status=exc.status())
+
+    async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        try:
+            session = self._session(context, create=False)
+        except ProxyError as exc:
+            return svc.NotifyClientTerminationResponse(status=exc.status())
+        self.sessions.pop(session.client_id, None)
+        group = request.group.name if request.HasField("group") else session.group
+        for addr in sorted(session.heartbeat_addrs):
+            with contextlib.suppress(MQBrokerError, RemotingError, OSError):
+                if group:
+                    await session.api.unregister_client(
+                        addr, session.client_id, consumer_group=group, timeout_s=self._timeout_s()
+                    )
+                else:
+                    await session.api.unregister_client(
+                        addr,
+                        session.client_id,
+                        producer_group=PROXY_PRODUCER_GROUP,
+                        timeout_s=self._timeout_s(),
+                    )
+        await session.remoting.close()
+        self.log.emit("proxy_client_terminated", client_id=session.client_id, group=group)
+        return svc.NotifyClientTerminationResponse(status=convert.ok_status())
+
+    # -- produce -------------------------------------------------------------------------------------
+    async def SendMessage(self, request: Any, context: Any) -> Any:
+        try:
+            session = self._session(context)
+            if not request.messages:
+                raise ProxyError(Code.BAD_REQUEST, "no message to send")
+            sends = [convert.incoming_message(m) for m in request.messages]
+            topic = convert.send_topic(sends)
+            route = await self._route(topic)
+            info = self._publish.get(topic)
+            queues = route.publish_queues(topic)
+            if info is None or info.message_queues != queues:
+                info = TopicPublishInfo(topic, queues, route, info.send_which_queue if info else 0)
+                self._publish[topic] = info
+            if not info.ok():
+                raise ProxyError(Code.FORBIDDEN, f"topic {topic!r} has no writable queue")
+            mq = info.select_one()
+            addr = route.broker(mq.broker_name).master_addr()  # type: ignore[union-attr]
+        except ProxyError as exc:
+            return svc.SendMessageResponse(status=exc.status())
+        entries = []
+        born = int(time.time() * 1000)
+        for m in sends:
+            try:
+                result = await session.api.send_message(
+                    addr,  # type: ignore[arg-type]
+                    producer_group=PROXY_PRODUCER_GROUP,
+                    mq=mq,
+                    body=m.body,
+                    tags=m.tags,
+                    keys=m.keys,
+                    properties=m.properties,
+                    born_timestamp=born,
+                    timeout_s=self._timeout_s(),
+                )
+                entries.append(
+                    svc.SendResultEntry(
+                        status=convert.ok_status(), message_id=m.message_id, offset=result.queue_offset
+                    )
+                )
+            except MQBrokerError as exc:
+                entries.append(
+                    svc.SendResultEntry(
+                        status=convert.broker_status(exc.code, exc.remark), message_id=m.message_id
+                    )
+                )
+            except (RemotingError, OSError) as exc:
+                status = pb.Status(code=Code.INTERNAL_SERVER_ERROR, message=f"broker {addr}: {exc}")
+                entries.append(svc.SendResultEntry(status=status, message_id=m.message_id))
+        return svc.SendMessageResponse(
+            status=convert.merged_status([e.status for e in entries]), entries=entries
+        )
+
+    # -- consume -------------------------------------------------------------------------------------
+    def _consumer(self, context: Any, group_res: Any, has_group: bool) -> tuple[ClientSession, str]:
+        session = self._session(context)
+        group = convert.validate_group(group_res, has_group)
+        return session, group
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        try:
+            session, group = self._consumer(context, request.group, request.HasField("group"))
+            if not request.HasField("message_queue"):
+                raise ProxyError(Code.BAD_REQUEST, "message_queue is missing")
+            topic = convert.validate_topic(
+                request.message_queue.topic, request.message_queue.HasField("topic")
+            )
+            remaining = context.time_remaining()
+            remaining_ms = int(remaining * 1000) if remaining is not None else 2**31
+            request_timeout_ms = (
+                convert.duration_ms(session.settings.request_timeout)
+                if session.settings is not None and session.settings.HasField("request_timeout")
+                else self.config.broker_timeout_ms
+            )
+            polling_ms = convert.polling_time_ms(
+                convert.duration_ms(request.long_polling_timeout)
+                if request.HasField("long_polling_timeout")
+                else None,
+                remaining_ms,
+                request_timeout_ms,
+                _meta(context).get(CLIENT_VERSION_KEY),
+                self.config.min_long_polling_ms,
+                self.config.max_long_polling_ms,
+            )
+            if request.auto_renew:
+                invisible_ms = self.config.default_invisible_ms
+            else:
+                invisible_ms = convert.validate_invisible_ms(
+                    convert.duration_ms(request.invisible_duration),
+                    self.config.min_invisible_ms,
+                    self.config.max_invisible_ms,
+                )
+            sub = convert.expression_sub_string(
+                request.filter_expression, request.HasField("filter_expression")
+            )
+            if request.batch_size <= 0:
+                raise ProxyError(Code.BAD_REQUEST, f"batch_size must be positive, got {request.batch_size}")
+            route = await self._route(topic)
+            broker_name = request.message_queue.broker.name
+            bd = route.broker(broker_name) if broker_name else None
+            if bd is None:  # ReceiveMessageQueueSelector: any readable broker of the route
+                readable = [
+                    qd.broker_name for qd in route.queue_datas if qd.perm & 4 and route.broker(qd.broker_name)
+                ]
+                if not readable:
+                    raise ProxyError(Code.FORBIDDEN, f"topic {topic!r} has no readable queue")
+                bd = route.broker(readable[0])
+            addr = bd.master_addr() if bd is not None else None
+            if addr is None:
+                raise ProxyError(Code.INTERNAL_SERVER_ERROR, f"broker {broker_name!r} has no master")
+            max_attempts = (
+                session.settings.backoff_policy.max_attempts
+                if session.settings is not None and session.settings.HasField("backoff_policy")
+                else convert.RETRY_MAX_TIMES + 1
+            )
+            ext = {
+                "consumerGroup": group,
+                "topic": topic,
+                "queueId": -1,
+                "maxMsgNums": request.batch_size,
+                "invisibleTime": invisible_ms,
+                "pollTime": polling_ms,
+                "bornTime": int(time.time() * 1000),
+                "initMode": 1,  # ConsumeInitMode.MAX
+                "expType": "TAG",
+                "exp": sub,
+                "order": False,
+            }
+            cmd = RemotingCommand.request(RequestCode.POP_MESSAGE, ext)
+            resp = await self._invoke(session, addr, cmd, polling_ms / 1000 + self._timeout_s())
+        except ProxyError as exc:
+            yield svc.ReceiveMessageResponse(status=exc.status())
+            return
+        if resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.NO_MESSAGE, ResponseCode.POLLING_TIMEOUT):
+            yield svc.ReceiveMessageResponse(
+                status=pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message")
+            )
+            return
+        if resp.code == ResponseCode.POLLING_FULL:
+            yield svc.ReceiveMessageResponse(
+                status=pb.Status(code=Code.TOO_MANY_REQUESTS, message="polling full")
+            )
+            return
+        if resp.code != ResponseCode.SUCCESS:
+            yield svc.ReceiveMessageResponse(status=convert.broker_status(resp.code, resp.remark))
+            return
+        raw = resp.body.get("messages") if isinstance(resp.body, dict) else None
+        messages = [Message.from_wire(m) for m in raw or []]
+        from protocol.pop import PROPERTY_POP_CK
+
+        delivered = []
+        for msg in messages:
+            receipt = msg.properties.get(PROPERTY_POP_CK, "")
+            if msg.reconsume_times + 1 > max_attempts:
+                # PopMessageResultFilterImpl: past the client's max attempts the proxy moves it to the DLQ
+                await self._to_dlq(session, addr, group, topic, receipt, msg.msg_id)
+                continue
+            delivered.append(convert.outgoing_message(topic, msg, Delivery(receipt, invisible_ms, addr)))
+        if not delivered:
+            yield svc.ReceiveMessageResponse(
+                status=pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no match message")
+            )
+            return
+        yield svc.ReceiveMessageResponse(status=convert.ok_status())
+        for m in delivered:
+            yield svc.ReceiveMessageResponse(message=m)
+
+    def _receipt(self, handle: str) -> Any:
+        """ReceiptHandle.decode and its expiry check (INVALID_RECEIPT_HANDLE for either)."""
+        from protocol.pop import ExtraInfo
+
+        if not handle:
+            raise ProxyError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is missing")
+        try:
+            info = ExtraInfo.parse(handle)
+        except ValueError as exc:
+            raise ProxyError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle is malformed: {exc}") from None
+        if info.revive_time <= int(time.time() * 1000):
+            raise ProxyError(Code.INVALID_RECEIPT_HANDLE, "receipt handle has expired")
+        return info
+
+    async def _ack(self, session: ClientSession, group: str, topic: str, handle: str) -> Any:
+        from protocol.pop import real_topic
+
+        info = self._receipt(handle)
+        addr = await self._broker_addr(topic, info.broker_name)
+        ext = {
+            "consumerGroup": group,
+            "topic": real_topic(topic, group, info.retry),
+            "queueId": info.queue_id,
+            "extraInfo": handle,
+            "offset": info.queue_offset,
+        }
+        resp = await self._invoke(
+            session, addr, RemotingCommand.request(RequestCode.ACK_MESSAGE, ext), self._timeout_s()
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            return convert.broker_status(resp.code, resp.remark)
+        return convert.ok_status()
+
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        try:
+            session, group = self._consumer(context, request.group, request.HasField("group"))
+            topic = convert.validate_topic(request.topic, request.HasField("topic"))
+            if not request.entries:
+                raise ProxyError(Code.BAD_REQUEST, "no entry to acknowledge")
+        except ProxyError as exc:
+            return svc.AckMessageResponse(status=exc.status())
+        results = []
+        for entry in request.entries:
+            try:
+                status = await self._ack(session, group, topic, entry.receipt_handle)
+            except ProxyError as exc:
+                status = exc.status()
+            results.append(
+                svc.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
+                )
+            )
+        return svc.AckMessageResponse(
+            status=convert.merged_status([r.status for r in results]), entries=results
+        )
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        try:
+            session, group = self._consumer(context, request.group, request.HasField("group"))
+            topic = convert.validate_topic(request.topic, request.HasField("topic"))
+            if not request.HasField("invisible_duration"):
+                raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is missing")
+            invisible_ms = convert.validate_invisible_ms(
+                convert.duration_ms(request.invisible_duration), 0, self.config.max_invisible_ms
+            )
+            from protocol.pop import ExtraInfo, real_topic
+
+            info = self._receipt(request.receipt_handle)
+            addr = await self._broker_addr(topic, info.broker_name)
+            ext = {
+                "consumerGroup": group,
+                "topic": real_topic(topic, group, info.retry),
+                "queueId": info.queue_id,
+                "extraInfo": request.receipt_handle,
+                "offset": info.queue_offset,
+                "invisibleTime": invisible_ms,
+            }
+            cmd = RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
+            resp = await self._invoke(session, addr, cmd, self._timeout_s())
+            if resp.code != ResponseCode.SUCCESS:
+                return svc.ChangeInvisibleDurationResponse(
+                    status=convert.broker_status(resp.code, resp.remark)
+                )
+            new_handle = ExtraInfo(
+                info.queue_offset,
+                int(resp.ext.get("popTime", 0)),
+                int(resp.ext.get("invisibleTime", invisible_ms)),
+                int(resp.ext.get("reviveQid", info.revive_qid)),
+                info.retry,
+                info.broker_name,
+                info.queue_id,
+                info.queue_offset,
+            ).build()
+            return svc.ChangeInvisibleDurationResponse(status=convert.ok_status(), receipt_handle=new_handle)
+        except ProxyError as exc:
+            return svc.ChangeInvisibleDurationResponse(status=exc.status())
+
+    async def _to_dlq(
+        self, session: ClientSession, addr: str, group: str, topic: str, handle: str, msg_id: str
+    ) -> Any:
+        """ProducerProcessor.forwardMessageToDeadLetterQueue: CONSUMER_SEND_MSG_BACK with delay level -1,
+        then the ack that ends the pop."""
+        from protocol.pop import real_topic
+
+        info = self._receipt(handle)
+        ext = {
+            "group": group,
+            "originTopic": real_topic(topic, group, info.retry),
+            "queueId": info.queue_id,
+            "offset": info.queue_offset,
+            "originMsgId": msg_id,
+            "delayLevel": -1,
+            "maxReconsumeTimes": 0,
+        }
+        resp = await self._invoke(
+            session, addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext), self._timeout_s()
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            return convert.broker_status(resp.code, resp.remark)
+        return await self._ack(session, group, topic, handle)
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        try:
+            session, group = self._consumer(context, request.group, request.HasField("group"))
+            topic = convert.validate_topic(request.topic, request.HasField("topic"))
+            info = self._receipt(request.receipt_handle)
+            addr = await self._broker_addr(topic, info.broker_name)
+            status = await self._to_dlq(
+                session, addr, group, topic, request.receipt_handle, request.message_id
+            )
+            return svc.ForwardMessageToDeadLetterQueueResponse(status=status)
+        except ProxyError as exc:
+            return svc.ForwardMessageToDeadLetterQueueResponse(status=exc.status())

@@ -10,7 +10,15 @@ import argparse
 import asyncio
 import sys
 
-from protocol.runtime import EventLog, add_common_args, announce_ready, host_port, port_number, positive_int
+from protocol.runtime import (
+    EventLog,
+    add_common_args,
+    announce_ready,
+    host_port,
+    port_number,
+    positive_int,
+    run_async_main,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,10 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     log = EventLog(args.node or "proxy", "proxy", args.log_file)
     try:
-        # grpc's asyncio server runs on the standard loop (uvloop is not among the loops it supports)
-        return asyncio.run(serve(args, log))
-    except KeyboardInterrupt:
-        return 0
+        return run_async_main(lambda: serve(args, log))
     finally:
         log.close()
 

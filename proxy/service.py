@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from client.api import MQClientAPI
 from client.errors import MQBrokerError
-from client.route import TopicPublishInfo, TopicRouteData
+from client.route import PERM_READ, TopicPublishInfo, TopicRouteData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.model import ConsumerData, ConsumeType, HeartbeatData, Message, ProducerData
@@ -32,6 +33,7 @@ from proxy.v5 import Code, MessagingServiceServicer, pb, svc
 CLIENT_ID_KEY = "x-mq-client-id"
 CLIENT_VERSION_KEY = "x-mq-client-version"
 PROXY_PRODUCER_GROUP = "PROXY_SEND_GROUP"  # the group our SEND_MESSAGE names for v5 producers
+Handler = Callable[..., Awaitable[Any]]
 
 
 @dataclass(slots=True)
@@ -52,6 +54,26 @@ class ClientSession:
 
 def _meta(context: Any) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+def answers(response: Any) -> Callable[[Handler], Handler]:
+    """A unary call's errors as its response's status: a ProxyError's code, anything unexpected
+    INTERNAL_SERVER_ERROR (logged), as the Java proxy's ResponseBuilder answers a throwable."""
+
+    def wrap(fn: Handler) -> Handler:
+        @functools.wraps(fn)
+        async def call(self: MessagingService, request: Any, context: Any) -> Any:
+            try:
+                return await fn(self, request, context)
+            except ProxyError as exc:
+                return response(status=exc.status())
+            except Exception as exc:
+                self.log.error("call failed", call=fn.__name__, error=repr(exc))
+                return response(status=pb.Status(code=Code.INTERNAL_SERVER_ERROR, message=repr(exc)))
+
+        return call
+
+    return wrap
 
 
 class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
@@ -138,24 +160,22 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
                     await session.remoting.close()
 
     # -- route ---------------------------------------------------------------------------------------
+    @answers(svc.QueryRouteResponse)
     async def QueryRoute(self, request: Any, context: Any) -> Any:
-        try:
-            topic = convert.validate_topic(request.topic, request.HasField("topic"))
-            route = await self._route(topic)
-            queues = convert.route_message_queues(route, topic, self.endpoints)
-            return svc.QueryRouteResponse(status=convert.ok_status(), message_queues=queues)
-        except ProxyError as exc:
-            return svc.QueryRouteResponse(status=exc.status())
+        topic = convert.validate_topic(request.topic, request.HasField("topic"))
+        route = await self._route(topic)
+        queues = convert.route_message_queues(route, topic, self.endpoints)
+        return svc.QueryRouteResponse(status=convert.ok_status(), message_queues=queues)
 
+    @answers(svc.QueryAssignmentResponse)
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
-        try:
-            topic = convert.validate_topic(request.topic, request.HasField("topic"))
-            convert.validate_group(request.group, request.HasField("group"))
-            route = await self._route(topic)
-            found = convert.assignments(route, topic, self.endpoints)
-            return svc.QueryAssignmentResponse(status=convert.ok_status(), assignments=found)
-        except ProxyError as exc:
-            return svc.QueryAssignmentResponse(status=exc.status())
+        """RouteActivity#queryAssignment: from the route, one "any queue" assignment per broker (the
+        proxy's consumers pop, so the brokers' own QUERY_ASSIGNMENT is not asked)."""
+        topic = convert.validate_topic(request.topic, request.HasField("topic"))
+        convert.validate_group(request.group, request.HasField("group"))
+        route = await self._route(topic)
+        found = convert.assignments(route, topic, self.endpoints)
+        return svc.QueryAssignmentResponse(status=convert.ok_status(), assignments=found)
 
     # -- client --------------------------------------------------------------------------------------
     async def _register(self, session: ClientSession) -> None:
@@ -201,17 +221,15 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
                 )
         session.heartbeat_addrs = addrs
 
+    @answers(svc.HeartbeatResponse)
     async def Heartbeat(self, request: Any, context: Any) -> Any:
-        try:
-            session = self._session(context, create=False)
-            if session.settings is None:
-                raise ProxyError(Code.UNRECOGNIZED_CLIENT_TYPE, "no settings received from this client yet")
-            if session.settings.client_type in convert.CONSUMER_TYPES:
-                convert.validate_group(request.group, request.HasField("group"))
-            await self._register(session)
-            return svc.HeartbeatResponse(status=convert.ok_status())
-        except ProxyError as exc:
-            return svc.HeartbeatResponse(status=exc.status())
+        session = self._session(context, create=False)
+        if session.settings is None:
+            raise ProxyError(Code.UNRECOGNIZED_CLIENT_TYPE, "no settings received from this client yet")
+        if session.settings.client_type in convert.CONSUMER_TYPES:
+            convert.validate_group(request.group, request.HasField("group"))
+        await self._register(session)
+        return svc.HeartbeatResponse(status=convert.ok_status())
 
     async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
         try:
@@ -241,11 +259,9 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
             except ProxyError as exc:
                 yield svc.TelemetryCommand(status=exc.status())
 
+    @answers(svc.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
-        try:
-            session = self._session(context, create=False)
-        except ProxyError as exc:
-            return svc.NotifyClientTerminationResponse(status=exc.status())
+        session = self._session(context, create=False)
         self.sessions.pop(session.client_id, None)
         group = request.group.name if request.HasField("group") else session.group
         for addr in sorted(session.heartbeat_addrs):
@@ -266,25 +282,23 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         return svc.NotifyClientTerminationResponse(status=convert.ok_status())
 
     # -- produce -------------------------------------------------------------------------------------
+    @answers(svc.SendMessageResponse)
     async def SendMessage(self, request: Any, context: Any) -> Any:
-        try:
-            session = self._session(context)
-            if not request.messages:
-                raise ProxyError(Code.BAD_REQUEST, "no message to send")
-            sends = [convert.incoming_message(m) for m in request.messages]
-            topic = convert.send_topic(sends)
-            route = await self._route(topic)
-            info = self._publish.get(topic)
-            queues = route.publish_queues(topic)
-            if info is None or info.message_queues != queues:
-                info = TopicPublishInfo(topic, queues, route, info.send_which_queue if info else 0)
-                self._publish[topic] = info
-            if not info.ok():
-                raise ProxyError(Code.FORBIDDEN, f"topic {topic!r} has no writable queue")
-            mq = info.select_one()
-            addr = route.broker(mq.broker_name).master_addr()  # type: ignore[union-attr]
-        except ProxyError as exc:
-            return svc.SendMessageResponse(status=exc.status())
+        session = self._session(context)
+        if not request.messages:
+            raise ProxyError(Code.BAD_REQUEST, "no message to send")
+        sends = [convert.incoming_message(m) for m in request.messages]
+        topic = convert.send_topic(sends)
+        route = await self._route(topic)
+        info = self._publish.get(topic)
+        queues = route.publish_queues(topic)
+        if info is None or info.message_queues != queues:
+            info = TopicPublishInfo(topic, queues, route, info.send_which_queue if info else 0)
+            self._publish[topic] = info
+        if not info.ok():
+            raise ProxyError(Code.FORBIDDEN, f"topic {topic!r} has no writable queue")
+        mq = info.select_one()
+        addr = route.broker(mq.broker_name).master_addr()  # type: ignore[union-attr]
         entries = []
         born = int(time.time() * 1000)
         for m in sends:
@@ -325,92 +339,101 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         return session, group
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        """ReceiveMessageActivity: one POP_MESSAGE with long polling; the stream carries a status, then
+        the messages."""
         try:
-            session, group = self._consumer(context, request.group, request.HasField("group"))
-            if not request.HasField("message_queue"):
-                raise ProxyError(Code.BAD_REQUEST, "message_queue is missing")
-            topic = convert.validate_topic(
-                request.message_queue.topic, request.message_queue.HasField("topic")
-            )
-            remaining = context.time_remaining()
-            remaining_ms = int(remaining * 1000) if remaining is not None else 2**31
-            request_timeout_ms = (
-                convert.duration_ms(session.settings.request_timeout)
-                if session.settings is not None and session.settings.HasField("request_timeout")
-                else self.config.broker_timeout_ms
-            )
-            polling_ms = convert.polling_time_ms(
-                convert.duration_ms(request.long_polling_timeout)
-                if request.HasField("long_polling_timeout")
-                else None,
-                remaining_ms,
-                request_timeout_ms,
-                _meta(context).get(CLIENT_VERSION_KEY),
-                self.config.min_long_polling_ms,
-                self.config.max_long_polling_ms,
-            )
-            if request.auto_renew:
-                invisible_ms = self.config.default_invisible_ms
-            else:
-                invisible_ms = convert.validate_invisible_ms(
-                    convert.duration_ms(request.invisible_duration),
-                    self.config.min_invisible_ms,
-                    self.config.max_invisible_ms,
-                )
-            sub = convert.expression_sub_string(
-                request.filter_expression, request.HasField("filter_expression")
-            )
-            if request.batch_size <= 0:
-                raise ProxyError(Code.BAD_REQUEST, f"batch_size must be positive, got {request.batch_size}")
-            route = await self._route(topic)
-            broker_name = request.message_queue.broker.name
-            bd = route.broker(broker_name) if broker_name else None
-            if bd is None:  # ReceiveMessageQueueSelector: any readable broker of the route
-                readable = [
-                    qd.broker_name for qd in route.queue_datas if qd.perm & 4 and route.broker(qd.broker_name)
-                ]
-                if not readable:
-                    raise ProxyError(Code.FORBIDDEN, f"topic {topic!r} has no readable queue")
-                bd = route.broker(readable[0])
-            addr = bd.master_addr() if bd is not None else None
-            if addr is None:
-                raise ProxyError(Code.INTERNAL_SERVER_ERROR, f"broker {broker_name!r} has no master")
-            max_attempts = (
-                session.settings.backoff_policy.max_attempts
-                if session.settings is not None and session.settings.HasField("backoff_policy")
-                else convert.RETRY_MAX_TIMES + 1
-            )
-            ext = {
-                "consumerGroup": group,
-                "topic": topic,
-                "queueId": -1,
-                "maxMsgNums": request.batch_size,
-                "invisibleTime": invisible_ms,
-                "pollTime": polling_ms,
-                "bornTime": int(time.time() * 1000),
-                "initMode": 1,  # ConsumeInitMode.MAX
-                "expType": "TAG",
-                "exp": sub,
-                "order": False,
-            }
-            cmd = RemotingCommand.request(RequestCode.POP_MESSAGE, ext)
-            resp = await self._invoke(session, addr, cmd, polling_ms / 1000 + self._timeout_s())
+            responses = await self._receive(request, context)
         except ProxyError as exc:
-            yield svc.ReceiveMessageResponse(status=exc.status())
-            return
+            responses = [svc.ReceiveMessageResponse(status=exc.status())]
+        except Exception as exc:
+            self.log.error("call failed", call="ReceiveMessage", error=repr(exc))
+            status = pb.Status(code=Code.INTERNAL_SERVER_ERROR, message=repr(exc))
+            responses = [svc.ReceiveMessageResponse(status=status)]
+        for response in responses:
+            yield response
+
+    async def _receive(self, request: Any, context: Any) -> list[Any]:
+        session, group = self._consumer(context, request.group, request.HasField("group"))
+        if not request.HasField("message_queue"):
+            raise ProxyError(Code.BAD_REQUEST, "message_queue is missing")
+        topic = convert.validate_topic(request.message_queue.topic, request.message_queue.HasField("topic"))
+        remaining = context.time_remaining()
+        remaining_ms = int(remaining * 1000) if remaining is not None else 2**31
+        request_timeout_ms = (
+            convert.duration_ms(session.settings.request_timeout)
+            if session.settings is not None and session.settings.HasField("request_timeout")
+            else self.config.broker_timeout_ms
+        )
+        polling_ms = convert.polling_time_ms(
+            convert.duration_ms(request.long_polling_timeout)
+            if request.HasField("long_polling_timeout")
+            else None,
+            remaining_ms,
+            request_timeout_ms,
+            _meta(context).get(CLIENT_VERSION_KEY),
+            self.config.min_long_polling_ms,
+            self.config.max_long_polling_ms,
+        )
+        if request.auto_renew:
+            invisible_ms = self.config.default_invisible_ms
+        else:
+            invisible_ms = convert.validate_invisible_ms(
+                convert.duration_ms(request.invisible_duration),
+                self.config.min_invisible_ms,
+                self.config.max_invisible_ms,
+            )
+        sub = convert.expression_sub_string(request.filter_expression, request.HasField("filter_expression"))
+        if request.batch_size <= 0:
+            raise ProxyError(Code.BAD_REQUEST, f"batch_size must be positive, got {request.batch_size}")
+        route = await self._route(topic)
+        broker_name = request.message_queue.broker.name
+        bd = route.broker(broker_name) if broker_name else None
+        if bd is None:  # ReceiveMessageQueueSelector: any readable broker of the route
+            readable = [
+                qd.broker_name
+                for qd in route.queue_datas
+                if qd.perm & PERM_READ and route.broker(qd.broker_name)
+            ]
+            if not readable:
+                raise ProxyError(Code.FORBIDDEN, f"topic {topic!r} has no readable queue")
+            bd = route.broker(readable[0])
+        addr = bd.master_addr() if bd is not None else None
+        if addr is None:
+            raise ProxyError(Code.INTERNAL_SERVER_ERROR, f"broker {broker_name!r} has no master")
+        max_attempts = (
+            session.settings.backoff_policy.max_attempts
+            if session.settings is not None and session.settings.HasField("backoff_policy")
+            else convert.RETRY_MAX_TIMES + 1
+        )
+        ext = {
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": -1,
+            "maxMsgNums": request.batch_size,
+            "invisibleTime": invisible_ms,
+            "pollTime": polling_ms,
+            "bornTime": int(time.time() * 1000),
+            "initMode": 1,  # ConsumeInitMode.MAX
+            "expType": "TAG",
+            "exp": sub,
+            "order": False,
+        }
+        cmd = RemotingCommand.request(RequestCode.POP_MESSAGE, ext)
+        resp = await self._invoke(session, addr, cmd, polling_ms / 1000 + self._timeout_s())
         if resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.NO_MESSAGE, ResponseCode.POLLING_TIMEOUT):
-            yield svc.ReceiveMessageResponse(
-                status=pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message")
-            )
-            return
+            return [
+                svc.ReceiveMessageResponse(
+                    status=pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message")
+                )
+            ]
         if resp.code == ResponseCode.POLLING_FULL:
-            yield svc.ReceiveMessageResponse(
-                status=pb.Status(code=Code.TOO_MANY_REQUESTS, message="polling full")
-            )
-            return
+            return [
+                svc.ReceiveMessageResponse(
+                    status=pb.Status(code=Code.TOO_MANY_REQUESTS, message="polling full")
+                )
+            ]
         if resp.code != ResponseCode.SUCCESS:
-            yield svc.ReceiveMessageResponse(status=convert.broker_status(resp.code, resp.remark))
-            return
+            return [svc.ReceiveMessageResponse(status=convert.broker_status(resp.code, resp.remark))]
         raw = resp.body.get("messages") if isinstance(resp.body, dict) else None
         messages = [Message.from_wire(m) for m in raw or []]
         from protocol.pop import PROPERTY_POP_CK
@@ -424,13 +447,15 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
                 continue
             delivered.append(convert.outgoing_message(topic, msg, Delivery(receipt, invisible_ms, addr)))
         if not delivered:
-            yield svc.ReceiveMessageResponse(
-                status=pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no match message")
-            )
-            return
-        yield svc.ReceiveMessageResponse(status=convert.ok_status())
-        for m in delivered:
-            yield svc.ReceiveMessageResponse(message=m)
+            return [
+                svc.ReceiveMessageResponse(
+                    status=pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no match message")
+                )
+            ]
+        return [
+            svc.ReceiveMessageResponse(status=convert.ok_status()),
+            *(svc.ReceiveMessageResponse(message=m) for m in delivered),
+        ]
 
     def _receipt(self, handle: str) -> Any:
         """ReceiptHandle.decode and its expiry check (INVALID_RECEIPT_HANDLE for either)."""
@@ -465,14 +490,12 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
             return convert.broker_status(resp.code, resp.remark)
         return convert.ok_status()
 
+    @answers(svc.AckMessageResponse)
     async def AckMessage(self, request: Any, context: Any) -> Any:
-        try:
-            session, group = self._consumer(context, request.group, request.HasField("group"))
-            topic = convert.validate_topic(request.topic, request.HasField("topic"))
-            if not request.entries:
-                raise ProxyError(Code.BAD_REQUEST, "no entry to acknowledge")
-        except ProxyError as exc:
-            return svc.AckMessageResponse(status=exc.status())
+        session, group = self._consumer(context, request.group, request.HasField("group"))
+        topic = convert.validate_topic(request.topic, request.HasField("topic"))
+        if not request.entries:
+            raise ProxyError(Code.BAD_REQUEST, "no entry to acknowledge")
         results = []
         for entry in request.entries:
             try:
@@ -488,46 +511,42 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
             status=convert.merged_status([r.status for r in results]), entries=results
         )
 
+    @answers(svc.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
-        try:
-            session, group = self._consumer(context, request.group, request.HasField("group"))
-            topic = convert.validate_topic(request.topic, request.HasField("topic"))
-            if not request.HasField("invisible_duration"):
-                raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is missing")
-            invisible_ms = convert.validate_invisible_ms(
-                convert.duration_ms(request.invisible_duration), 0, self.config.max_invisible_ms
-            )
-            from protocol.pop import ExtraInfo, real_topic
+        session, group = self._consumer(context, request.group, request.HasField("group"))
+        topic = convert.validate_topic(request.topic, request.HasField("topic"))
+        if not request.HasField("invisible_duration"):
+            raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is missing")
+        invisible_ms = convert.validate_invisible_ms(
+            convert.duration_ms(request.invisible_duration), 0, self.config.max_invisible_ms
+        )
+        from protocol.pop import ExtraInfo, real_topic
 
-            info = self._receipt(request.receipt_handle)
-            addr = await self._broker_addr(topic, info.broker_name)
-            ext = {
-                "consumerGroup": group,
-                "topic": real_topic(topic, group, info.retry),
-                "queueId": info.queue_id,
-                "extraInfo": request.receipt_handle,
-                "offset": info.queue_offset,
-                "invisibleTime": invisible_ms,
-            }
-            cmd = RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
-            resp = await self._invoke(session, addr, cmd, self._timeout_s())
-            if resp.code != ResponseCode.SUCCESS:
-                return svc.ChangeInvisibleDurationResponse(
-                    status=convert.broker_status(resp.code, resp.remark)
-                )
-            new_handle = ExtraInfo(
-                info.queue_offset,
-                int(resp.ext.get("popTime", 0)),
-                int(resp.ext.get("invisibleTime", invisible_ms)),
-                int(resp.ext.get("reviveQid", info.revive_qid)),
-                info.retry,
-                info.broker_name,
-                info.queue_id,
-                info.queue_offset,
-            ).build()
-            return svc.ChangeInvisibleDurationResponse(status=convert.ok_status(), receipt_handle=new_handle)
-        except ProxyError as exc:
-            return svc.ChangeInvisibleDurationResponse(status=exc.status())
+        info = self._receipt(request.receipt_handle)
+        addr = await self._broker_addr(topic, info.broker_name)
+        ext = {
+            "consumerGroup": group,
+            "topic": real_topic(topic, group, info.retry),
+            "queueId": info.queue_id,
+            "extraInfo": request.receipt_handle,
+            "offset": info.queue_offset,
+            "invisibleTime": invisible_ms,
+        }
+        cmd = RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
+        resp = await self._invoke(session, addr, cmd, self._timeout_s())
+        if resp.code != ResponseCode.SUCCESS:
+            return svc.ChangeInvisibleDurationResponse(status=convert.broker_status(resp.code, resp.remark))
+        new_handle = ExtraInfo(
+            info.queue_offset,
+            int(resp.ext.get("popTime", 0)),
+            int(resp.ext.get("invisibleTime", invisible_ms)),
+            int(resp.ext.get("reviveQid", info.revive_qid)),
+            info.retry,
+            info.broker_name,
+            info.queue_id,
+            info.queue_offset,
+        ).build()
+        return svc.ChangeInvisibleDurationResponse(status=convert.ok_status(), receipt_handle=new_handle)
 
     async def _to_dlq(
         self, session: ClientSession, addr: str, group: str, topic: str, handle: str, msg_id: str
@@ -553,15 +572,11 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
             return convert.broker_status(resp.code, resp.remark)
         return await self._ack(session, group, topic, handle)
 
+    @answers(svc.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        try:
-            session, group = self._consumer(context, request.group, request.HasField("group"))
-            topic = convert.validate_topic(request.topic, request.HasField("topic"))
-            info = self._receipt(request.receipt_handle)
-            addr = await self._broker_addr(topic, info.broker_name)
-            status = await self._to_dlq(
-                session, addr, group, topic, request.receipt_handle, request.message_id
-            )
-            return svc.ForwardMessageToDeadLetterQueueResponse(status=status)
-        except ProxyError as exc:
-            return svc.ForwardMessageToDeadLetterQueueResponse(status=exc.status())
+        session, group = self._consumer(context, request.group, request.HasField("group"))
+        topic = convert.validate_topic(request.topic, request.HasField("topic"))
+        info = self._receipt(request.receipt_handle)
+        addr = await self._broker_addr(topic, info.broker_name)
+        status = await self._to_dlq(session, addr, group, topic, request.receipt_handle, request.message_id)
+        return svc.ForwardMessageToDeadLetterQueueResponse(status=status)

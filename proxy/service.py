@@ -314,6 +314,16 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
                     born_timestamp=born,
                     timeout_s=self._timeout_s(),
                 )
+                # The proxy is the producer the broker sees: only it knows the queue the message went to.
+                self.log.emit(
+                    "message_sent",
+                    msg_id=m.message_id,
+                    topic=topic,
+                    broker=result.broker_name,
+                    queue_id=result.queue_id,
+                    queue_offset=result.queue_offset,
+                    client_id=session.client_id,
+                )
                 entries.append(
                     svc.SendResultEntry(
                         status=convert.ok_status(), message_id=m.message_id, offset=result.queue_offset

@@ -6,8 +6,8 @@ in which order, and which ``apache.rocketmq.v2.Code`` it answers. Times are pass
 
 from __future__ import annotations
 
+import hashlib
 import re
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -319,6 +319,16 @@ def broker_status(code: int, remark: str | None) -> Any:
     return pb.Status(code=mapped, message=f"{name}: {remark or ''}".rstrip(": "))
 
 
+def receipt_status(code: int, remark: str | None) -> Any:
+    """A broker's answer to an ack or an invisible-time change: a receipt it no longer holds in flight
+    (revived, acked, superseded) is the client's INVALID_RECEIPT_HANDLE, the rest as broker_status."""
+    if code == ResponseCode.NO_MESSAGE:
+        return pb.Status(
+            code=Code.INVALID_RECEIPT_HANDLE, message=f"receipt handle is not in flight: {remark or ''}"
+        )
+    return broker_status(code, remark)
+
+
 def merged_status(statuses: Sequence[Any]) -> Any:
     """One status for a batch (send, ack): the entries' common status, else MULTIPLE_RESULTS."""
     if not statuses:
@@ -330,8 +340,10 @@ def merged_status(statuses: Sequence[Any]) -> Any:
 
 
 # -- messages -----------------------------------------------------------------------------------------
-def crc32_hex(body: bytes) -> str:
-    return format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+def md5_hex(body: bytes) -> str:
+    """GrpcConverter's body digest: MD5 in uppercase hex (BinaryUtil.generateMd5), what every v5 client
+    checks a received body against."""
+    return hashlib.md5(body).hexdigest().upper()
 
 
 def message_id_of(msg_id: str, properties: dict[str, str]) -> str:
@@ -354,7 +366,7 @@ def outgoing_message(topic: str, msg: Any, delivery: Delivery) -> Any:
     props = dict(msg.properties)
     system = pb.SystemProperties(
         message_id=message_id_of(msg.msg_id, props),
-        body_digest=pb.Digest(type=pb.CRC32, checksum=crc32_hex(msg.body)),
+        body_digest=pb.Digest(type=pb.MD5, checksum=md5_hex(msg.body)),
         body_encoding=pb.IDENTITY,
         message_type=pb.NORMAL,
         born_host="",

@@ -23,6 +23,7 @@ from client.route import PERM_READ, TopicPublishInfo, TopicRouteData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.model import ConsumerData, ConsumeType, HeartbeatData, Message, ProducerData
+from protocol.pop import PROPERTY_POP_CK, ExtraInfo, real_topic
 from protocol.remoting import RemotingClient, RemotingError
 from protocol.runtime import EventLog
 from proxy import convert
@@ -349,8 +350,8 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         return session, group
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        """ReceiveMessageActivity: one POP_MESSAGE with long polling; the stream carries a status, then
-        the messages."""
+        """ReceiveMessageActivity: one POP_MESSAGE with long polling; the stream carries a status, the
+        messages, then the delivery time."""
         try:
             responses = await self._receive(request, context)
         except ProxyError as exc:
@@ -361,6 +362,9 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
             responses = [svc.ReceiveMessageResponse(status=status)]
         for response in responses:
             yield response
+        # ReceiveMessageResponseStreamWriter#onComplete: every stream ends with the delivery time, which
+        # the clients' receive-latency metric reads.
+        yield svc.ReceiveMessageResponse(delivery_timestamp=convert.to_timestamp(int(time.time() * 1000)))
 
     async def _receive(self, request: Any, context: Any) -> list[Any]:
         session, group = self._consumer(context, request.group, request.HasField("group"))
@@ -446,8 +450,6 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
             return [svc.ReceiveMessageResponse(status=convert.broker_status(resp.code, resp.remark))]
         raw = resp.body.get("messages") if isinstance(resp.body, dict) else None
         messages = [Message.from_wire(m) for m in raw or []]
-        from protocol.pop import PROPERTY_POP_CK
-
         delivered = []
         for msg in messages:
             receipt = msg.properties.get(PROPERTY_POP_CK, "")
@@ -467,9 +469,8 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
             *(svc.ReceiveMessageResponse(message=m) for m in delivered),
         ]
 
-    def _receipt(self, handle: str) -> Any:
+    def _receipt(self, handle: str) -> ExtraInfo:
         """ReceiptHandle.decode and its expiry check (INVALID_RECEIPT_HANDLE for either)."""
-        from protocol.pop import ExtraInfo
 
         if not handle:
             raise ProxyError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is missing")
@@ -482,8 +483,6 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         return info
 
     async def _ack(self, session: ClientSession, group: str, topic: str, handle: str) -> Any:
-        from protocol.pop import real_topic
-
         info = self._receipt(handle)
         addr = await self._broker_addr(topic, info.broker_name)
         ext = {
@@ -497,7 +496,7 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
             session, addr, RemotingCommand.request(RequestCode.ACK_MESSAGE, ext), self._timeout_s()
         )
         if resp.code != ResponseCode.SUCCESS:
-            return convert.broker_status(resp.code, resp.remark)
+            return convert.receipt_status(resp.code, resp.remark)
         return convert.ok_status()
 
     @answers(svc.AckMessageResponse)
@@ -530,8 +529,6 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         invisible_ms = convert.validate_invisible_ms(
             convert.duration_ms(request.invisible_duration), 0, self.config.max_invisible_ms
         )
-        from protocol.pop import ExtraInfo, real_topic
-
         info = self._receipt(request.receipt_handle)
         addr = await self._broker_addr(topic, info.broker_name)
         ext = {
@@ -545,17 +542,10 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         cmd = RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
         resp = await self._invoke(session, addr, cmd, self._timeout_s())
         if resp.code != ResponseCode.SUCCESS:
-            return svc.ChangeInvisibleDurationResponse(status=convert.broker_status(resp.code, resp.remark))
-        new_handle = ExtraInfo(
-            info.queue_offset,
-            int(resp.ext.get("popTime", 0)),
-            int(resp.ext.get("invisibleTime", invisible_ms)),
-            int(resp.ext.get("reviveQid", info.revive_qid)),
-            info.retry,
-            info.broker_name,
-            info.queue_id,
-            info.queue_offset,
-        ).build()
+            return svc.ChangeInvisibleDurationResponse(status=convert.receipt_status(resp.code, resp.remark))
+        new_handle = resp.ext.get("extraInfo")
+        if not isinstance(new_handle, str) or not new_handle:
+            raise ProxyError(Code.INTERNAL_SERVER_ERROR, f"broker {addr} answered without the new receipt")
         return svc.ChangeInvisibleDurationResponse(status=convert.ok_status(), receipt_handle=new_handle)
 
     async def _to_dlq(
@@ -563,8 +553,6 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
     ) -> Any:
         """ProducerProcessor.forwardMessageToDeadLetterQueue: CONSUMER_SEND_MSG_BACK with delay level -1,
         then the ack that ends the pop."""
-        from protocol.pop import real_topic
-
         info = self._receipt(handle)
         ext = {
             "group": group,

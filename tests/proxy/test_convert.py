@@ -3,7 +3,7 @@ ReceiveMessageActivity, GrpcClientSettingsManager, GrpcConverter, SendMessageAct
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 
 import pytest
 
@@ -213,8 +213,8 @@ def test_outgoing_message() -> None:
     m = convert.outgoing_message("T", stored(), Delivery("rh", 30_000, "10.0.0.1:10911"))
     sp = m.system_properties
     assert sp.message_id == "U1"
-    assert sp.body_digest.type == pb.CRC32
-    assert sp.body_digest.checksum == format(zlib.crc32(b"hello"), "08X")
+    assert sp.body_digest.type == pb.MD5
+    assert sp.body_digest.checksum == hashlib.md5(b"hello").hexdigest().upper()
     assert (sp.tag, list(sp.keys)) == ("tagA", ["k1", "k2"])
     assert (sp.queue_id, sp.queue_offset, sp.delivery_attempt) == (2, 7, 1)
     assert sp.receipt_handle == "rh"

@@ -120,6 +120,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Stopping(Exception):
+    """SIGTERM or SIGINT while a simple consumer waits in a receive."""
+
+
+def simple_loop(
+    consumer: Any, consumed: Consumed, events: EventWriter, args: argparse.Namespace, stop: Any
+) -> None:
+    while not stop.is_set():
+        try:
+            messages = consumer.receive(args.batch, args.invisible_s)
+        except Stopping:
+            raise
+        except Exception as exc:  # no message within the long polling, or the proxy went away
+            if "MESSAGE_NOT_FOUND" not in str(exc) and "no new message" not in str(exc):
+                events.emit("log", level="warning", msg=f"receive failed: {exc}")
+                stop.wait(1)
+            continue
+        for message in messages:
+            consumed.process(message)
+            try:
+                consumer.ack(message)
+            except Stopping:
+                raise
+            except Exception as exc:
+                events.emit(
+                    "ack_failed",
+                    group=args.group,
+                    client_id=consumed.client_id,
+                    msg_id=message.message_id,
+                    error=str(exc)[:200],
+                )
+
+
 def run_consumer(args: argparse.Namespace) -> int:
     from rocketmq import (
         ClientConfiguration,
@@ -136,8 +169,14 @@ def run_consumer(args: argparse.Namespace) -> int:
     config = ClientConfiguration(args.endpoints, Credentials())
     subscription = {args.topic: FilterExpression(args.tags)}
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def on_signal(*_: Any) -> None:
+        stop.set()
+        if args.kind == "simple":
+            raise Stopping  # out of a receive's long poll at once
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
 
     class Listener(MessageListener):  # type: ignore[misc]
         def consume(self, message: Any) -> Any:
@@ -162,26 +201,10 @@ def run_consumer(args: argparse.Namespace) -> int:
         while not stop.wait(0.2):
             pass
     else:
-        while not stop.is_set():
-            try:
-                messages = consumer.receive(args.batch, args.invisible_s)
-            except Exception as exc:  # no message within the long polling, or the proxy went away
-                if "MESSAGE_NOT_FOUND" not in str(exc) and "no new message" not in str(exc):
-                    events.emit("log", level="warning", msg=f"receive failed: {exc}")
-                    stop.wait(1)
-                continue
-            for message in messages:
-                consumed.process(message)
-                try:
-                    consumer.ack(message)
-                except Exception as exc:
-                    events.emit(
-                        "ack_failed",
-                        group=args.group,
-                        client_id=consumer.client_id,
-                        msg_id=message.message_id,
-                        error=str(exc)[:200],
-                    )
+        try:
+            simple_loop(consumer, consumed, events, args, stop)
+        except Stopping:
+            pass  # messages received and not acked come back after their invisible time
     consumer.shutdown()
     events.emit("consumer_stopped", group=args.group, client_id=consumed.client_id)
     events.close()

@@ -119,28 +119,33 @@ async function runConsumer(args) {
     }
   });
   if (args.kind === 'simple') {
-    while (!stopping) {
-      let messages = [];
-      try {
-        messages = await consumer.receive(args.batch, args.invisibleS * 1000);
-      } catch (err) {
-        if (!/MESSAGE_NOT_FOUND|no new message/i.test(String(err && err.message))) await sleep(1000);
-        continue;
-      }
-      for (const message of messages) {
-        await process1(message);
+    // Not awaited: a receive is a long poll, and SIGTERM must not wait for it to end.
+    (async () => {
+      while (!stopping) {
+        let messages = [];
         try {
-          await consumer.ack(message);
+          messages = await consumer.receive(args.batch, args.invisibleS * 1000);
         } catch (err) {
-          emit('ack_failed', {
-            group: args.group, client_id: clientId, msg_id: message.messageId,
-            error: String(err && err.message).slice(0, 200),
-          });
+          if (!/MESSAGE_NOT_FOUND|no new message/i.test(String(err && err.message))) await sleep(1000);
+          continue;
+        }
+        for (const message of messages) {
+          if (stopping) return;
+          await process1(message);
+          try {
+            await consumer.ack(message);
+          } catch (err) {
+            emit('ack_failed', {
+              group: args.group, client_id: clientId, msg_id: message.messageId,
+              error: String(err && err.message).slice(0, 200),
+            });
+          }
         }
       }
-    }
+    })();
   }
   await stopped;
+  // The push consumer's own shutdown first waits for its long polls in flight (up to 20 s here).
   await consumer.shutdown();
   emit('consumer_stopped', { group: args.group, client_id: clientId });
   process.exit(0);

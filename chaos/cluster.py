@@ -101,10 +101,11 @@ class LocalCluster:
     def add_proxy(self, node: str = PROXY_NODE) -> Member:
         """rmq-proxy, the gRPC endpoint Apache's RocketMQ 5 clients talk to, over the name server's routes.
 
-        It gets no --time-scale: it only relays the v5 clients' own times (invisible durations, long polls).
+        Its own timers (the 120 s client expiry, the 5 s renewal scan) follow the time scale; the times the
+        v5 clients send (invisible durations, long polls) pass through as they are.
         """
         args = ["--host", "127.0.0.1", "--port", "0", "--namesrv", "{namesrv}"]
-        return self.sup.add(node, "proxy", PROXY_MODULE, args, port=0, time_scaled=False)
+        return self.sup.add(node, "proxy", PROXY_MODULE, args, port=0)
 
     def _namesrv_arg(self, node: str, proxied: bool) -> str:
         if proxied:

@@ -19,7 +19,7 @@ class ProxyServer:
         self.config = config
         self.log = log
         self._server: Any = None
-        self._expiry: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self.port = config.port
         self.service: MessagingService | None = None
 
@@ -40,17 +40,20 @@ class ProxyServer:
         add_servicer(self.service, server)
         await server.start()
         self._server = server
-        self._expiry = asyncio.create_task(self.service.expire_idle())
+        self._tasks = [
+            asyncio.create_task(self.service.expire_idle()),
+            asyncio.create_task(self.service.renew_held()),
+        ]
         self.log.emit("proxy_started", address=self.address, namesrv=self.config.namesrv)
 
     async def wait(self) -> None:
         await self._server.wait_for_termination()
 
     async def stop(self, grace_s: float = 1.0) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry
+                await task
         if self._server is not None:
             await self._server.stop(grace_s)
         if self.service is not None:

@@ -29,6 +29,7 @@ from protocol.runtime import EventLog
 from proxy import convert
 from proxy.config import ProxyConfig
 from proxy.convert import Delivery, ProxyError
+from proxy.renewal import RENEW_PERIOD_MS, HeldReceipt, ReceiptHandles
 from proxy.v5 import Code, MessagingServiceServicer, pb, svc
 
 CLIENT_ID_KEY = "x-mq-client-id"
@@ -55,6 +56,12 @@ class ClientSession:
 
 def _meta(context: Any) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+def _retry_delay_ms(reconsume_times: int) -> int:
+    """The group's retry policy (CustomizedRetryPolicy over the delay levels) for a renewal stopped at 3 h."""
+    delays = convert.RETRY_DELAYS_S
+    return delays[min(max(reconsume_times, 0), len(delays) - 1)] * 1000
 
 
 def answers(response: Any) -> Callable[[Handler], Handler]:
@@ -85,6 +92,9 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         self.log = log
         self.sessions: dict[str, ClientSession] = {}
         self._namesrv = RemotingClient(log=log)
+        self._own = RemotingClient(log=log)  # the proxy's own requests: renewals of held receipts
+        self.handles = ReceiptHandles()
+        self._renewing = asyncio.Lock()  # one scan at a time: a receipt is renewed once per scan
         self._publish: dict[str, TopicPublishInfo] = {}
         self.endpoints = pb.Endpoints(
             scheme=pb.IPv4, addresses=[pb.Address(host=config.host, port=config.port)]
@@ -134,20 +144,25 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         return addr
 
     async def _invoke(
-        self, session: ClientSession, addr: str, cmd: RemotingCommand, timeout_s: float
+        self, remoting: RemotingClient, addr: str, cmd: RemotingCommand, timeout_s: float
     ) -> RemotingCommand:
         try:
-            return await session.remoting.invoke(addr, cmd, timeout_s)
+            return await remoting.invoke(addr, cmd, timeout_s)
         except TimeoutError:
             raise ProxyError(Code.PROXY_TIMEOUT, f"broker {addr} did not answer in time") from None
         except (RemotingError, OSError) as exc:
             raise ProxyError(Code.INTERNAL_SERVER_ERROR, f"broker {addr}: {exc}") from None
 
     async def close(self) -> None:
+        # clearAllHandle: held messages visible again 1 s later (bounded: a broker may be gone)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2 * self._timeout_s()):
+                await self.renew_once(clear_all=True)
         for session in list(self.sessions.values()):
             await session.remoting.close()
         self.sessions.clear()
         await self._namesrv.close()
+        await self._own.close()
 
     async def expire_idle(self) -> None:
         """Drops clients silent for ``client_expire_ms`` (the proxy's channel expiry), every scan."""
@@ -159,6 +174,64 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
                     self.sessions.pop(cid, None)
                     self.log.emit("proxy_client_expired", client_id=cid, group=session.group)
                     await session.remoting.close()
+                    await self.renew_once()
+
+    # -- held receipts (push consumers) ---------------------------------------------------------------
+    def _hold(self, client_id: str, group: str, topic: str, msg_id: str, receipt: str, msg: Message) -> None:
+        try:
+            info = ExtraInfo.parse(receipt)
+        except ValueError:
+            return  # answered as it is; the client's ack will get INVALID_RECEIPT_HANDLE
+        self.handles.add(
+            HeldReceipt(
+                client_id,
+                group,
+                topic,
+                msg_id,
+                receipt,
+                receipt,
+                info.revive_time,
+                info.pop_time,
+                msg.reconsume_times,
+            )
+        )
+
+    async def renew_held(self) -> None:
+        """scheduleRenewTask every RENEW_PERIOD_MS (scaled)."""
+        while True:
+            await asyncio.sleep(self.config.scaled(RENEW_PERIOD_MS))
+            await self.renew_once()
+
+    async def renew_once(self, *, clear_all: bool = False) -> None:
+        async with self._renewing:
+            await self._renew(clear_all)
+
+    async def _renew(self, clear_all: bool) -> None:
+        now = int(time.time() * 1000)
+        online = (lambda _cid, _group: False) if clear_all else (lambda cid, _group: cid in self.sessions)
+        for r in self.handles.due(now, online, _retry_delay_ms):
+            try:
+                status, new_handle = await self._change_invisible(
+                    self._own, r.held.group, r.held.topic, r.held.current, r.invisible_ms
+                )
+            except ProxyError as exc:
+                status, new_handle = exc.status(), ""
+            ok = status.code == Code.OK
+            self.log.emit(
+                "proxy_receipt_renewal",
+                kind=r.kind,
+                client_id=r.held.client_id,
+                group=r.held.group,
+                msg_id=r.held.msg_id,
+                invisible_ms=r.invisible_ms,
+                ok=ok,
+            )
+            if r.kind != "RENEW":
+                continue
+            if ok:
+                self.handles.renewed(r.held, new_handle, now + r.invisible_ms)
+            else:
+                self.handles.renew_failed(r.held, retry=status.code != Code.INVALID_RECEIPT_HANDLE)
 
     # -- route ---------------------------------------------------------------------------------------
     @answers(svc.QueryRouteResponse)
@@ -280,6 +353,7 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
                     )
         await session.remoting.close()
         self.log.emit("proxy_client_terminated", client_id=session.client_id, group=group)
+        await self.renew_once()  # CLIENT_UNREGISTER: its held receipts become visible 1 s later
         return svc.NotifyClientTerminationResponse(status=convert.ok_status())
 
     # -- produce -------------------------------------------------------------------------------------
@@ -433,7 +507,7 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
             "order": False,
         }
         cmd = RemotingCommand.request(RequestCode.POP_MESSAGE, ext)
-        resp = await self._invoke(session, addr, cmd, polling_ms / 1000 + self._timeout_s())
+        resp = await self._invoke(session.remoting, addr, cmd, polling_ms / 1000 + self._timeout_s())
         if resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.NO_MESSAGE, ResponseCode.POLLING_TIMEOUT):
             return [
                 svc.ReceiveMessageResponse(
@@ -457,7 +531,10 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
                 # PopMessageResultFilterImpl: past the client's max attempts the proxy moves it to the DLQ
                 await self._to_dlq(session, addr, group, topic, receipt, msg.msg_id)
                 continue
-            delivered.append(convert.outgoing_message(topic, msg, Delivery(receipt, invisible_ms, addr)))
+            out = convert.outgoing_message(topic, msg, Delivery(receipt, invisible_ms, addr))
+            delivered.append(out)
+            if request.auto_renew:
+                self._hold(session.client_id, group, topic, out.system_properties.message_id, receipt, msg)
         if not delivered:
             return [
                 svc.ReceiveMessageResponse(
@@ -482,7 +559,10 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
             raise ProxyError(Code.INVALID_RECEIPT_HANDLE, "receipt handle has expired")
         return info
 
-    async def _ack(self, session: ClientSession, group: str, topic: str, handle: str) -> Any:
+    async def _ack(self, session: ClientSession, group: str, topic: str, msg_id: str, handle: str) -> Any:
+        held = self.handles.remove(session.client_id, group, msg_id, handle)
+        if held is not None:  # renewed meanwhile: the broker knows the newest receipt only
+            handle = held.current
         info = self._receipt(handle)
         addr = await self._broker_addr(topic, info.broker_name)
         ext = {
@@ -493,7 +573,7 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
             "offset": info.queue_offset,
         }
         resp = await self._invoke(
-            session, addr, RemotingCommand.request(RequestCode.ACK_MESSAGE, ext), self._timeout_s()
+            session.remoting, addr, RemotingCommand.request(RequestCode.ACK_MESSAGE, ext), self._timeout_s()
         )
         if resp.code != ResponseCode.SUCCESS:
             return convert.receipt_status(resp.code, resp.remark)
@@ -508,7 +588,7 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         results = []
         for entry in request.entries:
             try:
-                status = await self._ack(session, group, topic, entry.receipt_handle)
+                status = await self._ack(session, group, topic, entry.message_id, entry.receipt_handle)
             except ProxyError as exc:
                 status = exc.status()
             results.append(
@@ -529,24 +609,37 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         invisible_ms = convert.validate_invisible_ms(
             convert.duration_ms(request.invisible_duration), 0, self.config.max_invisible_ms
         )
-        info = self._receipt(request.receipt_handle)
+        handle = request.receipt_handle
+        held = self.handles.remove(session.client_id, group, request.message_id, handle)
+        if held is not None:  # the client takes the message back from the renewal
+            handle = held.current
+        status, new_handle = await self._change_invisible(
+            session.remoting, group, topic, handle, invisible_ms
+        )
+        return svc.ChangeInvisibleDurationResponse(status=status, receipt_handle=new_handle)
+
+    async def _change_invisible(
+        self, remoting: RemotingClient, group: str, topic: str, handle: str, invisible_ms: int
+    ) -> tuple[Any, str]:
+        """CHANGE_MESSAGE_INVISIBLETIME: the status and the new receipt ("" unless OK)."""
+        info = self._receipt(handle)
         addr = await self._broker_addr(topic, info.broker_name)
         ext = {
             "consumerGroup": group,
             "topic": real_topic(topic, group, info.retry),
             "queueId": info.queue_id,
-            "extraInfo": request.receipt_handle,
+            "extraInfo": handle,
             "offset": info.queue_offset,
             "invisibleTime": invisible_ms,
         }
         cmd = RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
-        resp = await self._invoke(session, addr, cmd, self._timeout_s())
+        resp = await self._invoke(remoting, addr, cmd, self._timeout_s())
         if resp.code != ResponseCode.SUCCESS:
-            return svc.ChangeInvisibleDurationResponse(status=convert.receipt_status(resp.code, resp.remark))
+            return convert.receipt_status(resp.code, resp.remark), ""
         new_handle = resp.ext.get("extraInfo")
         if not isinstance(new_handle, str) or not new_handle:
             raise ProxyError(Code.INTERNAL_SERVER_ERROR, f"broker {addr} answered without the new receipt")
-        return svc.ChangeInvisibleDurationResponse(status=convert.ok_status(), receipt_handle=new_handle)
+        return convert.ok_status(), new_handle
 
     async def _to_dlq(
         self, session: ClientSession, addr: str, group: str, topic: str, handle: str, msg_id: str
@@ -563,18 +656,21 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
             "delayLevel": -1,
             "maxReconsumeTimes": 0,
         }
-        resp = await self._invoke(
-            session, addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext), self._timeout_s()
-        )
+        cmd = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext)
+        resp = await self._invoke(session.remoting, addr, cmd, self._timeout_s())
         if resp.code != ResponseCode.SUCCESS:
             return convert.broker_status(resp.code, resp.remark)
-        return await self._ack(session, group, topic, handle)
+        return await self._ack(session, group, topic, msg_id, handle)
 
     @answers(svc.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
         session, group = self._consumer(context, request.group, request.HasField("group"))
         topic = convert.validate_topic(request.topic, request.HasField("topic"))
-        info = self._receipt(request.receipt_handle)
+        handle = request.receipt_handle
+        held = self.handles.remove(session.client_id, group, request.message_id, handle)
+        if held is not None:
+            handle = held.current
+        info = self._receipt(handle)
         addr = await self._broker_addr(topic, info.broker_name)
-        status = await self._to_dlq(session, addr, group, topic, request.receipt_handle, request.message_id)
+        status = await self._to_dlq(session, addr, group, topic, handle, request.message_id)
         return svc.ForwardMessageToDeadLetterQueueResponse(status=status)

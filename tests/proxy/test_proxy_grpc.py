@@ -4,10 +4,13 @@ bad input gets (missing fields, unknown topics, no client id, no settings)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from kit import wait_until
 from kit.cluster import Cluster
 
 from protocol.codes import RequestCode, ResponseCode
@@ -57,13 +60,13 @@ class Lab:
         return answer
 
 
-@pytest.fixture
-async def lab(tmp_path: Any) -> AsyncIterator[Lab]:
+@contextlib.asynccontextmanager
+async def make_lab(tmp_path: Any, **config: Any) -> AsyncIterator[Lab]:
     cluster = Cluster(str(tmp_path))
     await cluster.start_broker(auto_create_topic=False)
     await cluster.create_topic("T", 4)
     server = ProxyServer(
-        ProxyConfig(namesrv=cluster.namesrv, port=0),
+        ProxyConfig(namesrv=cluster.namesrv, port=0, **config),
         EventLog("proxy", "proxy", str(tmp_path / "proxy.jsonl")),
     )
     await server.start()
@@ -77,6 +80,12 @@ async def lab(tmp_path: Any) -> AsyncIterator[Lab]:
         await channel.close()
         await server.stop()
         await cluster.close()
+
+
+@pytest.fixture
+async def lab(tmp_path: Any) -> AsyncIterator[Lab]:
+    async with make_lab(tmp_path) as out:
+        yield out
 
 
 def consumer_settings(group: str = "G", topic: str = "T", kind: int = pb.SIMPLE_CONSUMER) -> Any:
@@ -191,3 +200,120 @@ async def test_send_errors(lab: Lab) -> None:
     unknown.system_properties.message_id = "ID"
     resp = await lab.stub.SendMessage(svc.SendMessageRequest(messages=[unknown]), metadata=meta)
     assert resp.status.code == Code.TOPIC_NOT_FOUND
+
+
+async def send(lab: Lab, client_id: str, *bodies: str) -> list[str]:
+    ids = []
+    for i, body in enumerate(bodies):
+        m = pb.Message(topic=pb.Resource(name="T"), body=body.encode())
+        m.system_properties.message_id = f"{client_id}-{i}"
+        resp = await lab.stub.SendMessage(svc.SendMessageRequest(messages=[m]), metadata=lab.meta(client_id))
+        assert resp.status.code == Code.OK, resp
+        ids.append(resp.entries[0].message_id)
+    return ids
+
+
+async def receive(
+    lab: Lab, client_id: str, batch: int, *, auto_renew: bool, invisible_s: int = 0
+) -> list[Any]:
+    req = svc.ReceiveMessageRequest(
+        group=pb.Resource(name="G"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="T"), id=-1, broker=pb.Broker(name="broker-a")),
+        batch_size=batch,
+        auto_renew=auto_renew,
+    )
+    req.filter_expression.type = pb.TAG
+    req.filter_expression.expression = "*"
+    req.long_polling_timeout.seconds = 5
+    if invisible_s:
+        req.invisible_duration.seconds = invisible_s
+    out = []
+    async for r in lab.stub.ReceiveMessage(req, metadata=lab.meta(client_id), timeout=15):
+        out.append(r)
+    return out
+
+
+def proxy_events(tmp_path: Any, lab: Lab, event: str) -> list[dict[str, Any]]:
+    lab.server.log.flush()
+    lines = (tmp_path / "proxy.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["event"] == event]
+
+
+async def test_receive_answers_status_messages_then_delivery_time_and_bad_input_gets_statuses(
+    lab: Lab,
+) -> None:
+    await lab.settings(consumer_settings(), "10.0.0.1@7@0@s")
+    ids = await send(lab, "10.0.0.1@7@0@s", "a", "b")
+    got = await receive(lab, "10.0.0.1@7@0@s", 8, auto_renew=False, invisible_s=30)
+    kinds = [r.WhichOneof("content") for r in got]
+    assert kinds == ["status", "message", "message", "delivery_timestamp"]
+    assert got[0].status.code == Code.OK
+    assert sorted(r.message.system_properties.message_id for r in got[1:3]) == sorted(ids)
+    too_short = await receive(lab, "10.0.0.1@7@0@s", 8, auto_renew=False, invisible_s=9)
+    assert too_short[0].status.code == Code.ILLEGAL_INVISIBLE_TIME
+    # a group with no consumer registered on the broker: the broker's refusal as a status
+    req = svc.ReceiveMessageRequest(
+        group=pb.Resource(name="Nobody"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="T"), id=-1),
+        batch_size=1,
+    )
+    req.invisible_duration.seconds = 30
+    [status, _] = [r async for r in lab.stub.ReceiveMessage(req, metadata=lab.meta("x@1"), timeout=10)]
+    assert status.status.code == Code.CONSUMER_GROUP_NOT_FOUND
+    # acks: a malformed receipt, an expired one, one no longer in flight, then a good one
+    msg = got[1].message
+    ack = svc.AckMessageRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="T"))
+    entry = ack.entries.add(message_id=msg.system_properties.message_id, receipt_handle="not a receipt")
+    resp = await lab.stub.AckMessage(ack, metadata=lab.meta("10.0.0.1@7@0@s"))
+    assert resp.status.code == Code.INVALID_RECEIPT_HANDLE and "malformed" in resp.status.message
+    parts = msg.system_properties.receipt_handle.split(" ")
+    expired = " ".join([parts[0], "1000", *parts[2:]])
+    entry.receipt_handle = expired
+    resp = await lab.stub.AckMessage(ack, metadata=lab.meta("10.0.0.1@7@0@s"))
+    assert resp.status.code == Code.INVALID_RECEIPT_HANDLE and "expired" in resp.status.message
+    entry.receipt_handle = msg.system_properties.receipt_handle
+    assert (await lab.stub.AckMessage(ack, metadata=lab.meta("10.0.0.1@7@0@s"))).status.code == Code.OK
+    again = await lab.stub.AckMessage(ack, metadata=lab.meta("10.0.0.1@7@0@s"))
+    assert again.status.code == Code.INVALID_RECEIPT_HANDLE and "not in flight" in again.status.message
+    assert again.entries[0].status.code == Code.INVALID_RECEIPT_HANDLE
+
+
+async def test_push_receipts_are_renewed_acked_by_the_first_receipt_and_cleared_when_the_client_leaves(
+    tmp_path: Any,
+) -> None:
+    # An 11 s invisible time is renewed one second after the pop (10 s ahead), on a 50 ms scan.
+    async with make_lab(tmp_path, default_invisible_ms=11_000, time_scale=0.01) as lab:
+        client = "10.0.0.1@8@0@push"
+        await lab.settings(consumer_settings(kind=pb.PUSH_CONSUMER), client)
+        await send(lab, client, "a", "b")
+        got = await receive(lab, client, 8, auto_renew=True)
+        msgs = [r.message for r in got if r.WhichOneof("content") == "message"]
+        assert len(msgs) == 2
+
+        def renewed() -> set[str]:
+            return {e["msg_id"] for e in proxy_events(tmp_path, lab, "proxy_receipt_renewal") if e["ok"]}
+
+        await wait_until(lambda: len(renewed()) == 2, 10, "both receipts renewed", 0.1)
+        # The client still holds its first receipts; the proxy acks with the renewed one.
+        first = msgs[0]
+        ack = svc.AckMessageRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="T"))
+        ack.entries.add(
+            message_id=first.system_properties.message_id,
+            receipt_handle=first.system_properties.receipt_handle,
+        )
+        assert (await lab.stub.AckMessage(ack, metadata=lab.meta(client))).status.code == Code.OK
+        # Leaving hands the other message back at once (1 s), and another client gets it.
+        bye = svc.NotifyClientTerminationRequest(group=pb.Resource(name="G"))
+        assert (await lab.stub.NotifyClientTermination(bye, metadata=lab.meta(client))).status.code == Code.OK
+        cleared = [
+            e for e in proxy_events(tmp_path, lab, "proxy_receipt_renewal") if e["kind"] == "CLEAR_GROUP"
+        ]
+        assert [(e["msg_id"], e["invisible_ms"], e["ok"]) for e in cleared] == [
+            (msgs[1].system_properties.message_id, 1000, True)
+        ]
+        other = "10.0.0.1@9@0@other"
+        await lab.settings(consumer_settings(), other)
+        again = await receive(lab, other, 8, auto_renew=False, invisible_s=30)
+        back = [r.message for r in again if r.WhichOneof("content") == "message"]
+        assert [m.system_properties.message_id for m in back] == [msgs[1].system_properties.message_id]
+        assert back[0].system_properties.delivery_attempt == 2

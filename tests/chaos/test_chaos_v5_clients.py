@@ -85,7 +85,7 @@ def test_a_missing_v5_environment_names_the_client_line(tmp_path: Path) -> None:
     assert all("scripts/setup_real_clients.sh" in why for why in got.values())
 
 
-def test_v5_consumers_point_at_the_proxy_and_keep_their_own_timers_the_proxy_scales_its_own(tmp_path: Path) -> None:
+def test_v5_consumers_keep_their_own_timers_and_the_proxy_scales_its_own(tmp_path: Path) -> None:
     clients = RealClients(tmp_path / "checkout")
     cluster = LocalCluster(tmp_path / "run", time_scale=0.5)
     try:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ from proxy.v5 import Code, MessagingServiceServicer, pb, svc
 
 CLIENT_ID_KEY = "x-mq-client-id"
 CLIENT_VERSION_KEY = "x-mq-client-version"
+NACK_INVISIBLE_MS = 1000  # ReceiveMessageResponseStreamWriter.NACK_INVISIBLE_TIME
 PROXY_PRODUCER_GROUP = "PROXY_SEND_GROUP"  # the group our SEND_MESSAGE names for v5 producers
 Handler = Callable[..., Awaitable[Any]]
 
@@ -94,6 +95,7 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         self._namesrv = RemotingClient(log=log)
         self._own = RemotingClient(log=log)  # the proxy's own requests: renewals of held receipts
         self.handles = ReceiptHandles()
+        self._background: set[asyncio.Task[None]] = set()  # nacks that outlive their call
         self._renewing = asyncio.Lock()  # one scan at a time: a receipt is renewed once per scan
         self._publish: dict[str, TopicPublishInfo] = {}
         self.endpoints = pb.Endpoints(
@@ -158,6 +160,7 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2 * self._timeout_s()):
                 await self.renew_once(clear_all=True)
+                await asyncio.gather(*self._background, return_exceptions=True)
         for session in list(self.sessions.values()):
             await session.remoting.close()
         self.sessions.clear()
@@ -425,20 +428,70 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
         """ReceiveMessageActivity: one POP_MESSAGE with long polling; the stream carries a status, the
-        messages, then the delivery time."""
+        messages, then the delivery time. The pop outlives a client that goes away: messages that could
+        not be written are handed back 1 s later (processThrowableWhenWriteMessage)."""
+        client_id = _meta(context).get(CLIENT_ID_KEY, "")
+        pop = asyncio.ensure_future(self._receive_answer(request, context))
         try:
-            responses = await self._receive(request, context)
+            responses = await asyncio.shield(pop)
+        except asyncio.CancelledError:
+
+            def popped(t: asyncio.Future[list[Any]]) -> None:
+                if not t.cancelled():
+                    self._spawn(self._nack_unwritten(request, client_id, t.result()))
+
+            pop.add_done_callback(popped)
+            raise
+        written = 0
+        try:
+            for response in responses:
+                yield response
+                written += 1
+            # ReceiveMessageResponseStreamWriter#onComplete: every stream ends with the delivery time,
+            # which the clients' receive-latency metric reads.
+            yield svc.ReceiveMessageResponse(delivery_timestamp=convert.to_timestamp(int(time.time() * 1000)))
+        finally:
+            if written < len(responses):
+                self._spawn(self._nack_unwritten(request, client_id, responses[written:]))
+
+    async def _receive_answer(self, request: Any, context: Any) -> list[Any]:
+        try:
+            return await self._receive(request, context)
         except ProxyError as exc:
-            responses = [svc.ReceiveMessageResponse(status=exc.status())]
+            return [svc.ReceiveMessageResponse(status=exc.status())]
         except Exception as exc:
             self.log.error("call failed", call="ReceiveMessage", error=repr(exc))
             status = pb.Status(code=Code.INTERNAL_SERVER_ERROR, message=repr(exc))
-            responses = [svc.ReceiveMessageResponse(status=status)]
-        for response in responses:
-            yield response
-        # ReceiveMessageResponseStreamWriter#onComplete: every stream ends with the delivery time, which
-        # the clients' receive-latency metric reads.
-        yield svc.ReceiveMessageResponse(delivery_timestamp=convert.to_timestamp(int(time.time() * 1000)))
+            return [svc.ReceiveMessageResponse(status=status)]
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _nack_unwritten(self, request: Any, client_id: str, responses: list[Any]) -> None:
+        """Messages popped for a receive whose client is gone: visible again NACK_INVISIBLE_MS later."""
+        group, topic = request.group.name, request.message_queue.topic.name
+        for r in responses:
+            if r.WhichOneof("content") != "message":
+                continue
+            sp = r.message.system_properties
+            self.handles.remove(client_id, group, sp.message_id, sp.receipt_handle)
+            try:
+                status, _ = await self._change_invisible(
+                    self._own, group, topic, sp.receipt_handle, NACK_INVISIBLE_MS
+                )
+            except ProxyError as exc:
+                status = exc.status()
+            self.log.emit(
+                "proxy_receipt_renewal",
+                kind="NACK_UNWRITTEN",
+                client_id=client_id,
+                group=group,
+                msg_id=sp.message_id,
+                invisible_ms=NACK_INVISIBLE_MS,
+                ok=status.code == Code.OK,
+            )
 
     async def _receive(self, request: Any, context: Any) -> list[Any]:
         session, group = self._consumer(context, request.group, request.HasField("group"))

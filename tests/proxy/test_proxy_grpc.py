@@ -317,3 +317,40 @@ async def test_push_receipts_are_renewed_acked_by_the_first_receipt_and_cleared_
         back = [r.message for r in again if r.WhichOneof("content") == "message"]
         assert [m.system_properties.message_id for m in back] == [msgs[1].system_properties.message_id]
         assert back[0].system_properties.delivery_attempt == 2
+
+
+async def test_messages_popped_for_a_receive_whose_client_left_come_back_after_a_second(
+    tmp_path: Any,
+) -> None:
+    async with make_lab(tmp_path) as lab:
+        gone, other = "10.0.0.1@10@0@gone", "10.0.0.1@11@0@other"
+        await lab.settings(consumer_settings(), gone)
+        req = svc.ReceiveMessageRequest(
+            group=pb.Resource(name="G"),
+            message_queue=pb.MessageQueue(
+                topic=pb.Resource(name="T"), id=-1, broker=pb.Broker(name="broker-a")
+            ),
+            batch_size=4,
+        )
+        req.invisible_duration.seconds = 60
+        req.long_polling_timeout.seconds = 10
+        call = lab.stub.ReceiveMessage(req, metadata=lab.meta(gone), timeout=20)
+        await asyncio.sleep(0.5)  # the pop is held at the broker
+        call.cancel()
+        await asyncio.sleep(0.2)
+        [msg_id] = await send(lab, other, "late")
+
+        def nacked() -> list[dict[str, Any]]:
+            return [
+                e
+                for e in proxy_events(tmp_path, lab, "proxy_receipt_renewal")
+                if e["kind"] == "NACK_UNWRITTEN"
+            ]
+
+        await wait_until(lambda: bool(nacked()), 10, "the unwritten message handed back")
+        assert [(e["msg_id"], e["invisible_ms"], e["ok"]) for e in nacked()] == [(msg_id, 1000, True)]
+        await lab.settings(consumer_settings(), other)
+        got = await receive(lab, other, 4, auto_renew=False, invisible_s=30)
+        back = [r.message for r in got if r.WhichOneof("content") == "message"]
+        assert [m.system_properties.message_id for m in back] == [msg_id]
+        assert back[0].system_properties.delivery_attempt == 2

@@ -95,6 +95,7 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         self._namesrv = RemotingClient(log=log)
         self._own = RemotingClient(log=log)  # the proxy's own requests: renewals of held receipts
         self.handles = ReceiptHandles()
+        self._assigned: dict[tuple[str, str, str], list[str]] = {}  # last QueryAssignment answer
         self._background: set[asyncio.Task[None]] = set()  # nacks that outlive their call
         self._renewing = asyncio.Lock()  # one scan at a time: a receipt is renewed once per scan
         self._publish: dict[str, TopicPublishInfo] = {}
@@ -249,9 +250,25 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         """RouteActivity#queryAssignment: from the route, one "any queue" assignment per broker (the
         proxy's consumers pop, so the brokers' own QUERY_ASSIGNMENT is not asked)."""
         topic = convert.validate_topic(request.topic, request.HasField("topic"))
-        convert.validate_group(request.group, request.HasField("group"))
+        group = convert.validate_group(request.group, request.HasField("group"))
         route = await self._route(topic)
         found = convert.assignments(route, topic, self.endpoints)
+        # EVENTS.md's `assignment`, for the client: what it pops from, written when the answer changes.
+        client_id = _meta(context).get(CLIENT_ID_KEY, "")
+        pop = sorted(f"{a.message_queue.broker.name}:{a.message_queue.id}" for a in found)
+        key = (client_id, group, topic)
+        if self._assigned.get(key) != pop:
+            self.log.emit(
+                "assignment",
+                group=group,
+                client_id=client_id,
+                topic=topic,
+                strategy="PROXY",
+                pull=[],
+                pop=pop,
+                changed=key in self._assigned,
+            )
+            self._assigned[key] = pop
         return svc.QueryAssignmentResponse(status=convert.ok_status(), assignments=found)
 
     # -- client --------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,6 +127,11 @@ async def test_query_assignment_is_any_queue_of_each_broker(lab: Lab) -> None:
     resp = await lab.stub.QueryAssignment(req, metadata=lab.meta())
     assert resp.status.code == Code.OK
     assert [(a.message_queue.broker.name, a.message_queue.id) for a in resp.assignments] == [("broker-a", -1)]
+    await lab.stub.QueryAssignment(req, metadata=lab.meta())
+    written = proxy_events(lab, "assignment")
+    assert [(e["group"], e["topic"], e["pop"], e["pull"], e["changed"]) for e in written] == [
+        ("G", "T", ["broker-a:-1"], [], False)
+    ]
 
 
 async def test_calls_without_client_id_or_settings(lab: Lab) -> None:
@@ -233,9 +239,9 @@ async def receive(
     return out
 
 
-def proxy_events(tmp_path: Any, lab: Lab, event: str) -> list[dict[str, Any]]:
+def proxy_events(lab: Lab, event: str) -> list[dict[str, Any]]:
     lab.server.log.flush()
-    lines = (tmp_path / "proxy.jsonl").read_text().splitlines()
+    lines = Path(lab.server.log.path or "").read_text().splitlines()
     return [e for e in map(json.loads, lines) if e["event"] == event]
 
 
@@ -291,7 +297,7 @@ async def test_push_receipts_are_renewed_acked_by_the_first_receipt_and_cleared_
         assert len(msgs) == 2
 
         def renewed() -> set[str]:
-            return {e["msg_id"] for e in proxy_events(tmp_path, lab, "proxy_receipt_renewal") if e["ok"]}
+            return {e["msg_id"] for e in proxy_events(lab, "proxy_receipt_renewal") if e["ok"]}
 
         await wait_until(lambda: len(renewed()) == 2, 10, "both receipts renewed", 0.1)
         # The client still holds its first receipts; the proxy acks with the renewed one.
@@ -305,9 +311,7 @@ async def test_push_receipts_are_renewed_acked_by_the_first_receipt_and_cleared_
         # Leaving hands the other message back at once (1 s), and another client gets it.
         bye = svc.NotifyClientTerminationRequest(group=pb.Resource(name="G"))
         assert (await lab.stub.NotifyClientTermination(bye, metadata=lab.meta(client))).status.code == Code.OK
-        cleared = [
-            e for e in proxy_events(tmp_path, lab, "proxy_receipt_renewal") if e["kind"] == "CLEAR_GROUP"
-        ]
+        cleared = [e for e in proxy_events(lab, "proxy_receipt_renewal") if e["kind"] == "CLEAR_GROUP"]
         assert [(e["msg_id"], e["invisible_ms"], e["ok"]) for e in cleared] == [
             (msgs[1].system_properties.message_id, 1000, True)
         ]
@@ -341,11 +345,7 @@ async def test_messages_popped_for_a_receive_whose_client_left_come_back_after_a
         [msg_id] = await send(lab, other, "late")
 
         def nacked() -> list[dict[str, Any]]:
-            return [
-                e
-                for e in proxy_events(tmp_path, lab, "proxy_receipt_renewal")
-                if e["kind"] == "NACK_UNWRITTEN"
-            ]
+            return [e for e in proxy_events(lab, "proxy_receipt_renewal") if e["kind"] == "NACK_UNWRITTEN"]
 
         await wait_until(lambda: bool(nacked()), 10, "the unwritten message handed back")
         assert [(e["msg_id"], e["invisible_ms"], e["ok"]) for e in nacked()] == [(msg_id, 1000, True)]

@@ -28,6 +28,7 @@ class ProxyConfig:
     max_long_polling_ms: int = convert.MAX_LONG_POLLING_MS
     client_expire_ms: int = 120_000  # channelExpiredTimeout: a client silent this long is dropped
     scan_interval_ms: int = 10_000
+    route_refresh_ms: int = 20_000  # topicRouteServiceCacheRefreshSeconds
 
     def scaled(self, ms: int) -> float:
         """A proxy timer in seconds, after the time scale."""

@@ -95,6 +95,8 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         self._namesrv = RemotingClient(log=log)
         self._own = RemotingClient(log=log)  # the proxy's own requests: renewals of held receipts
         self.handles = ReceiptHandles()
+        self._routes: dict[str, tuple[TopicRouteData, int]] = {}  # topic -> (route, fetched at, monotonic)
+        self._refreshing: set[str] = set()
         self._assigned: dict[tuple[str, str, str], list[str]] = {}  # last QueryAssignment answer
         self._background: set[asyncio.Task[None]] = set()  # nacks that outlive their call
         self._renewing = asyncio.Lock()  # one scan at a time: a receipt is renewed once per scan
@@ -124,6 +126,31 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         return session
 
     async def _route(self, topic: str) -> TopicRouteData:
+        """TopicRouteService's cache: a known topic's route is answered from memory and refreshed in the
+        background once it is older than ``route_refresh_ms``; an unknown topic is asked every time."""
+        cached = self._routes.get(topic)
+        if cached is None:
+            route = await self._fetch_route(topic)
+            self._routes[topic] = (route, self._now_ms())
+            return route
+        route, fetched_ms = cached
+        stale = self._now_ms() - fetched_ms >= self.config.scaled(self.config.route_refresh_ms) * 1000
+        if stale and topic not in self._refreshing:
+            self._refreshing.add(topic)
+            self._spawn(self._refresh_route(topic))
+        return route
+
+    async def _refresh_route(self, topic: str) -> None:
+        try:
+            self._routes[topic] = (await self._fetch_route(topic), self._now_ms())
+        except ProxyError as exc:
+            if exc.code == Code.TOPIC_NOT_FOUND:
+                self._routes.pop(topic, None)
+            # otherwise the name server is away: keep the last route, try again on the next call
+        finally:
+            self._refreshing.discard(topic)
+
+    async def _fetch_route(self, topic: str) -> TopicRouteData:
         try:
             route = await MQClientAPI(self._namesrv).get_topic_route(
                 self.config.namesrv, topic, self._timeout_s()

@@ -354,3 +354,26 @@ async def test_messages_popped_for_a_receive_whose_client_left_come_back_after_a
         back = [r.message for r in got if r.WhichOneof("content") == "message"]
         assert [m.system_properties.message_id for m in back] == [msg_id]
         assert back[0].system_properties.delivery_attempt == 2
+
+
+async def test_routes_are_cached_and_refreshed_in_the_background(tmp_path: Any) -> None:
+    async with make_lab(tmp_path, time_scale=0.01) as lab:  # refreshed after 0.2 s
+        req = svc.QueryRouteRequest(topic=pb.Resource(name="T"))
+        assert len((await lab.stub.QueryRoute(req, metadata=lab.meta())).message_queues) == 4
+        resp = await lab.broker_call(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": "T", "readQueueNums": 8, "writeQueueNums": 8, "perm": 6},
+        )
+        assert resp.code == ResponseCode.SUCCESS
+        assert len((await lab.stub.QueryRoute(req, metadata=lab.meta())).message_queues) == 4  # cached
+        await asyncio.sleep(0.3)
+        await lab.stub.QueryRoute(req, metadata=lab.meta())  # stale: answered, and refreshed behind it
+        counts: list[int] = []
+
+        async def count() -> None:
+            counts.append(len((await lab.stub.QueryRoute(req, metadata=lab.meta())).message_queues))
+
+        async with asyncio.timeout(5):
+            while not counts or counts[-1] != 8:
+                await count()
+                await asyncio.sleep(0.05)

@@ -265,11 +265,18 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
                 self.handles.renew_failed(r.held, retry=status.code != Code.INVALID_RECEIPT_HANDLE)
 
     # -- route ---------------------------------------------------------------------------------------
+    def _endpoints_of(self, request: Any) -> Any:
+        """RouteActivity answers every broker with the endpoints the client reached the proxy by (they
+        come with the request); the proxy's own listening address when a request has none."""
+        if request.HasField("endpoints") and request.endpoints.addresses:
+            return request.endpoints
+        return self.endpoints
+
     @answers(svc.QueryRouteResponse)
     async def QueryRoute(self, request: Any, context: Any) -> Any:
         topic = convert.validate_topic(request.topic, request.HasField("topic"))
         route = await self._route(topic)
-        queues = convert.route_message_queues(route, topic, self.endpoints)
+        queues = convert.route_message_queues(route, topic, self._endpoints_of(request))
         return svc.QueryRouteResponse(status=convert.ok_status(), message_queues=queues)
 
     @answers(svc.QueryAssignmentResponse)
@@ -279,7 +286,7 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
         topic = convert.validate_topic(request.topic, request.HasField("topic"))
         group = convert.validate_group(request.group, request.HasField("group"))
         route = await self._route(topic)
-        found = convert.assignments(route, topic, self.endpoints)
+        found = convert.assignments(route, topic, self._endpoints_of(request))
         # EVENTS.md's `assignment`, for the client: what it pops from, written when the answer changes.
         client_id = _meta(context).get(CLIENT_ID_KEY, "")
         pop = sorted(f"{a.message_queue.broker.name}:{a.message_queue.id}" for a in found)

@@ -107,6 +107,11 @@ async def test_query_route_points_every_broker_at_the_proxy(lab: Lab) -> None:
     ]
     addr = resp.message_queues[0].broker.endpoints.addresses[0]
     assert f"{addr.host}:{addr.port}" == lab.server.address
+    # the endpoints the client came by, when it names them (a proxy behind another address)
+    named = pb.Endpoints(scheme=pb.DOMAIN_NAME, addresses=[pb.Address(host="proxy.example", port=9)])
+    req = svc.QueryRouteRequest(topic=pb.Resource(name="T"), endpoints=named)
+    resp = await lab.stub.QueryRoute(req, metadata=lab.meta())
+    assert all(q.broker.endpoints == named for q in resp.message_queues)
 
 
 async def test_route_errors(lab: Lab) -> None:

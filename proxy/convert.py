@@ -37,6 +37,21 @@ ILLEGAL_POLLING_TIME_CLIENT_VERSION = "5.0.3"
 
 _NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_LENGTH = 127
+# TopicValidator's system topics (with every topic starting rmq_sys_), which clients may not use
+SYSTEM_TOPICS = frozenset(
+    {
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "BenchmarkTest",
+        "OFFSET_MOVED_EVENT",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "CHECKPOINT_TOPIC",
+    }
+)
 GROUP_MAX_LENGTH = 255
 # Properties the broker or the proxy own: they travel as system properties, never as user properties.
 SYSTEM_PROPERTY_KEYS = frozenset(
@@ -87,7 +102,7 @@ def validate_topic(resource: Any, has: bool = True) -> str:
         raise ProxyError(Code.ILLEGAL_TOPIC, f"topic name is longer than {TOPIC_MAX_LENGTH} characters")
     if not _NAME_RE.match(name):
         raise ProxyError(Code.ILLEGAL_TOPIC, f"topic name {name!r} has characters outside [%|a-zA-Z0-9_-]")
-    if name.startswith(("%RETRY%", "%DLQ%", "rmq_sys_")):
+    if name.startswith("rmq_sys_") or name in SYSTEM_TOPICS:
         raise ProxyError(Code.ILLEGAL_TOPIC, f"topic {name!r} is a system topic")
     return str(name)
 

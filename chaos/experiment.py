@@ -1075,7 +1075,7 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
             hangable = [
                 c
                 for c in candidates(n.target, n.group, nodes)
-                if nodes[c].role == "consumer" and nodes[c].client in (None, "python")
+                if nodes[c].role == "consumer" and nodes[c].client in (None, "python", *V5_CLIENTS)
             ]
             if (
                 roles != {"consumer"}
@@ -1083,7 +1083,9 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
                 or len(hangable) != len(candidates(n.target, n.group, nodes))
             ):
                 err(
-                    "target", f"{n.action!r} hangs the listener of the lab's own consumers: target those only"
+                    "target",
+                    f"{n.action!r} hangs the listener of the lab's own consumers and of the v5 clients' "
+                    "drivers: target those only",
                 )
         if n.action in BROKER_ACTIONS and roles != {"broker"}:
             err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")

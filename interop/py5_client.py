@@ -5,7 +5,8 @@ scripts/setup_real_clients.sh); it needs nothing from the project. It talks gRPC
 
 ``consumer`` joins a group as a push consumer (``--kind push``, the default) or a simple consumer
 (``--kind simple``: receive, process, ack), and writes EVENTS.md lines: ``consumer_started``,
-``message_consumed`` (``mode`` CONCURRENTLY) when the listener returned success, ``consumer_stopped``.
+``message_consumed`` (``mode`` CONCURRENTLY) when the listener returned success, ``consumer_stopped``;
+SIGUSR1 hangs the listener and SIGUSR2 releases it (``listener_hung`` / ``listener_released``).
 The queue a message came from is read from its receipt handle (broker name, queue id, queue offset); a
 message revived into the pop retry topic names that topic. ``producer`` sends ``--count`` messages and
 prints one JSON line per acknowledged send (the proxy, the producer the broker sees, writes their
@@ -66,15 +67,29 @@ def queue_of(receipt: str, topic: str, group: str) -> tuple[str, str, int, int]:
 
 
 class Consumed:
-    """Writes ``message_consumed`` for one processed message."""
+    """Writes ``message_consumed`` for one processed message. The lab's hung-listener fault: SIGUSR1 makes
+    every listener call block (the process lives and heartbeats), SIGUSR2 lets them return."""
 
     def __init__(self, events: EventWriter, group: str, consume_ms: int) -> None:
         self.events = events
         self.group = group
         self.consume_ms = consume_ms
         self.client_id = ""
+        self.open = threading.Event()
+        self.open.set()
+
+    def hang(self, *_: Any) -> None:
+        if self.open.is_set():
+            self.open.clear()
+            self.events.emit("listener_hung", group=self.group)
+
+    def release(self, *_: Any) -> None:
+        if not self.open.is_set():
+            self.open.set()
+            self.events.emit("listener_released", group=self.group)
 
     def process(self, message: Any) -> None:
+        self.open.wait()
         started = now_ms()
         if self.consume_ms > 0:
             time.sleep(self.consume_ms / 1000)
@@ -177,6 +192,8 @@ def run_consumer(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGUSR1, consumed.hang)
+    signal.signal(signal.SIGUSR2, consumed.release)
 
     class Listener(MessageListener):  # type: ignore[misc]
         def consume(self, message: Any) -> Any:

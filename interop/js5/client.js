@@ -5,7 +5,8 @@
 // message_consumed (mode CONCURRENTLY) when the listener returned success, consumer_stopped. The queue a
 // message came from is read from its receipt handle (broker name, queue id, queue offset); a message
 // revived into the pop retry topic names that topic. "producer" sends --count messages and prints one
-// JSON line per acknowledged send (the proxy writes their message_sent events).
+// JSON line per acknowledged send (the proxy writes their message_sent events). SIGUSR1 hangs a
+// consumer's listener and SIGUSR2 releases it (listener_hung / listener_released).
 // Prints "READY <client id>" once started; SIGTERM closes it gracefully.
 //
 //   node interop/js5/client.js consumer --endpoints HOST:PORT --group G --topic T [--kind push|simple]
@@ -79,7 +80,22 @@ const quietLogger = { info() {}, warn() {}, error() {}, debug() {} };
 async function runConsumer(args) {
   const emit = eventWriter(args.node || `js5-${process.pid}`, args.logFile);
   let clientId = '';
+  // The lab's hung-listener fault: SIGUSR1 blocks every listener call, SIGUSR2 lets them return.
+  let hung = null;
+  let release = () => {};
+  process.on('SIGUSR1', () => {
+    if (hung) return;
+    hung = new Promise(resolve => { release = resolve; });
+    emit('listener_hung', { group: args.group });
+  });
+  process.on('SIGUSR2', () => {
+    if (!hung) return;
+    hung = null;
+    release();
+    emit('listener_released', { group: args.group });
+  });
   const process1 = async message => {
+    while (hung) await hung;
     const started = Date.now();
     if (args.consumeMs > 0) await sleep(args.consumeMs);
     const q = queueOf(message.receiptHandle, message.topic, args.group);

@@ -130,3 +130,11 @@ def test_the_js5_driver_runs_with_node(tmp_path: Path) -> None:
         str(tmp_path / "interop" / "js5" / "client.js"),
         "consumer",
     ]
+
+
+def test_the_hung_listener_nemesis_may_target_v5_consumers() -> None:
+    hang = V5 + '\n[[nemesis]]\naction = "hang"\ntarget = "consumer-3"\nat = 10\nfor = 20\n'
+    assert [n.action for n in ex.parse(hang).nemeses] == ["kill", "hang"]
+    cpp = hang.replace('client = "js5"', 'client = "cpp"')
+    [(line, msg)] = problems(cpp)
+    assert "hangs the listener" in msg and line == line_of(cpp, 'target = "consumer-3"')

@@ -8,6 +8,7 @@ at a quarter time, so its revive scan and its 120 s channel expiry (30 s here) s
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,33 @@ def test_killed_consumers_in_flight_messages_come_back_after_the_invisible_time(
         assert got[0]["ts_ms"] >= popped_ms + invisible_s * 1000
     revived = [e for e in lab.events("broker-a", "message_revived") if e["group"] == group]
     assert len(revived) >= len(held)
+
+
+@needs_v5
+def test_a_hung_v5_listener_holds_what_it_popped_until_released(lab: Lab) -> None:
+    topic = "TH"
+    lab.start_broker([topic], 4, *BROKER_OPTS)
+    lab.start_proxy()
+    procs = {c: lab.v5_consumer(c, f"{c}-hung", f"G-{c}", topic, "--kind", "push") for c in ("py5", "js5")}
+    ids = {c: p.wait_ready(60) for c, p in procs.items()}
+    for c, cid in ids.items():
+        wait_for(f"{c} registered", lambda c=c, cid=cid: cid in registered(lab, f"G-{c}"), 30, lab)
+        procs[c].signal(signal.SIGUSR1)
+        wait_for(f"{c} hung", lambda c=c: lab.events(f"{c}-hung", "listener_hung"), 10, lab)
+    producer = lab.v5_producer("py5", "producer", topic, 4, "h")
+    assert producer.popen.wait(60) == 0, producer.out_path.read_text()[-2000:]
+    sent = {e["msg_id"] for e in lab.events("proxy", "message_sent")}
+
+    def popped(group: str) -> int:
+        return sum(1 for e in lab.events("broker-a", "message_popped") if e["group"] == group)
+
+    for c in procs:
+        wait_for(f"{c} popped everything", lambda c=c: popped(f"G-{c}") >= 4, 60, lab)
+    time.sleep(1)
+    assert not lab.events(event="message_consumed")  # popped, in the hung listeners' hands
+    for c, p in procs.items():
+        p.signal(signal.SIGUSR2)
+        wait_for(f"{c} consumed all", lambda c=c: set(consumed(lab, f"G-{c}")) >= sent, 30, lab)
+        assert lab.events(f"{c}-hung", "listener_released")
+    for p in procs.values():
+        p.kill()

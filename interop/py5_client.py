@@ -130,8 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--count", type=int, default=10)
     pr.add_argument("--prefix", default="py5")
     pr.add_argument("--tag", default=None)
-    pr.add_argument("--node", default=None)
-    pr.add_argument("--log-file", default=None, help="unused: the proxy writes message_sent")
     return p
 
 

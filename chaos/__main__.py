@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from chaos.experiment import CLIENT_NAMES, Experiment, ExperimentError, load, parse
+from chaos.experiment import CLIENT_NAMES, V5_CLIENTS, Experiment, ExperimentError, load, parse
 from chaos.handdriven import add_commands
 from chaos.realclients import check_environment
 
@@ -80,12 +80,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for c in exp.consumers:
         kind = "orderly" if c.orderly else "concurrent"
         joins = f", joining at {c.start:g}s" if c.start > 0 else ""
+        balance = "POP through rmq-proxy" if c.client in V5_CLIENTS else c.strategy
         print(
-            f"  group {c.group}: {c.count} x {kind} on {c.topic}, {c.strategy}, consume {c.consume_ms} ms, "
+            f"  group {c.group}: {c.count} x {kind} on {c.topic}, {balance}, consume {c.consume_ms} ms, "
             f"{CLIENT_NAMES[c.client]} ({', '.join(c.nodes)}){joins}"
         )
-    if exp.real_clients():
+    if exp.real_clients() - set(V5_CLIENTS):
         print("  real clients keep RocketMQ's own timers; the servers open their native ports for them")
+    if exp.real_clients() & set(V5_CLIENTS):
+        print("  RocketMQ 5 clients keep their own timers; rmq-proxy serves them gRPC over the brokers")
     if exp.broker_flags():
         print(f"  broker flags: {' '.join(exp.broker_flags())}")
     steps = exp.schedule()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.admin import AdminClient
-from chaos.experiment import NETWORK_ACTIONS
+from chaos.experiment import NETWORK_ACTIONS, V5_CLIENTS
 from chaos.proxy import ClientLinks
 from chaos.realclients import RealClients
 from chaos.supervisor import EventSink, Member, Supervisor
@@ -24,6 +24,8 @@ NAMESRV_MODULE = "broker.namesrv_main"
 BROKER_MODULE = "broker"
 CONSUMER_MODULE = "client.consumer_main"
 PRODUCER_MODULE = "client.producer_main"
+PROXY_MODULE = "proxy"
+PROXY_NODE = "proxy"
 
 
 class LocalCluster:
@@ -96,6 +98,15 @@ class LocalCluster:
         args += flags or []
         return self.sup.add(name, "broker", BROKER_MODULE, args, port=0)
 
+    def add_proxy(self, node: str = PROXY_NODE) -> Member:
+        """rmq-proxy, the gRPC endpoint Apache's RocketMQ 5 clients talk to, over the name server's routes.
+
+        Its own timers (the 120 s client expiry, the 5 s renewal scan) follow the time scale; the times the
+        v5 clients send (invisible durations, long polls) pass through as they are.
+        """
+        args = ["--host", "127.0.0.1", "--port", "0", "--namesrv", "{namesrv}"]
+        return self.sup.add(node, "proxy", PROXY_MODULE, args, port=0)
+
     def _namesrv_arg(self, node: str, proxied: bool) -> str:
         if proxied:
             self._proxied.add(node)
@@ -141,13 +152,17 @@ class LocalCluster:
         consume_ms: int = 0,
         clients: RealClients | None = None,
     ) -> Member:
-        """A real RocketMQ client (``cpp`` or ``js``) through its driver, pointed at the native name server.
+        """A real RocketMQ client through its driver: ``cpp`` or ``js`` pointed at the native name server,
+        ``py5`` or ``js5`` (push consumers) at rmq-proxy (``add_proxy``).
 
         It gets no --time-scale: real clients keep RocketMQ's own timers.
         """
         clients = clients or RealClients()
-        args = ["--namesrv", "{namesrv_native}", "--group", group, "--topic", topic]
-        args += ["--broker-addrs", "{broker_addrs}"]
+        if client in V5_CLIENTS:
+            args = ["--endpoints", "{proxy}", "--group", group, "--topic", topic, "--kind", "push"]
+        else:
+            args = ["--namesrv", "{namesrv_native}", "--group", group, "--topic", topic]
+            args += ["--broker-addrs", "{broker_addrs}"]
         if consume_ms:
             args += ["--consume-ms", str(consume_ms)]
         if orderly:
@@ -198,6 +213,8 @@ class LocalCluster:
                 if m.native_address:
                     self.namesrv_native = m.native_address
                     self.sup.vars["namesrv_native"] = m.native_address
+            elif m.role == "proxy":
+                self.sup.vars["proxy"] = m.address or ""
             elif m.role == "broker":
                 self.brokers[n] = m.address or ""
                 if m.native_address:

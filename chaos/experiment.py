@@ -10,10 +10,11 @@ time: the lab runs them ``time_scale`` times faster on the wall clock, like ever
 emulator, so changing the scale keeps an experiment's meaning. Load figures are wall-clock:
 ``rate`` (messages per second) and ``consume_ms`` (the consumer's work per message).
 
-A ``[[consumers]]`` table may name a real RocketMQ client (``client = "cpp"`` or ``"js"``) instead of
-ours. Real clients keep RocketMQ's own timers whatever the time scale (30 s heartbeats, 10-20 s
-rebalances, 20 s lock renewals), so experiments with them must not run the broker so fast that it
-expires their channels or locks: see ``REAL_CLIENT_MIN_TIME_SCALE``.
+A ``[[consumers]]`` table may name a real RocketMQ client (``client = "cpp"`` or ``"js"``, or Apache's
+RocketMQ 5 push consumers ``"py5"`` and ``"js5"``, which pop through ``rmq-proxy``) instead of ours.
+Real clients keep RocketMQ's own timers whatever the time scale (30 s heartbeats, 10-20 s rebalances,
+20 s lock renewals), so experiments with them must not run the broker so fast that it expires their
+channels or locks: see ``REAL_CLIENT_MIN_TIME_SCALE``.
 """
 
 from __future__ import annotations
@@ -47,12 +48,16 @@ CONSUME_FROM = ("first", "last", "timestamp")
 # clientRebalance = false) in PULL mode (queues by the strategy) or POP mode (messages, not queues).
 ASSIGNMENTS = ("client", "server-pull", "server-pop")
 # Which client a consumer node runs: ours, or a real RocketMQ client through its driver in interop/.
-CLIENTS = ("python", "cpp", "js")
-REAL_CLIENTS = ("cpp", "js")
+CLIENTS = ("python", "cpp", "js", "py5", "js5")
+REAL_CLIENTS = ("cpp", "js", "py5", "js5")
+# Apache's RocketMQ 5 clients: gRPC to rmq-proxy, which pops from the brokers (no client-side rebalance).
+V5_CLIENTS = ("py5", "js5")
 CLIENT_NAMES = {
     "python": "the lab's Python client",
     "cpp": "Apache's C++ client 2.1.0",
     "js": "ali-ons 3.12.0 (JS)",
+    "py5": "Apache's RocketMQ 5 Python client 5.1.2",
+    "js5": "Apache's RocketMQ 5 Node.js client 1.0.8",
 }
 # The broker scales its channel expiry (120 s) and its queue-lock lifetime (60 s) with the time scale,
 # but a real client still heartbeats every 30 s and an orderly one renews its locks every 20 s. At 0.5
@@ -930,10 +935,15 @@ def _check_real_client(c: _Table, client: str) -> None:
     name = CLIENT_NAMES[client]
     if client == "js" and c.data.get("orderly") is True:
         c.err("orderly", f"{name} consumes concurrently only: remove 'orderly' or use client \"cpp\"")
+    if client in V5_CLIENTS:
+        if c.data.get("orderly") is True:
+            c.err("orderly", f"the lab runs {name} as a concurrent push consumer (FIFO is not emulated)")
+        if "strategy" in c.data:
+            c.err("strategy", f"{name} has no allocation strategy: the broker hands out messages (POP)")
+    elif c.data.get("strategy", "AVG") in KNOWN_STRATEGIES and c.data.get("strategy", "AVG") != "AVG":
+        c.err("strategy", f'{name} allocates averagely only: use strategy "AVG" or leave it out')
     if c.data.get("broadcast") is True:
         c.err("broadcast", f"the lab runs {name} in clustering mode only: remove 'broadcast'")
-    if c.data.get("strategy", "AVG") in KNOWN_STRATEGIES and c.data.get("strategy", "AVG") != "AVG":
-        c.err("strategy", f'{name} allocates averagely only: use strategy "AVG" or leave it out')
     if "consume_from" in c.data:
         c.err(
             "consume_from",
@@ -1107,7 +1117,7 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
             hangable = [
                 c
                 for c in candidates(n.target, n.group, nodes)
-                if nodes[c].role == "consumer" and nodes[c].client in (None, "python")
+                if nodes[c].role == "consumer" and nodes[c].client in (None, "python", *V5_CLIENTS)
             ]
             if (
                 roles != {"consumer"}
@@ -1115,7 +1125,9 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
                 or len(hangable) != len(candidates(n.target, n.group, nodes))
             ):
                 err(
-                    "target", f"{n.action!r} hangs the listener of the lab's own consumers: target those only"
+                    "target",
+                    f"{n.action!r} hangs the listener of the lab's own consumers and of the v5 clients' "
+                    "drivers: target those only",
                 )
         if n.action in BROKER_ACTIONS and roles != {"broker"}:
             err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")

@@ -2,9 +2,10 @@
 
 The drivers in ``interop/`` write the same events as our consumer (EVENTS.md) and print ``READY <client
 id>``, so the supervisor runs them like any member: only the program differs. Apache's C++ client runs
-with the interpreter of ``.venv-real`` and ali-ons with ``node`` from ``interop/js/node_modules``;
-``scripts/setup_real_clients.sh`` makes both. Real clients ignore the lab's time scale: they keep
-RocketMQ's own timers.
+with the interpreter of ``.venv-real``, ali-ons with ``node`` from ``interop/js/node_modules``, Apache's
+RocketMQ 5 Python client with ``.venv-v5`` and its Node.js client from ``interop/js5/node_modules``
+(those two talk gRPC to ``rmq-proxy``); ``scripts/setup_real_clients.sh`` makes all four. Real clients
+ignore the lab's time scale: they keep RocketMQ's own timers.
 """
 
 from __future__ import annotations
@@ -35,8 +36,21 @@ class RealClients:
     def js_dir(self) -> Path:
         return self.root / "interop" / "js"
 
+    @property
+    def v5_python(self) -> Path:
+        return self.root / ".venv-v5" / "bin" / "python"
+
+    @property
+    def js5_dir(self) -> Path:
+        return self.root / "interop" / "js5"
+
     def driver(self, kind: str) -> Path:
-        return {"cpp": self.root / "interop" / "cpp_consumer.py", "js": self.js_dir / "consumer.js"}[kind]
+        return {
+            "cpp": self.root / "interop" / "cpp_consumer.py",
+            "js": self.js_dir / "consumer.js",
+            "py5": self.root / "interop" / "py5_client.py",
+            "js5": self.js5_dir / "client.js",
+        }[kind]
 
     def missing(self, kind: str) -> str | None:
         """Why ``kind`` cannot run here, or None when it can."""
@@ -45,6 +59,8 @@ class RealClients:
         driver = self.driver(kind)
         if not driver.is_file():
             return f"{name}: its driver {driver.relative_to(self.root)} is missing ({fix})"
+        if kind == "py5":
+            return self._v5_python_missing(name, fix)
         if kind == "cpp":
             if not self.python.exists():
                 return f"{name}: no .venv-real with the client ({fix} to install it)"
@@ -61,18 +77,46 @@ class RealClients:
             return None
         if shutil.which("node") is None:
             return f"{name}: node is not installed (install Node.js 18 or newer, then {fix})"
+        if kind == "js5":
+            if not (self.js5_dir / "node_modules" / "rocketmq-client-nodejs").is_dir():
+                return f"{name}: no interop/js5/node_modules/rocketmq-client-nodejs ({fix} to install it)"
+            return self._proxy_missing(name)
         if not (self.js_dir / "node_modules" / "ali-ons").is_dir():
             return f"{name}: no interop/js/node_modules/ali-ons ({fix} to install it)"
+        return None
+
+    def _v5_python_missing(self, name: str, fix: str) -> str | None:
+        if not self.v5_python.exists():
+            return f"{name}: no .venv-v5 with the client ({fix} to install it)"
+        try:
+            probe = subprocess.run(
+                [str(self.v5_python), "-c", "import rocketmq.v5.consumer"], capture_output=True, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"{name}: .venv-v5/bin/python does not run ({e}); {fix}"
+        if probe.returncode:
+            return f"{name}: .venv-v5 cannot load the client (re{fix})"
+        return self._proxy_missing(name)
+
+    @staticmethod
+    def _proxy_missing(name: str) -> str | None:
+        """The v5 clients need rmq-proxy, and rmq-proxy needs the project's [v5] extra."""
+        try:
+            import proxy.v5  # noqa: F401
+        except ImportError as e:
+            return f"{name}: rmq-proxy cannot start: {e}"
         return None
 
     def program(self, kind: str) -> list[str]:
         """The argv that starts ``kind``'s driver (before the common ``--node``/``--log-file`` flags)."""
         if kind == "cpp":
             return [str(self.python), str(self.driver(kind))]
+        if kind == "py5":
+            return [str(self.v5_python), str(self.driver(kind)), "consumer"]
         node = shutil.which("node")
         if node is None:
             raise RuntimeError(self.missing("js") or "node is not installed")
-        return [node, str(self.driver(kind))]
+        return [node, str(self.driver(kind))] + (["consumer"] if kind == "js5" else [])
 
     def versions(self, kinds: set[str]) -> dict[str, str]:
         """What each real client in ``kinds`` is, read from its installed package."""
@@ -88,6 +132,18 @@ class RealClients:
                 out["js"] = f"ali-ons {meta.get('version', 'unknown')}"
             except (OSError, ValueError):
                 out["js"] = "ali-ons (unknown version)"
+        if "py5" in kinds:
+            pattern = ".venv-v5/lib/python*/site-packages/rocketmq_python_client-*.dist-info"
+            found = sorted(self.root.glob(pattern))
+            version = found[-1].name.removesuffix(".dist-info").rpartition("-")[2] if found else "unknown"
+            out["py5"] = f"rocketmq-python-client {version}"
+        if "js5" in kinds:
+            try:
+                path = self.js5_dir / "node_modules" / "rocketmq-client-nodejs" / "package.json"
+                version = json.loads(path.read_text()).get("version", "unknown")
+                out["js5"] = f"rocketmq-client-nodejs {version}"
+            except (OSError, ValueError):
+                out["js5"] = "rocketmq-client-nodejs (unknown version)"
         return out
 
 

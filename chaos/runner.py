@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from chaos.admin import AdminError
-from chaos.cluster import LocalCluster
+from chaos.cluster import PROXY_NODE, LocalCluster
 from chaos.container import BackendError, ContainerCluster, ImageInfo
-from chaos.experiment import BROKER_ACTIONS, NETWORK_ACTIONS, Experiment, ExperimentError, Step
+from chaos.experiment import BROKER_ACTIONS, NETWORK_ACTIONS, V5_CLIENTS, Experiment, ExperimentError, Step
 from chaos.realclients import RealClients, check_environment
 from chaos.supervisor import ProcessFailed, SupervisorError
 from chaos.tally import LogTailer, RunTally, progress_line
@@ -301,14 +301,19 @@ class Runner:
     async def _setup(self) -> None:
         exp, cluster = self.exp, self.cluster
         assert cluster is not None
-        # Real clients speak RocketMQ's own protocol: the servers open their native ports for them.
-        native = bool(exp.real_clients())
-        if native:
+        # Real 4.x clients speak RocketMQ's own protocol: the servers open their native ports for them.
+        # Apache's v5 clients speak gRPC to rmq-proxy, which talks to the brokers as our clients do.
+        real = exp.real_clients()
+        if real:
             check_environment(exp, self.clients)
+        native = bool(real - set(V5_CLIENTS))
+        v5 = bool(real & set(V5_CLIENTS))
         cluster.add_namesrv(native=native)
         for b in exp.brokers:
             flags = exp.broker_flags() + (["--acl", exp.acl.file] if exp.acl else [])
             cluster.add_broker(b, durable=exp.durable, flags=flags, native=native)
+        if v5:
+            cluster.add_proxy()
         proxied = exp.network_targets(cluster.proxied_actions)
         for c in exp.consumers:
             for node in c.nodes:
@@ -353,6 +358,9 @@ class Runner:
                 for addr in cluster.brokers.values():
                     await cluster.admin.set_message_request_mode(addr, c.topic, c.group, c.request_mode, -1)
         await cluster.start_links()
+        if v5:
+            self.say("starting rmq-proxy for the RocketMQ 5 clients")
+            await cluster.start_all([PROXY_NODE])
         consumers = [n for c in exp.consumers if c.start <= 0 for n in c.nodes]
         kinds = sorted({c.client for c in exp.consumers if c.start <= 0})
         self.say(f"starting {len(consumers)} consumer(s) ({', '.join(kinds) or 'none'})")

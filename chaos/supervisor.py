@@ -461,9 +461,10 @@ class Supervisor:
 
     def _require_hangable(self, node: str) -> Member:
         m = self._require(node, "running")
-        if m.role != "consumer" or (m.client or "python") != "python":
+        # The lab's own consumers and the v5 clients' drivers (interop/) answer SIGUSR1/SIGUSR2.
+        if m.role != "consumer" or (m.client or "python") not in ("python", "py5", "js5"):
             raise SupervisorError(
-                f"{node} is not one of the lab's own consumers: its listener cannot be hung"
+                f"{node} is not one of the lab's own consumers or a v5 client: its listener cannot be hung"
             )
         return m
 

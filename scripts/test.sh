@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
-ensure_venv '.[dev,pipeline]'
+ensure_venv '.[dev,pipeline,v5]'
 echo "==> real RocketMQ clients for the interop tests (their own environments)"
 bash scripts/setup_real_clients.sh
 wants_docker() {

@@ -77,7 +77,7 @@ def test_unknown_client_names_its_line_and_the_choices() -> None:
     text = MIXED.replace('client = "js"', 'client = "java"')
     [(line, msg)] = problems(text)
     assert line == line_of(text, 'client = "java"')
-    assert msg == "consumers[3].client: must be one of python, cpp, js; got 'java'"
+    assert msg == "consumers[3].client: must be one of python, cpp, js, py5, js5; got 'java'"
 
 
 def test_what_the_real_clients_cannot_do_is_named_on_its_line() -> None:

@@ -16,6 +16,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 REAL_PYTHON = ROOT / ".venv-real" / "bin" / "python"
 JS_DIR = ROOT / "interop" / "js"
+V5_PYTHON = ROOT / ".venv-v5" / "bin" / "python"
+JS5_DIR = ROOT / "interop" / "js5"
 NODE = "node"
 
 
@@ -30,6 +32,21 @@ def cpp_client_missing() -> str | None:
 def js_client_missing() -> str | None:
     if not (JS_DIR / "node_modules" / "ali-ons").is_dir():
         return "no interop/js/node_modules (run scripts/setup_real_clients.sh to install ali-ons)"
+    if subprocess.run([NODE, "--version"], capture_output=True).returncode:
+        return "node is not installed"
+    return None
+
+
+def v5_clients_missing() -> str | None:
+    """Why Apache's v5 clients (Python and Node.js) cannot run here, or None."""
+    try:
+        import proxy.v5  # noqa: F401  (rmq-proxy itself needs the [v5] extra)
+    except ImportError as exc:
+        return str(exc)
+    if not V5_PYTHON.exists():
+        return "no .venv-v5 (run scripts/setup_real_clients.sh to install rocketmq-python-client)"
+    if not (JS5_DIR / "node_modules" / "rocketmq-client-nodejs").is_dir():
+        return "no interop/js5/node_modules (scripts/setup_real_clients.sh installs rocketmq-client-nodejs)"
     if subprocess.run([NODE, "--version"], capture_output=True).returncode:
         return "node is not installed"
     return None
@@ -88,6 +105,7 @@ class Lab:
         self.procs: list[Proc] = []
         self.addr = ""
         self.native = ""
+        self.proxy = ""
 
     def _start(self, name: str, argv: list[str], role_dir: str = "") -> Proc:
         events = self.dir / f"{name}.jsonl"
@@ -131,6 +149,30 @@ class Lab:
         argv = [str(REAL_PYTHON), "interop/cpp_producer.py", "--namesrv", self.native, "--topic", topic]
         argv += ["--count", str(count), "--prefix", prefix, "--node", name, *extra]
         argv += ["--log-file", str(self.dir / f"{name}.jsonl")]
+        return self._start(name, argv)
+
+    def start_proxy(self, *extra: str) -> str:
+        """rmq-proxy over this lab's broker (its embedded name server); returns the gRPC address."""
+        argv = [sys.executable, "-m", "proxy", "--namesrv", self.addr, "--port", "0", "--node", "proxy"]
+        argv += ["--log-file", str(self.dir / "proxy.jsonl"), *extra]
+        self.proxy = self._start("proxy", argv).wait_ready()
+        return self.proxy
+
+    def v5_consumer(self, client: str, name: str, group: str, topic: str, *extra: str) -> Proc:
+        """Apache's v5 Python (``py5``) or Node.js (``js5``) consumer through the proxy."""
+        program = (
+            [str(V5_PYTHON), "interop/py5_client.py"] if client == "py5" else [NODE, "interop/js5/client.js"]
+        )
+        argv = [*program, "consumer", "--endpoints", self.proxy, "--group", group, "--topic", topic]
+        argv += ["--node", name, "--log-file", str(self.dir / f"{name}.jsonl"), *extra]
+        return self._start(name, argv)
+
+    def v5_producer(self, client: str, name: str, topic: str, count: int, prefix: str) -> Proc:
+        program = (
+            [str(V5_PYTHON), "interop/py5_client.py"] if client == "py5" else [NODE, "interop/js5/client.js"]
+        )
+        argv = [*program, "producer", "--endpoints", self.proxy, "--topic", topic, "--count", str(count)]
+        argv += ["--prefix", prefix]
         return self._start(name, argv)
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.discover import discover_runs
 from pipeline.ingest import run_prefix
 from pipeline.runs import _split, analyse_runs, table_rows, write_outputs
+from pipeline.session import Progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -117,13 +118,16 @@ def analyse_sweep(
     sweep: dict[str, Any],
     outcomes: dict[str, dict[str, Any]],
     note: Callable[[str], None],
+    show_progress: bool = True,
 ) -> list[dict[str, Any]]:
     """Analyse the sweep's finished runs under `out` and write every output; returns the failing runs."""
     runs, _bad = discover_runs(out)
     analysable = [r for r in runs if r.rel in outcomes and outcomes[r.rel].get("status") in ("ok", "error")]
     note(f"analysing {len(analysable)} run(s) in one Spark application")
-    result = analyse_runs(spark, analysable, [], plots=False, extra=queue_moves)
-    write_outputs(spark, result, out, reports=False, title=f"Runs of sweep {sweep['name']}")
+    progress = Progress(prefix="rmq-sim sweep", enabled=show_progress)
+    result = analyse_runs(spark, analysable, [], plots=False, progress=progress, extra=queue_moves)
+    with progress.stage("runs table"):
+        write_outputs(spark, result, out, reports=False, title=f"Runs of sweep {sweep['name']}")
     _columns, rows = table_rows(result)
     moves: dict[tuple[str, str], int] = result.extra or {}
     prefix_of = {run.rel: run_prefix(i) for i, run in enumerate(result.runs)}
@@ -153,10 +157,11 @@ def analyse_sweep(
     params = [f"param.{k}" for k in sweep["vary"]]
     failed_rels = {f["run"] for f in failing}
     columns, table = point_rows(params, rows, failed_rels)
-    write_sweep_table(spark, columns, table, out)
-    (out / SWEEP_HTML).write_text(
-        render_sweep(sweep, columns, table, failing, len(outcomes)), encoding="utf-8"
-    )
+    with progress.stage("sweep table and report"):
+        write_sweep_table(spark, columns, table, out)
+        (out / SWEEP_HTML).write_text(
+            render_sweep(sweep, columns, table, failing, len(outcomes)), encoding="utf-8"
+        )
     note(f"sweep table: {out / 'sweep.parquet'}, {out / 'sweep.csv'}; report: {out / SWEEP_HTML}")
     return failing
 

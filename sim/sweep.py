@@ -356,7 +356,7 @@ def _label(index: int, params: dict[str, Any]) -> str:
     for key, value in params.items():
         short = next((s for s in reversed(key.split(".")) if not s.isdigit()), key)
         text = value if isinstance(value, str) else _toml_value(value)
-        parts.append(re.sub(r"[^A-Za-z0-9.]+", "-", f"{short}-{text}").strip("-"))
+        parts.append(re.sub(r"[^A-Za-z0-9._]+", "-", f"{short}-{text}").strip("-"))
     return "_".join(parts)[:100]
 
 

@@ -115,6 +115,7 @@ def simulate(
 ) -> dict[str, dict[str, Any]]:
     """Run the specs as Spark tasks (one per run, the costliest first); outcomes by run."""
     sc = spark.sparkContext
+    progress.t0 = time.monotonic()  # the time left counts from the first task, not the Spark start
     ordered = sorted(specs, key=lambda s: -_cost(s, sweep))
     task = partial(run_task, out_dir=str(out.resolve()))
     outcomes: dict[str, dict[str, Any]] = {}
@@ -185,7 +186,9 @@ def run_sweep(
         t1 = time.monotonic()
         from pipeline.sweep_report import analyse_sweep
 
-        result.failed_runs = analyse_sweep(handle.spark, out, sweep.to_dict(), result.outcomes, progress.note)
+        result.failed_runs = analyse_sweep(
+            handle.spark, out, sweep.to_dict(), result.outcomes, progress.note, show_progress
+        )
         result.analyse_wall_s = time.monotonic() - t1
     finally:
         handle.stop()

@@ -29,6 +29,7 @@ a sweep resumable.
 from __future__ import annotations
 
 import copy
+import gc
 import io
 import itertools
 import json
@@ -36,6 +37,7 @@ import math
 import os
 import re
 import shutil
+import sys
 import time
 import tomllib
 import traceback
@@ -523,6 +525,13 @@ def run_task(spec: RunSpec, out_dir: str) -> dict[str, Any]:
     printed = io.StringIO()
     cpu0, wall0 = time.process_time(), time.monotonic()
     outcome: dict[str, Any] = {"run": spec.rel, "point": spec.point, "seed": spec.seed}
+
+    def unraisable(u: Any) -> None:
+        # A killed virtual process's coroutines may end at garbage collection, after the run's loop is
+        # closed; what they report goes to this run's log, not to the sweep's console.
+        printed.write(f"unraisable exception in {u.object!r}: {u.exc_type.__name__}: {u.exc_value}\n")
+
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         sx: SimExperiment = parse(spec.text, source=spec.source, default_name=spec.name)
         result = SimCluster(sx, run_dir, out=printed, progress=False).run()
@@ -530,6 +539,9 @@ def run_task(spec: RunSpec, out_dir: str) -> dict[str, Any]:
         (run_dir / SIM_LOG).write_text(printed.getvalue(), encoding="utf-8")
         (run_dir / ERROR).write_text(traceback.format_exc(), encoding="utf-8")
         return {**outcome, "status": "crashed", "error": traceback.format_exc().strip().splitlines()[-1]}
+    finally:
+        gc.collect()
+        sys.unraisablehook = hook
     (run_dir / SIM_LOG).write_text(printed.getvalue(), encoding="utf-8")
     manifest_path = run_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))

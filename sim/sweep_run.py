@@ -86,7 +86,7 @@ class Progress:
 
     def update(self, done: int, failed: int, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and ((done, failed) == self.last and now - self.last_print < 30):
+        if (done, failed) == self.last and (force or now - self.last_print < 30):
             return
         if not force and now - self.last_print < 2:
             return

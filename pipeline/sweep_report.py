@@ -211,6 +211,8 @@ def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) 
                 ax.plot([p[0] for p in pts], [p[2] for p in pts], "--", color=color, alpha=0.5, lw=1)
             if not numeric:
                 ax.set_xticks(range(len(cats)), cats, rotation=20, ha="right", fontsize=8)
+            elif len({float(x) for x in xs}) <= 12:
+                ax.set_xticks(sorted({float(x) for x in xs}))
             name = param.removeprefix("param.")
             ax.set_xlabel(name)
             ax.set_ylabel(metric)
@@ -235,7 +237,7 @@ def render_sweep(
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>{esc(title)}</title>",
         "<style>body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 5px;font-size:12px;text-align:right}"
+        "td,th{border:1px solid #ccc;padding:2px 5px;font-size:12px;text-align:right;white-space:nowrap}"
         "th{background:#f4f4f4;position:sticky;top:0}td.p{text-align:left}.fail{color:#b00;font-weight:bold}"
         "img{border:1px solid #eee;margin:4px}code{background:#f6f6f6;padding:1px 3px}"
         ".wrap{overflow-x:auto;max-height:40em}</style></head><body>",
@@ -251,18 +253,27 @@ def render_sweep(
         "<code>runs.csv</code>. Times are ms of RocketMQ time summed over queues as in each run's "
         "summary; queue moves are hand-overs of a queue between consumers.</p>"
     )
-    parts.append("<h2>Per point: the distribution over seeds</h2><div class='wrap'><table><thead><tr>")
-    parts += [f"<th>{esc(c.removeprefix('param.'))}</th>" for c in columns]
+    parts.append(
+        "<h2>Per point: the distribution over seeds</h2><p>Each metric's cell is median / p90 / p99 / max "
+        "over the point's runs (sweep.csv has them as columns).</p><div class='wrap'><table><thead><tr>"
+    )
+    counts = [*params, "group", "runs", "failed_runs", "lost_runs"]
+    shown = [m for m in SWEEP_METRICS if any(r.get(f"{m}_max") is not None for r in rows)]
+    parts += [f"<th>{esc(c.removeprefix('param.'))}</th>" for c in (*counts, *shown)]
     parts.append("</tr></thead><tbody>")
+
+    def num(v: Any) -> str:
+        return "" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
     for row in rows:
         cells = []
-        for c in columns:
-            v = row[c]
-            text = "" if v is None else esc(f"{v:g}" if isinstance(v, float) else str(v))
+        for c in counts:
             cls = " class='p'" if c in params or c == "group" else ""
-            if c == "failed_runs" and v:
+            if c == "failed_runs" and row[c]:
                 cls = " class='fail'"
-            cells.append(f"<td{cls}>{text}</td>")
+            cells.append(f"<td{cls}>{esc(num(row[c]))}</td>")
+        for m in shown:
+            cells.append(f"<td>{esc(' / '.join(num(row[f'{m}_{name}']) for name, _ in STATS))}</td>")
         parts.append("<tr>" + "".join(cells) + "</tr>")
     parts.append("</tbody></table></div>")
     parts.append("<h2>Failing runs</h2>")

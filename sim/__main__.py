@@ -213,6 +213,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except (SweepMismatch, SparkUnavailable) as e:
         print(f"rmq-sim: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        from sim.sweep import read_marker
+
+        done = sum(read_marker(out / s.rel) is not None for s in sweep.runs())
+        print(
+            f"rmq-sim: interrupted with {done} of {len(sweep.runs())} runs finished; the same command "
+            "runs the others",
+            file=sys.stderr,
+        )
+        return 130
 
     print(
         f"sweep {sweep.name}: {result.runs} runs ({result.resumed} finished before, {result.ran} run now), "

@@ -4,6 +4,7 @@ reported as ``file:line: problem`` before anything runs (no Spark, no simulation
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -230,3 +231,20 @@ def test_sim_client_and_rocketmq5_reach_the_simulated_consumers(tmp_path: Path) 
     assert four != five
     manifest = (tmp_path / "five" / "manifest.json").read_text()
     assert '"rocketmq5": true' in manifest
+
+
+def test_a_run_task_skips_a_finished_run_and_redoes_an_interrupted_one(tmp_path: Path) -> None:
+    from sim.sweep import COMPLETE, ERROR, RunSpec, run_task
+
+    good = parse_sweep(SWEEP.replace("duration = 60", "duration = 20"), "tiny.toml").runs()[0]
+    broken = RunSpec(**{**good.__dict__, "text": good.text.replace("duration = 20", "duration = -1")})
+    crashed = run_task(broken, str(tmp_path))
+    assert crashed["status"] == "crashed" and "duration: must be > 0" in crashed["error"]
+    run_dir = tmp_path / good.rel
+    assert (run_dir / ERROR).is_file() and not (run_dir / COMPLETE).exists()
+    done = run_task(good, str(tmp_path))  # the crashed run's directory is replaced
+    assert done["status"] == "ok" and not (run_dir / ERROR).exists()
+    marker = (run_dir / COMPLETE).read_bytes()
+    assert json.loads((run_dir / "manifest.json").read_text())["params"] == good.params
+    again = run_task(good, str(tmp_path))
+    assert again == {**done, "resumed": True} and (run_dir / COMPLETE).read_bytes() == marker

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import html
+import json
 import math
 import os
 from collections import defaultdict
@@ -193,7 +194,7 @@ def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) 
             others = [p for p in params if p != param]
             xs = [r[param] for r in rows]
             numeric = all(_is_number(x) for x in xs)
-            cats = sorted({str(x) for x in xs}, key=lambda t: (len(t), t)) if not numeric else []
+            cats = sorted({str(x) for x in xs}) if not numeric else []
             series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
             for r in rows:
                 if r.get(f"{metric}_median") is None:
@@ -245,7 +246,7 @@ def render_sweep(
     ]
     if sweep.get("question"):
         parts.append(f"<p><b>Question:</b> {esc(sweep['question'])}</p>")
-    varied = "; ".join(f"{esc(k)} in {esc(str(v))}" for k, v in sweep["vary"].items()) or "nothing"
+    varied = "; ".join(f"{esc(k)} in {esc(json.dumps(v))}" for k, v in sweep["vary"].items()) or "nothing"
     parts.append(
         f"<p>Base experiment <code>{esc(sweep['base'])}</code>; varied: {varied}; seeds "
         f"{esc(', '.join(map(str, sweep['seeds'])))}; {len(sweep['points'])} point(s), {runs} run(s), "

@@ -29,7 +29,7 @@ seeds = 2
 
 [experiment]
 time_scale = 1
-duration = 40
+duration = 30
 drain_timeout = 60
 
 [[experiment.topics]]
@@ -51,12 +51,12 @@ action = "restart"
 target = "consumer:next"
 mode = "kill"
 down = 5
-at = 15
+at = 10
 
 [vary]
-consumers.strategy = ["AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH"]
+consumers.strategy = ["AVG", "CONSISTENT_HASH"]
 """
-RUNS = 6
+RUNS = 4
 
 
 def _env() -> dict[str, str]:
@@ -83,7 +83,8 @@ def resumed(
     path.write_text(SWEEP)
     with open(tmp / "killed.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sim", "sweep", str(path), "--out", str(out)],
+            # one task at a time, so that the kill comes between runs
+            [sys.executable, "-m", "sim", "sweep", str(path), "--out", str(out), "--master", "local[1]"],
             env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + 600
@@ -111,7 +112,7 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_runs(resumed: A
     assert (result.resumed, result.ran) == (len(before), RUNS - len(before))
     assert {o["hash_seed"] for o in result.outcomes.values()} == {"0"}
     rows = _table(out / "sweep.csv")
-    assert [r["param.consumers.strategy"] for r in rows] == ["AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH"]
+    assert [r["param.consumers.strategy"] for r in rows] == ["AVG", "CONSISTENT_HASH"]
     assert {r["runs"] for r in rows} == {"2"} and {r["group"] for r in rows} == {"G"}
     for r in rows:
         assert float(r["changes_median"]) >= 1  # the kill and the return are membership changes

@@ -84,7 +84,11 @@ class Progress:
         if self.enabled:
             print(f"[rmq-sim sweep] {text}", file=self.stream, flush=True)
 
-    def update(self, done: int, failed: int, force: bool = False) -> None:
+    def update(
+        self, done: int, failed: int, force: bool = False, cost_done: float = 0, cost_left: float = 0
+    ) -> None:
+        """`cost_done`/`cost_left`: the estimated cost of this invocation's finished and unfinished runs,
+        so that the time left counts the cheap runs that come last as cheap."""
         now = time.monotonic()
         if (done, failed) == self.last and (force or now - self.last_print < 30):
             return
@@ -92,9 +96,8 @@ class Progress:
             return
         self.last, self.last_print = (done, failed), now
         elapsed = now - self.t0
-        new = done - self.resumed
         left = self.total - done
-        eta = f", about {_duration(elapsed / new * left)} left" if new > 0 and left else ""
+        eta = f", about {_duration(elapsed / cost_done * cost_left)} left" if cost_done > 0 and left else ""
         self.note(
             f"{done}/{self.total} runs done ({failed} failed"
             + (f", {self.resumed} from before" if self.resumed else "")
@@ -116,7 +119,8 @@ def simulate(
     """Run the specs as Spark tasks (one per run, the costliest first); outcomes by run."""
     sc = spark.sparkContext
     progress.t0 = time.monotonic()  # the time left counts from the first task, not the Spark start
-    ordered = sorted(specs, key=lambda s: -_cost(s, sweep))
+    costs = {s.rel: _cost(s, sweep) for s in specs}
+    ordered = sorted(specs, key=lambda s: -costs[s.rel])
     task = partial(run_task, out_dir=str(out.resolve()))
     outcomes: dict[str, dict[str, Any]] = {}
     error: list[BaseException] = []
@@ -135,11 +139,18 @@ def simulate(
         while worker.is_alive():
             worker.join(poll_s)
             done = failed = 0
+            cost_done = 0.0
             for s in specs:
                 marker = read_marker(out / s.rel)
                 done += marker is not None
                 failed += _failed(marker)
-            progress.update(progress.resumed + done, progress.failed_before + failed)
+                cost_done += costs[s.rel] if marker is not None else 0.0
+            progress.update(
+                progress.resumed + done,
+                progress.failed_before + failed,
+                cost_done=cost_done,
+                cost_left=sum(costs.values()) - cost_done,
+            )
     except KeyboardInterrupt:
         sc.cancelAllJobs()
         worker.join(30)

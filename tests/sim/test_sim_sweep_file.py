@@ -248,3 +248,18 @@ def test_a_run_task_skips_a_finished_run_and_redoes_an_interrupted_one(tmp_path:
     assert json.loads((run_dir / "manifest.json").read_text())["params"] == good.params
     again = run_task(good, str(tmp_path))
     assert again == {**done, "resumed": True} and (run_dir / COMPLETE).read_bytes() == marker
+
+
+def test_progress_counts_runs_and_weighs_the_time_left_by_cost() -> None:
+    import io
+
+    from sim.sweep_run import Progress
+
+    out = io.StringIO()
+    progress = Progress(out, total=10, resumed=2, failed_before=1, enabled=True)
+    progress.t0 -= 100
+    progress.update(6, 2, cost_done=900, cost_left=100)  # the costly runs went first
+    progress.update(6, 2, cost_done=900, cost_left=100)  # nothing new: no second line
+    assert out.getvalue() == (
+        "[rmq-sim sweep] 6/10 runs done (2 failed, 2 from before), 100 s elapsed, about 11 s left\n"
+    )

@@ -4,6 +4,7 @@ reported as ``file:line: problem`` before anything runs (no Spark, no simulation
 
 from __future__ import annotations
 
+import io
 import json
 import tomllib
 from pathlib import Path
@@ -14,6 +15,7 @@ from chaos.experiment import ExperimentError
 from sim.__main__ import main
 from sim.experiment import parse
 from sim.sweep import load_sweep, parse_sweep, to_toml
+from sim.sweep_run import Progress, SweepMismatch, prepare
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -174,8 +176,6 @@ def test_rmq_sim_sweep_refuses_a_bad_file_before_anything_runs(
 
 
 def test_a_resumed_output_folder_must_hold_the_same_sweep(tmp_path: Path) -> None:
-    from sim.sweep_run import SweepMismatch, prepare
-
     prepare(parse_sweep(SWEEP, "tiny.toml"), tmp_path / "out")
     prepare(parse_sweep(SWEEP, str(tmp_path / "elsewhere" / "tiny.toml")), tmp_path / "out")  # same grid
     with pytest.raises(SweepMismatch, match="another sweep"):
@@ -251,10 +251,6 @@ def test_a_run_task_skips_a_finished_run_and_redoes_an_interrupted_one(tmp_path:
 
 
 def test_progress_counts_runs_and_weighs_the_time_left_by_cost() -> None:
-    import io
-
-    from sim.sweep_run import Progress
-
     out = io.StringIO()
     progress = Progress(out, total=10, resumed=2, failed_before=1, enabled=True)
     progress.t0 -= 100

@@ -3,8 +3,9 @@ parameter point and group the distribution of each metric over the seeds (median
 that lost messages and runs that failed counted) as ``sweep.parquet``/``sweep.csv``, and ``sweep.html``
 with each metric plotted against each varied parameter and the failing runs' replay commands.
 
-Queue moves are counted here from the ownership intervals: every interval of a queue after its group's
-first one is a hand-over, ``queues_moved_per_change`` divides them by the group's change points.
+Queue moves are counted here from the ownership intervals: every interval of a queue after its first
+is a move (to another consumer, or back to the same one after a drop); ``queues_moved_per_change``
+divides them by the group's change points.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ STATS = (("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
 
 
 def queue_moves(analysis: Analysis) -> dict[tuple[str, str], int]:
-    """(run prefix, group) -> ownership intervals beyond the first of each queue (hand-overs)."""
+    """(run prefix, group) -> ownership intervals beyond the first of each queue (moves)."""
     import pyspark.sql.functions as F
 
     rows = (
@@ -252,7 +253,7 @@ def render_sweep(
         f"{esc(', '.join(map(str, sweep['seeds'])))}; {len(sweep['points'])} point(s), {runs} run(s), "
         f"{len(failing)} failing. Every run's metrics: <a href='index.html'>index.html</a> and "
         "<code>runs.csv</code>. Times are ms of RocketMQ time summed over queues as in each run's "
-        "summary; queue moves are hand-overs of a queue between consumers.</p>"
+        "summary; queue moves are ownership intervals of a queue beyond its first.</p>"
     )
     parts.append(
         "<h2>Per point: the distribution over seeds</h2><p>Each metric's cell is median / p90 / p99 / max "

@@ -1,7 +1,9 @@
 """``rmq-sim``: run an experiment simulated (one process, virtual time, seeded), or replay a simulated run.
 
 Exit codes: ``run`` as ``rmq-chaos run`` (0 verdict ok, 1 fail, 2 bad input, 3 the run did not complete);
-``replay`` 0 when every event file is identical, 1 when one differs, 2 on bad input.
+``replay`` 0 when every event file is identical, 1 when one differs, 2 on bad input; ``sweep`` 0 when
+every run passed, 1 when some run failed (listed with its replay command), 2 on bad input (a bad sweep
+file, an output folder of another sweep, no Spark), 130 when interrupted (run it again to resume).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import json
 import math
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ class RootResult:
     bad: list[BadRun]
     summaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # by run's relative path
     plot_data: dict[str, PlotData] = field(default_factory=dict)
+    extra: Any = None  # what analyse_runs' `extra` returned
 
 
 def experiment_of(manifest: dict[str, Any]) -> tuple[str | None, Any, dict[str, Any]]:
@@ -70,8 +72,10 @@ def analyse_runs(
     *,
     plots: bool = True,
     progress: Progress | None = None,
+    extra: Callable[[Analysis], Any] | None = None,
 ) -> RootResult:
-    """Analyse every run in one Spark application; one set of jobs for all of them."""
+    """Analyse every run in one Spark application; one set of jobs for all of them. `extra`, when
+    given, computes more from the same analysis before it is released (into `result.extra`)."""
     result = RootResult(runs, bad)
     if not runs:
         return result
@@ -97,6 +101,8 @@ def analyse_runs(
             with stage("plot data"):
                 data = collect_plot_data_of_runs(analysis, loaded.stats)
             result.plot_data = {run.rel: data[run_prefix(i)] for i, run in enumerate(runs)}
+        if extra is not None:
+            result.extra = extra(analysis)
     finally:
         analysis.close()
         loaded.release()

@@ -1,7 +1,9 @@
 """``rmq-sim``: run an experiment simulated (one process, virtual time, seeded), or replay a simulated run.
 
 Exit codes: ``run`` as ``rmq-chaos run`` (0 verdict ok, 1 fail, 2 bad input, 3 the run did not complete);
-``replay`` 0 when every event file is identical, 1 when one differs, 2 on bad input.
+``replay`` 0 when every event file is identical, 1 when one differs, 2 on bad input; ``sweep`` 0 when
+every run passed, 1 when some run failed (listed with its replay command), 2 on bad input (a bad sweep
+file, an output folder of another sweep, no Spark), 130 when interrupted (run it again to resume).
 """
 
 from __future__ import annotations
@@ -190,13 +192,58 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from sim.sweep import load_sweep
+    from sim.sweep_run import SweepMismatch, run_sweep
+
+    try:
+        sweep = load_sweep(args.file)
+    except ExperimentError as e:
+        print(e, file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path("runs") / f"sweep-{sweep.name}"
+    if args.dry_run:
+        for point in sweep.points:
+            print(f"{point.label}: {point.describe()}")
+        runs = len(sweep.runs())
+        print(f"{len(sweep.points)} point(s) x seeds {list(sweep.seeds)} = {runs} runs into {out}")
+        return 0
+    from pipeline.session import SparkUnavailable
+
+    try:
+        result = run_sweep(sweep, out, master=args.master, show_progress=not args.quiet)
+    except (SweepMismatch, SparkUnavailable) as e:
+        print(f"rmq-sim: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        from sim.sweep import read_marker
+
+        done = sum(read_marker(out / s.rel) is not None for s in sweep.runs())
+        print(
+            f"rmq-sim: interrupted with {done} of {len(sweep.runs())} runs finished; the same command "
+            "runs the others",
+            file=sys.stderr,
+        )
+        return 130
+
+    print(
+        f"sweep {sweep.name}: {result.runs} runs ({result.resumed} finished before, {result.ran} run now), "
+        f"simulated in {result.simulate_wall_s:.1f} s, analysed in {result.analyse_wall_s:.1f} s"
+    )
+    for f in result.failed_runs:
+        print(f"failing run {f['run']}: {f['why']}\n  {f['command']}")
+    print(f"sweep table: {out / 'sweep.parquet'}, {out / 'sweep.csv'}")
+    print(f"report:      {out / 'sweep.html'}")
+    return 1 if result.failed_runs else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rmq-sim",
         description="Run a chaos experiment simulated: the real broker, name server and client code in one "
         "process on a virtual clock and an in-memory network, reproducible from a seed.",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="run|replay")
+    sub = p.add_subparsers(dest="command", required=True, metavar="run|replay|sweep")
     run = sub.add_parser("run", help="simulate an experiment file (or a shipped experiment by name)")
     run.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
     run.add_argument("--seed", type=seed_arg, default=None, help="seed (default: the file's 'seed')")
@@ -214,6 +261,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default=None, metavar="DIR", help="keep the replay here (default: a temporary dir)"
     )
     rep.set_defaults(func=cmd_replay)
+    sw = sub.add_parser(
+        "sweep",
+        help="simulate a grid of parameter points x seeds as Spark tasks, then analyse every run",
+        description="Run a sweep file: every (point, seed) simulated as a Spark task, every run analysed in "
+        "the same Spark application; writes sweep.html, sweep.parquet/csv and runs.parquet/csv. Started "
+        "again with the same --out, it runs only what is not finished.",
+    )
+    sw.add_argument("file", metavar="SWEEP", help="a sweep .toml file")
+    sw.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    sw.add_argument("--out", default=None, metavar="DIR", help="output folder (default runs/sweep-NAME)")
+    sw.add_argument("--dry-run", action="store_true", help="check the file and list the runs; run nothing")
+    sw.add_argument("--quiet", action="store_true", help="no progress lines")
+    sw.set_defaults(func=cmd_sweep)
     return p
 
 

@@ -732,6 +732,7 @@ class SimCluster:
             namesrv=self.namesrv_addr,
             notify_on_channel_expired=exp.policies.notify_on_channel_expired,
             release_locks_on_close=exp.policies.release_locks_on_close,
+            rocketmq5=self.sx.sim.rocketmq5,
         )
         broker = BrokerController(cfg, log=n.log, clock=self.clock)
         await broker.start()
@@ -773,6 +774,7 @@ class SimCluster:
                 "%Y%m%d%H%M%S", time.localtime(self.clock.now_ms() / 1000 - 30 * 60)
             ),
             omit_repeated_rebalance_events=sim.omit_repeated_rebalances,
+            **sim.consumer_settings(),
         )
         config = ConsumerConfig.from_mapping(normalize_enums(settings))
         consumer = PushConsumer(

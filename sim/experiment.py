@@ -9,6 +9,11 @@ sense simulated::
     digest_over = 64          # rebalance events carry cid_all_digest above this many members
     omit_repeated_rebalances = true   # leave out a rebalance identical to the previous one
 
+    rocketmq5 = false         # brokers and consumers follow RocketMQ 5's rules (the --rocketmq5 flags)
+
+    [sim.client]              # consumer settings (ConsumerConfig fields, RocketMQ ms), every consumer
+    rebalance_wait_interval = 20000
+
     [[sim.gc]]                # GC pauses: pause, then resume after a drawn duration (seconds)
     target = "consumer:random"
     every = 30                # or at = [...], or random = N (with from/until)
@@ -29,12 +34,21 @@ from typing import Any
 
 from chaos import experiment as chaos_experiment
 from chaos.experiment import Experiment, ExperimentError, Step
+from client.config import ConfigError, ConsumerConfig
 from sim.dist import Distribution, parse_distribution
 
 DEFAULT_LATENCY = Distribution("uniform", (0.05, 0.2))
 DEFAULT_DIGEST_OVER = 64
 
-_SIM_KEYS = ("latency_ms", "consume_ms", "digest_over", "omit_repeated_rebalances", "gc")
+_SIM_KEYS = (
+    "latency_ms", "consume_ms", "digest_over", "omit_repeated_rebalances", "rocketmq5", "client", "gc",
+)  # fmt: skip
+# Consumer settings the simulator derives from the experiment itself (or needs for the run directory).
+_CLIENT_SET_BY_SIM = (
+    "namesrv_addr", "time_scale", "client_ip", "instance_name", "random_seed", "message_model",
+    "consume_from_where", "consume_timestamp", "local_offset_store_dir", "rebalance_event_digest_over",
+    "omit_repeated_rebalance_events", "access_key", "secret_key",
+)  # fmt: skip
 _GC_KEYS = ("target", "group", "at", "every", "from", "until", "times", "random", "pause_s")
 
 
@@ -58,10 +72,19 @@ class SimSettings:
     consume_ms: Distribution | None = None
     digest_over: int = DEFAULT_DIGEST_OVER
     omit_repeated_rebalances: bool = True
+    rocketmq5: bool = False
+    client: tuple[tuple[str, Any], ...] = ()  # ConsumerConfig settings for every consumer, in file order
     gc: tuple[GcSpec, ...] = field(default_factory=tuple)
+
+    def consumer_settings(self) -> dict[str, Any]:
+        """What the experiment changes in every consumer's ConsumerConfig: RocketMQ 5's switches, then
+        the [sim.client] table (which may override one of them)."""
+        return {**(ConsumerConfig.rocketmq5() if self.rocketmq5 else {}), **dict(self.client)}
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "rocketmq5": self.rocketmq5,
+            "client": dict(self.client),
             "latency_ms": self.latency_ms.describe(),
             "consume_ms": self.consume_ms.describe() if self.consume_ms else None,
             "digest_over": self.digest_over,
@@ -160,6 +183,14 @@ def _settings(table: Any, err: Any) -> SimSettings:
             )
         else:
             values["omit_repeated_rebalances"] = v
+    if "rocketmq5" in table:
+        v = table["rocketmq5"]
+        if not isinstance(v, bool):
+            err(("sim", "rocketmq5"), f"sim.rocketmq5: must be true or false, got {v!r}")
+        else:
+            values["rocketmq5"] = v
+    if "client" in table:
+        values["client"] = _client(table["client"], err)
     gcs = []
     raw_gc = table.get("gc", [])
     if not isinstance(raw_gc, list):
@@ -170,6 +201,29 @@ def _settings(table: Any, err: Any) -> SimSettings:
         if spec is not None:
             gcs.append(spec)
     return SimSettings(**values, gc=tuple(gcs))
+
+
+def _client(table: Any, err: Any) -> tuple[tuple[str, Any], ...]:
+    """[sim.client]: ConsumerConfig fields, each checked by the consumer's own validation."""
+    if not isinstance(table, dict):
+        err(("sim", "client"), "sim.client: must be a table of consumer settings")
+        return ()
+    good: list[tuple[str, Any]] = []
+    for key, value in table.items():
+        if key in _CLIENT_SET_BY_SIM:
+            err(("sim", "client", key), f"sim.client.{key}: set by the simulator from the experiment")
+            continue
+        try:
+            # a stand-in name server address: only the setting itself is being checked
+            ConsumerConfig.from_mapping({key: value}, namesrv_addr="127.0.0.1:9876")
+        except ConfigError as e:
+            err(("sim", "client", key), f"sim.client.{key}: {e}")
+            continue
+        except TypeError as e:  # a value of the wrong kind that the dataclass itself rejects
+            err(("sim", "client", key), f"sim.client.{key}: bad value {value!r} ({e})")
+            continue
+        good.append((key, value))
+    return tuple(good)
 
 
 def _num(v: Any) -> bool:

@@ -1,0 +1,295 @@
+"""A sweep's report: every run of a sweep analysed in one Spark application (``pipeline.runs``), then per
+parameter point and group the distribution of each metric over the seeds (median, p90, p99, max; runs
+that lost messages and runs that failed counted) as ``sweep.parquet``/``sweep.csv``, and ``sweep.html``
+with each metric plotted against each varied parameter and the failing runs' replay commands.
+
+Queue moves are counted here from the ownership intervals: every interval of a queue after its first
+is a move (to another consumer, or back to the same one after a drop); ``queues_moved_per_change``
+divides them by the group's change points.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import math
+import os
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.discover import discover_runs
+from pipeline.ingest import run_prefix
+from pipeline.runs import _split, analyse_runs, table_rows, write_outputs
+from pipeline.session import Progress
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipeline.metrics import Analysis
+
+SWEEP_TABLE = "sweep"  # sweep.parquet/ and sweep.csv
+SWEEP_HTML = "sweep.html"
+# Per-run figures summarised over the seeds of a point (the runs table's columns plus the moves).
+SWEEP_METRICS = (
+    "lost", "duplicates", "duplicated_messages", "overlap_ms", "orphan_ms", "stalled_ms",
+    "concurrent_consume_ms", "order_violations", "changes", "not_converged", "max_convergence_ms",
+    "queue_moves", "queues_moved_per_change",
+)  # fmt: skip
+STATS = (("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+
+
+def queue_moves(analysis: Analysis) -> dict[tuple[str, str], int]:
+    """(run prefix, group) -> ownership intervals beyond the first of each queue (moves)."""
+    import pyspark.sql.functions as F
+
+    rows = (
+        analysis.t.intervals.groupBy("group")
+        .agg(F.count("*").alias("n"), F.countDistinct("topic", "queue").alias("queues"))
+        .collect()
+    )
+    return {_split(r["group"]): int(r["n"] - r["queues"]) for r in rows}
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear interpolation between the closest ranks (numpy's default), of sorted values."""
+    pos = (len(values) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def point_rows(
+    params: list[str], rows: list[dict[str, Any]], failed: set[str]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The sweep table: one row per point (its parameters) and group, the seeds' distributions."""
+    by_point: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_point[(*(r.get(p) for p in params), r["group"])].append(r)
+    columns = [*params, "group", "runs", "failed_runs", "lost_runs"]
+    columns += [f"{m}_{name}" for m in SWEEP_METRICS for name, _ in STATS]
+    out = []
+    for key, group_rows in by_point.items():
+        row: dict[str, Any] = dict(zip([*params, "group"], key, strict=True))
+        row["runs"] = len(group_rows)
+        row["failed_runs"] = sum(1 for r in group_rows if r["verdict"] == "fail" or r["run"] in failed)
+        row["lost_runs"] = sum(1 for r in group_rows if (r.get("lost") or 0) > 0)
+        for m in SWEEP_METRICS:
+            values = sorted(float(r[m]) for r in group_rows if r.get(m) is not None)
+            for name, q in STATS:
+                row[f"{m}_{name}"] = round(quantile(values, q), 3) if values else None
+        out.append(row)
+    return columns, out
+
+
+def write_sweep_table(spark: SparkSession, columns: list[str], rows: list[dict[str, Any]], out: Path) -> None:
+    """sweep.csv and sweep.parquet (numbers as doubles, counts as longs, the rest as strings)."""
+    with open(out / f"{SWEEP_TABLE}.csv", "w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
+
+    def kind(column: str) -> Any:
+        values = [r[column] for r in rows if r[column] is not None]
+        if values and all(isinstance(v, bool) for v in values):
+            return BooleanType()
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return LongType()
+        if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            return DoubleType()
+        return StringType()
+
+    schema = StructType([StructField(c, kind(c)) for c in columns])
+
+    def cell(c: str, v: Any) -> Any:
+        t = schema[c].dataType
+        if v is None or isinstance(t, LongType | BooleanType):
+            return v
+        return float(v) if isinstance(t, DoubleType) else str(v)
+
+    frame = spark.createDataFrame([tuple(cell(c, r[c]) for c in columns) for r in rows], schema)
+    frame.coalesce(1).write.mode("overwrite").parquet(os.fspath(out / f"{SWEEP_TABLE}.parquet"))
+
+
+def analyse_sweep(
+    spark: SparkSession,
+    out: Path,
+    sweep: dict[str, Any],
+    outcomes: dict[str, dict[str, Any]],
+    note: Callable[[str], None],
+    show_progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Analyse the sweep's finished runs under `out` and write every output; returns the failing runs."""
+    runs, _bad = discover_runs(out)
+    analysable = [r for r in runs if r.rel in outcomes and outcomes[r.rel].get("status") in ("ok", "error")]
+    note(f"analysing {len(analysable)} run(s) in one Spark application")
+    progress = Progress(prefix="rmq-sim sweep", enabled=show_progress)
+    result = analyse_runs(spark, analysable, [], plots=False, progress=progress, extra=queue_moves)
+    with progress.stage("runs table"):
+        write_outputs(spark, result, out, reports=False, title=f"Runs of sweep {sweep['name']}")
+    _columns, rows = table_rows(result)
+    moves: dict[tuple[str, str], int] = result.extra or {}
+    prefix_of = {run.rel: run_prefix(i) for i, run in enumerate(result.runs)}
+    for r in rows:
+        if r["group"] is None:
+            continue
+        n = moves.get((prefix_of[r["run"]], r["group"]), 0)
+        r["queue_moves"] = n
+        r["queues_moved_per_change"] = round(n / r["changes"], 3) if r.get("changes") else None
+    failing = []
+    for rel, o in sorted(outcomes.items()):
+        groups = result.summaries.get(rel, {}).get("groups", {})
+        bad_groups = sorted(g for g, s in groups.items() if s["verdict"] != "ok")
+        if o.get("status") != "ok" or bad_groups:
+            why = (
+                f"simulation {o.get('status')}: {o.get('error')}"
+                if o.get("status") != "ok"
+                else f"verdict fail ({', '.join(bad_groups)})"
+            )
+            run_dir = out / rel
+            command = (
+                f"rmq-sim run {run_dir / 'experiment.toml'} --out {run_dir}-again"
+                if o.get("status") == "crashed"
+                else f"rmq-sim replay {run_dir}"
+            )
+            failing.append({"run": rel, "why": why, "command": command})
+    params = [f"param.{k}" for k in sweep["vary"]]
+    failed_rels = {f["run"] for f in failing}
+    columns, table = point_rows(params, rows, failed_rels)
+    with progress.stage("sweep table and report"):
+        write_sweep_table(spark, columns, table, out)
+        (out / SWEEP_HTML).write_text(
+            render_sweep(sweep, columns, table, failing, len(outcomes)), encoding="utf-8"
+        )
+    note(f"sweep table: {out / 'sweep.parquet'}, {out / 'sweep.csv'}; report: {out / SWEEP_HTML}")
+    return failing
+
+
+# -- sweep.html ----------------------------------------------------------------------------------------------
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) -> list[tuple[str, str]]:
+    """(title, png) per metric and varied parameter: the median over seeds (line, dots) and p90 (dashed)
+    against the parameter, one series per value of the other varied parameters (and group)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline.report import _png
+
+    plots: list[tuple[str, str]] = []
+    metrics = [m for m in SWEEP_METRICS if any(r.get(f"{m}_median") for r in rows)]
+    groups = sorted({str(r["group"]) for r in rows})
+    for metric in metrics:
+        for param in params:
+            if len(plots) >= limit:
+                return plots
+            others = [p for p in params if p != param]
+            xs = [r[param] for r in rows]
+            numeric = all(_is_number(x) for x in xs)
+            cats = sorted({str(x) for x in xs}) if not numeric else []
+            series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+            for r in rows:
+                if r.get(f"{metric}_median") is None:
+                    continue
+                label = ", ".join(f"{p.removeprefix('param.').split('.')[-1]}={r[p]}" for p in others)
+                if len(groups) > 1:
+                    label = f"{label}, {r['group']}" if label else str(r["group"])
+                x = float(r[param]) if numeric else float(cats.index(str(r[param])))
+                series[label or metric].append((x, r[f"{metric}_median"], r[f"{metric}_p90"]))
+            fig, ax = plt.subplots(figsize=(5.6, 3.4))
+            for i, (label, pts) in enumerate(sorted(series.items())):
+                pts.sort()
+                color = f"C{i % 10}"
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=label, ms=4)
+                ax.plot([p[0] for p in pts], [p[2] for p in pts], "--", color=color, alpha=0.5, lw=1)
+            if not numeric:
+                ax.set_xticks(range(len(cats)), cats, rotation=20, ha="right", fontsize=8)
+            elif len({float(x) for x in xs}) <= 12:
+                ax.set_xticks(sorted({float(x) for x in xs}))
+            name = param.removeprefix("param.")
+            ax.set_xlabel(name)
+            ax.set_ylabel(metric)
+            ax.set_title(f"{metric} by {name} (median, p90 dashed)", fontsize=9)
+            if len(series) > 1:
+                ax.legend(fontsize=7)
+            plots.append((f"{metric} by {name}", _png(fig)))
+    return plots
+
+
+def render_sweep(
+    sweep: dict[str, Any],
+    columns: list[str],
+    rows: list[dict[str, Any]],
+    failing: list[dict[str, Any]],
+    runs: int,
+) -> str:
+    esc = html.escape
+    params = [c for c in columns if c.startswith("param.")]
+    title = f"Sweep {sweep['name']}"
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>{esc(title)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 5px;font-size:12px;text-align:right;white-space:nowrap}"
+        "th{background:#f4f4f4;position:sticky;top:0}td.p{text-align:left}.fail{color:#b00;font-weight:bold}"
+        "img{border:1px solid #eee;margin:4px}code{background:#f6f6f6;padding:1px 3px}"
+        ".wrap{overflow-x:auto;max-height:40em}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
+    ]
+    if sweep.get("question"):
+        parts.append(f"<p><b>Question:</b> {esc(sweep['question'])}</p>")
+    varied = "; ".join(f"{esc(k)} in {esc(json.dumps(v))}" for k, v in sweep["vary"].items()) or "nothing"
+    parts.append(
+        f"<p>Base experiment <code>{esc(sweep['base'])}</code>; varied: {varied}; seeds "
+        f"{esc(', '.join(map(str, sweep['seeds'])))}; {len(sweep['points'])} point(s), {runs} run(s), "
+        f"{len(failing)} failing. Every run's metrics: <a href='index.html'>index.html</a> and "
+        "<code>runs.csv</code>. Times are ms of RocketMQ time summed over queues as in each run's "
+        "summary; queue moves are ownership intervals of a queue beyond its first.</p>"
+    )
+    parts.append(
+        "<h2>Per point: the distribution over seeds</h2><p>Each metric's cell is median / p90 / p99 / max "
+        "over the point's runs (sweep.csv has them as columns).</p><div class='wrap'><table><thead><tr>"
+    )
+    counts = [*params, "group", "runs", "failed_runs", "lost_runs"]
+    shown = [m for m in SWEEP_METRICS if any(r.get(f"{m}_max") is not None for r in rows)]
+    parts += [f"<th>{esc(c.removeprefix('param.'))}</th>" for c in (*counts, *shown)]
+    parts.append("</tr></thead><tbody>")
+
+    def num(v: Any) -> str:
+        return "" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+    for row in rows:
+        cells = []
+        for c in counts:
+            cls = " class='p'" if c in params or c == "group" else ""
+            if c == "failed_runs" and row[c]:
+                cls = " class='fail'"
+            cells.append(f"<td{cls}>{esc(num(row[c]))}</td>")
+        for m in shown:
+            cells.append(f"<td>{esc(' / '.join(num(row[f'{m}_{name}']) for name, _ in STATS))}</td>")
+        parts.append("<tr>" + "".join(cells) + "</tr>")
+    parts.append("</tbody></table></div>")
+    parts.append("<h2>Failing runs</h2>")
+    if failing:
+        parts.append("<p>Each reproduces byte for byte with its command.</p><ul>")
+        parts += [
+            f"<li>{esc(f['run'])}: {esc(f['why'])}<br><code>{esc(f['command'])}</code></li>" for f in failing
+        ]
+        parts.append("</ul>")
+    else:
+        parts.append("<p>None: every run's verdict is ok.</p>")
+    plots = sweep_plots(params, rows) if rows and params else []
+    if plots:
+        parts.append("<h2>Metrics by varied parameter</h2>")
+        parts += [f"<img alt='{esc(t)}' title='{esc(t)}' src='data:image/png;base64,{p}'>" for t, p in plots]
+    parts.append("</body></html>")
+    return "".join(parts)

@@ -19,7 +19,7 @@ from pipeline.contract import GROUP_METRICS
 from pipeline.discover import BadRun, RunDir
 from pipeline.ingest import RUN_SEP, load_json_runs, run_prefix
 from pipeline.metrics import Analysis
-from pipeline.report import PlotData, pick_bucket_ms
+from pipeline.report import PlotData, plot_data_by_run
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -118,96 +118,10 @@ def _split(name: str) -> tuple[str, str]:
 def collect_plot_data_of_runs(
     analysis: Analysis, stats: dict[str, Any], max_intervals: int = 20_000
 ) -> dict[str, PlotData]:
-    """The report's plot data of every run, from one aggregate per kind of picture (buckets are per run,
-    as the single-run report chooses them)."""
-    import pyspark.sql.functions as F
-
-    spark = analysis.ev.sparkSession
-    t = analysis.t
-    buckets = {p: pick_bucket_ms((s.end_ms or 0) - (s.start_ms or 0)) for p, s in stats.items()}
-    out = {p: PlotData(s.start_ms or 0, s.end_ms or 0, buckets[p]) for p, s in stats.items()}
-    table = spark.createDataFrame(
-        [(p, s.start_ms or 0, buckets[p]) for p, s in stats.items()], "_rp string, _start bigint, _bms bigint"
-    )
-
-    def with_bucket(df: Any, name_col: str) -> Any:
-        prefix = F.concat(F.substring_index(F.col(name_col), RUN_SEP, 1), F.lit(RUN_SEP)).alias("_rp")
-        joined = df.select("*", prefix).join(F.broadcast(table), "_rp")
-        return joined.withColumn(
-            "bucket", F.floor((F.col("ts_ms") - F.col("_start")) / F.col("_bms")).cast("long")
-        )
-
-    node_of = t.client_nodes.groupBy("client_id").agg(F.min("node").alias("node"))
-    for r in (
-        t.intervals.join(node_of, "client_id", "left")
-        .select("group", "client_id", "node", "topic", "queue", "start", "end")
-        .collect()
-    ):
-        prefix, group = _split(r["group"])
-        data = out[prefix]
-        if len(data.intervals) < max_intervals:
-            data.intervals.append(
-                {
-                    "group": group,
-                    "client_id": _split(r["client_id"])[1],
-                    "node": None if r["node"] is None else _split(r["node"])[1],
-                    "topic": _split(r["topic"])[1],
-                    "queue": r["queue"],
-                    "start": r["start"],
-                    "end": r["end"],
-                }
-            )
-    for data in out.values():
-        data.intervals.sort(key=lambda iv: iv["start"])
-    for r in (
-        analysis.ctl.where(F.col("event") == "nemesis")
-        .select("ts_ms", "action", "target")
-        .orderBy("ts_ms")
-        .collect()
-    ):
-        prefix, target = _split(r["target"])
-        if len(out[prefix].nemeses) < 2000:
-            out[prefix].nemeses.append({"ts_ms": r["ts_ms"], "action": r["action"], "target": target})
-    consumed = with_bucket(t.consumed.select("group", "client_id", "msg_id", "ts_ms"), "group")
-    for r in (
-        consumed.join(node_of, "client_id", "left")
-        .groupBy("group", F.coalesce("node", "client_id").alias("node"), "bucket")
-        .agg(F.count("*").alias("n"))
-        .collect()
-    ):
-        prefix, group = _split(r["group"])
-        out[prefix].rates.append(
-            {"group": group, "node": _split(r["node"])[1], "bucket": r["bucket"], "n": r["n"]}
-        )
-    # Duplicates per bucket = lines minus first deliveries in the bucket, as in the single-run report.
-    lines = consumed.groupBy("group", "bucket").agg(F.count("*").alias("lines"))
-    firsts = (
-        consumed.groupBy("group", "msg_id", "_bms", "_start")
-        .agg(F.min("ts_ms").alias("ts_ms"))
-        .select(
-            "group", F.floor((F.col("ts_ms") - F.col("_start")) / F.col("_bms")).cast("long").alias("bucket")
-        )
-        .groupBy("group", "bucket")
-        .agg(F.count("*").alias("firsts"))
-    )
-    for r in lines.join(firsts, ["group", "bucket"], "left").collect():
-        n = r["lines"] - (r["firsts"] or 0)
-        if n > 0:
-            prefix, group = _split(r["group"])
-            out[prefix].duplicates.append({"group": group, "bucket": r["bucket"], "n": n})
-    sent = with_bucket(analysis.ev.where(F.col("event") == "message_sent").select("topic", "ts_ms"), "topic")
-    for r in (
-        sent.join(F.broadcast(t.group_topics), "topic")
-        .groupBy("group", "bucket")
-        .agg(F.count("*").alias("n"))
-        .collect()
-    ):
-        prefix, group = _split(r["group"])
-        out[prefix].sends.append({"group": group, "bucket": r["bucket"], "n": r["n"]})
-    for r in analysis.orderly_groups().collect():
-        prefix, group = _split(r["group"])
-        out[prefix].orderly.add(group)
-    return out
+    """The report's plot data of every run by run prefix (the single-run report's implementation, with
+    buckets per run)."""
+    spans = {p: (s.start_ms or 0, s.end_ms or 0) for p, s in stats.items()}
+    return plot_data_by_run(analysis, spans, max_intervals)
 
 
 # -- the runs table ----------------------------------------------------------------------------------------

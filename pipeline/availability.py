@@ -12,8 +12,8 @@ import os
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from pipeline.discover import discover
-from pipeline.ingest import ANALYSIS_COLUMNS, RUN_SEP
+from pipeline.discover import RunDir, discover
+from pipeline.ingest import ANALYSIS_COLUMNS, RUN_SEP, run_prefix
 from pipeline.unavailability import (
     SIDE_EVENTS,
     GroupAvailability,
@@ -39,27 +39,49 @@ _SIDE_SCHEMA = (
 )
 
 
-def read_side_events(spark: SparkSession, run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The few lines of the chaos runner and the broker that the contract's table leaves out: only lines
-    that mention one of their names are parsed."""
+def _side_lines(spark: SparkSession, files: list[str]) -> DataFrame:
+    """The lines of `files` that mention one of the side events, parsed (plus the line's file path)."""
     import pyspark.sql.functions as F
 
-    files = [f.path for f in discover(run_dir)]
-    if not files:
-        return []
-    lines = spark.read.text(files)
     hit = None
     for name in SIDE_EVENTS:
         cond = F.instr("value", f'"{name}"') > 0
         hit = cond if hit is None else hit | cond
-    rows = (
-        lines.where(hit)
-        .select(F.from_json("value", _SIDE_SCHEMA).alias("j"))
-        .select("j.*")
+    return (
+        spark.read.text(files)
+        .where(hit)
+        .select(F.from_json("value", _SIDE_SCHEMA).alias("j"), F.col("_metadata.file_path").alias("_path"))
+        .select("j.*", "_path")
         .where(F.col("ts_ms").isNotNull() & F.col("event").isin(*SIDE_EVENTS))
-        .collect()
     )
+
+
+def read_side_events(spark: SparkSession, run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The few lines of the chaos runner and the broker that the contract's table leaves out: only lines
+    that mention one of their names are parsed."""
+    files = [f.path for f in discover(run_dir)]
+    if not files:
+        return []
+    rows = _side_lines(spark, files).drop("_path").collect()
     return [r.asDict() for r in rows]
+
+
+def read_side_events_of_runs(spark: SparkSession, runs: list[RunDir]) -> list[list[dict[str, Any]]]:
+    """The side events of every run (by index in `runs`), from one scan of all their files."""
+    from urllib.parse import unquote, urlsplit
+
+    owner = {f.path: i for i, run in enumerate(runs) for f in run.files}
+    out: list[list[dict[str, Any]]] = [[] for _ in runs]
+    if not owner:
+        return out
+    for r in _side_lines(spark, list(owner)).collect():
+        row = r.asDict()
+        index = owner.get(unquote(urlsplit(row.pop("_path")).path))
+        if index is not None:
+            out[index].append(row)
+    for rows in out:
+        rows.sort(key=lambda r: r["ts_ms"])
+    return out
 
 
 def _waiting(analysis: Any, threshold_ms: int) -> DataFrame:
@@ -195,3 +217,53 @@ def add_rocketmq_time(
     markers = {g: broker_markers(side, g, node_of) for g in summary["groups"]}
     extend_summary(summary, clock, availability, markers)
     return clock
+
+
+def _strip_group(
+    prefix: str, queues: dict[tuple[str, str], QueueInputs], g: GroupInputs
+) -> tuple[dict[tuple[str, str], QueueInputs], GroupInputs]:
+    """One group's classification inputs with the run prefix taken off every name."""
+
+    def bare(name: str) -> str:
+        return name.removeprefix(prefix)
+
+    qs = {
+        (bare(t), q): QueueInputs(i.waiting, i.quiet, [(bare(c), s, e) for c, s, e in i.owners])
+        for (t, q), i in queues.items()
+    }
+    return qs, GroupInputs(
+        {bare(c): v for c, v in g.pauses.items()},
+        {bare(c): v for c, v in g.live.items()},
+        {(bare(c), bare(t)): v for (c, t), v in g.rebalances.items()},
+    )
+
+
+def add_rocketmq_time_of_runs(
+    summaries: dict[str, dict[str, Any]], analysis: Any, runs: list[RunDir]
+) -> dict[str, RunClock]:
+    """add_rocketmq_time for every run of an analysis of many runs (summaries by run prefix, names
+    unqualified): one scan for the side events, one set of Spark jobs for the waits of all runs.
+    Returns each run's clock by prefix."""
+    spark = analysis.ev.sparkSession
+    side = read_side_events_of_runs(spark, runs)
+    clocks = {
+        run_prefix(i): run_clock(side[i], analysis.runs[run_prefix(i)].start_ms, None)
+        for i in range(len(runs))
+    }
+    queues, groups = collect_inputs(analysis, clocks=clocks)
+    node_of = analysis.control.node_of()
+    for i in range(len(runs)):
+        prefix = run_prefix(i)
+        clock = clocks[prefix]
+        availability: dict[str, GroupAvailability] = {}
+        for g in queues:
+            if g.startswith(prefix):
+                qs, gi = _strip_group(prefix, queues[g], groups[g])
+                availability[g.removeprefix(prefix)] = classify_group(qs, gi, clock.idle_threshold_ms)
+        nodes = {
+            c.removeprefix(prefix): n.removeprefix(prefix) for c, n in node_of.items() if c.startswith(prefix)
+        }
+        summary = summaries[prefix]
+        markers = {g: broker_markers(side[i], g, nodes) for g in summary["groups"]}
+        extend_summary(summary, clock, availability, markers)
+    return clocks

@@ -26,6 +26,7 @@ from pipeline.contract import (
     members_digest,
     queue_key,
 )
+from pipeline.unavailability import merge_spans
 
 INF = 2**63 - 1  # "never ends" for open periods, as the Spark tables had it (Long.MaxValue)
 CONTROL_EVENTS = (
@@ -98,18 +99,6 @@ def _toggle(
             out[key].append((opened.pop(key), ts))
     for key, start in opened.items():
         out[key].append((start, end_default(key)))
-    return out
-
-
-def union(spans: Iterable[Span]) -> list[Span]:
-    """Sorted union of half-open spans, touching ones joined, empty ones dropped."""
-    out: list[Span] = []
-    for s, e in sorted(sp for sp in spans if sp[1] > sp[0]):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
     return out
 
 
@@ -189,7 +178,7 @@ def build(
     per_client: dict[str, list[Span]] = defaultdict(list)
     for c, node in m.client_nodes:
         per_client[c].extend(node_pauses.get(node, ()))
-    m.client_pauses = {c: merged for c, spans in per_client.items() if (merged := union(spans))}
+    m.client_pauses = {c: merged for c, spans in per_client.items() if (merged := merge_spans(spans))}
     return m
 
 
@@ -227,7 +216,7 @@ def ownership_metrics(m: ControlModel, run_end: Callable[[str], int]) -> dict[st
     for g in m.groups:
         if g in m.first_add:
             spans = [sp for (gg, _c), s in m.live.items() if gg == g for sp in s]
-            group_live[g] = _clip(union(spans), m.first_add[g], run_end(g))
+            group_live[g] = _clip(merge_spans(spans), m.first_add[g], run_end(g))
     out = {g: {"overlap_ms": 0, "stalled_ms": 0, "orphan_ms": 0} for g in m.groups}
     queues = set(by_queue) | {(g, t, q) for g, u in m.universe.items() for t, q in u}
     for qid in queues:

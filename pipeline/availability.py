@@ -12,8 +12,8 @@ import os
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from pipeline.discover import discover
-from pipeline.ingest import ANALYSIS_COLUMNS
+from pipeline.discover import RunDir, discover
+from pipeline.ingest import ANALYSIS_COLUMNS, RUN_SEP, run_prefix
 from pipeline.unavailability import (
     SIDE_EVENTS,
     GroupAvailability,
@@ -39,27 +39,49 @@ _SIDE_SCHEMA = (
 )
 
 
-def read_side_events(spark: SparkSession, run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The few lines of the chaos runner and the broker that the contract's table leaves out: only lines
-    that mention one of their names are parsed."""
+def _side_lines(spark: SparkSession, files: list[str]) -> DataFrame:
+    """The lines of `files` that mention one of the side events, parsed (plus the line's file path)."""
     import pyspark.sql.functions as F
 
-    files = [f.path for f in discover(run_dir)]
-    if not files:
-        return []
-    lines = spark.read.text(files)
     hit = None
     for name in SIDE_EVENTS:
         cond = F.instr("value", f'"{name}"') > 0
         hit = cond if hit is None else hit | cond
-    rows = (
-        lines.where(hit)
-        .select(F.from_json("value", _SIDE_SCHEMA).alias("j"))
-        .select("j.*")
+    return (
+        spark.read.text(files)
+        .where(hit)
+        .select(F.from_json("value", _SIDE_SCHEMA).alias("j"), F.col("_metadata.file_path").alias("_path"))
+        .select("j.*", "_path")
         .where(F.col("ts_ms").isNotNull() & F.col("event").isin(*SIDE_EVENTS))
-        .collect()
     )
+
+
+def read_side_events(spark: SparkSession, run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The few lines of the chaos runner and the broker that the contract's table leaves out: only lines
+    that mention one of their names are parsed."""
+    files = [f.path for f in discover(run_dir)]
+    if not files:
+        return []
+    rows = _side_lines(spark, files).drop("_path").collect()
     return [r.asDict() for r in rows]
+
+
+def read_side_events_of_runs(spark: SparkSession, runs: list[RunDir]) -> list[list[dict[str, Any]]]:
+    """The side events of every run (by index in `runs`), from one scan of all their files."""
+    from urllib.parse import unquote, urlsplit
+
+    owner = {f.path: i for i, run in enumerate(runs) for f in run.files}
+    out: list[list[dict[str, Any]]] = [[] for _ in runs]
+    if not owner:
+        return out
+    for r in _side_lines(spark, list(owner)).collect():
+        row = r.asDict()
+        index = owner.get(unquote(urlsplit(row.pop("_path")).path))
+        if index is not None:
+            out[index].append(row)
+    for rows in out:
+        rows.sort(key=lambda r: r["ts_ms"])
+    return out
 
 
 def _waiting(analysis: Any, threshold_ms: int) -> DataFrame:
@@ -67,16 +89,19 @@ def _waiting(analysis: Any, threshold_ms: int) -> DataFrame:
     import pyspark.sql.functions as F
     from pyspark.sql import Window
 
-    t = analysis.t
     queue = F.concat(F.col("broker"), F.lit(":"), F.col("queue_id").cast("string")).alias(Q)
     sent = (
         analysis.ev.where(F.col("event") == "message_sent")
         .select(T, queue, "msg_id", "ts_ms")
-        .join(F.broadcast(t.group_topics), T)
+        .join(F.broadcast(analysis.group_topics), T)
         .groupBy(G, "msg_id")
         .agg(F.min_by(F.struct(T, Q), "ts_ms").alias("k"), F.min("ts_ms").alias("s"))
     )
-    first = t.consumed.groupBy(G, "msg_id").agg(F.min("ts_ms").alias("c"))
+    first = analysis.consumed.groupBy(G, "msg_id").agg(F.min("ts_ms").alias("c"))
+    run_end = F.lit(analysis.run_end)
+    if analysis.runs is not None:  # each group's own run's end
+        ends = {g: analysis.run_end_of(g) for g in analysis.control.groups}
+        run_end = F.element_at(F.create_map(*[F.lit(x) for kv in sorted(ends.items()) for x in kv]), F.col(G))
     waits = (
         sent.join(first, [G, "msg_id"], "left")
         .select(
@@ -84,7 +109,7 @@ def _waiting(analysis: Any, threshold_ms: int) -> DataFrame:
             F.col("k.topic").alias(T),
             F.col("k.queue").alias(Q),
             "s",
-            F.coalesce("c", F.lit(analysis.run_end)).alias("e"),
+            F.coalesce("c", run_end).alias("e"),
         )
         .where(F.col("e") - F.col("s") > threshold_ms)
     )
@@ -98,26 +123,24 @@ def _waiting(analysis: Any, threshold_ms: int) -> DataFrame:
     )
 
 
-def _quiet(analysis: Any, waiting: DataFrame, threshold_ms: int) -> DataFrame:
+def _quiet(analysis: Any, waiting: list[tuple[str, str, str, int, int]], threshold_ms: int) -> DataFrame:
     """Stretches longer than the threshold inside the waiting spans without a consumption of the queue."""
     import pyspark.sql.functions as F
     from pyspark.sql import Window
 
-    spans = F.broadcast(waiting.withColumnRenamed("s", "ws").withColumnRenamed("e", "we"))
-    lines = analysis.t.consumed.select(G, T, Q, "ts_ms")
-    inside = lines.join(spans, [G, T, Q]).where(
+    spark = analysis.ev.sparkSession
+    spans_df = spark.createDataFrame(
+        waiting, "`group` string, topic string, queue string, ws bigint, we bigint"
+    )
+    lines = analysis.consumed.select(G, T, Q, "ts_ms")
+    inside = lines.join(F.broadcast(spans_df), [G, T, Q]).where(
         (F.col("ts_ms") > F.col("ws")) & (F.col("ts_ms") < F.col("we"))
     )
-    points = (
-        inside.select(G, T, Q, "ws", "we", "ts_ms")
-        .unionByName(
-            waiting.select(G, T, Q, F.col("s").alias("ws"), F.col("e").alias("we"), F.col("s").alias("ts_ms"))
-        )
-        .unionByName(
-            waiting.select(G, T, Q, F.col("s").alias("ws"), F.col("e").alias("we"), F.col("e").alias("ts_ms"))
-        )
-        .distinct()
+    bounds = spark.createDataFrame(
+        [(g, t, q, s, e, x) for g, t, q, s, e in waiting for x in (s, e)],
+        "`group` string, topic string, queue string, ws bigint, we bigint, ts_ms bigint",
     )
+    points = inside.select(G, T, Q, "ws", "we", "ts_ms").unionByName(bounds).distinct()
     w = Window.partitionBy(G, T, Q, "ws").orderBy("ts_ms")
     return (
         points.withColumn("prev", F.lag("ts_ms").over(w))
@@ -127,51 +150,53 @@ def _quiet(analysis: Any, waiting: DataFrame, threshold_ms: int) -> DataFrame:
 
 
 def collect_inputs(
-    analysis: Any, clock: RunClock
+    analysis: Any, clock: RunClock | None = None, clocks: dict[str, RunClock] | None = None
 ) -> tuple[dict[str, dict[tuple[str, str], QueueInputs]], dict[str, GroupInputs]]:
-    """The classification's inputs, per group."""
-    import pyspark.sql.functions as F
-
-    threshold = clock.idle_threshold_ms
-    t = analysis.t
-    waiting = _waiting(analysis, threshold).localCheckpoint(eager=True)
+    """The classification's inputs, per (qualified) group: the waits from Spark, the rest from the
+    control plane. `clocks` gives each run's clock by run prefix (many runs), else `clock` is the one."""
+    threshold = _threshold(analysis, clock, clocks)
+    waiting = [(r[G], r[T], r[Q], r["s"], r["e"]) for r in _waiting(analysis, threshold).collect()]
     queues: dict[str, dict[tuple[str, str], QueueInputs]] = defaultdict(dict)
-    for r in waiting.collect():
-        queues[r[G]].setdefault((r[T], r[Q]), QueueInputs()).waiting.append((r["s"], r["e"]))
+    for g, t, q, s, e in waiting:
+        queues[g].setdefault((t, q), QueueInputs()).waiting.append((s, e))
     if not queues:
         return {}, {}
+    if clocks is not None:  # the threshold differs by run: keep each run's own
+        waiting = [w for w in waiting if w[4] - w[3] > _group_threshold(w[0], clocks)]
     for r in _quiet(analysis, waiting, threshold).collect():
-        queues[r[G]][(r[T], r[Q])].quiet.append((r["s"], r["e"]))
-    keys = waiting.select(G, T, Q).distinct()
-    for r in t.intervals.join(F.broadcast(keys), [G, T, Q]).collect():
-        queues[r[G]][(r[T], r[Q])].owners.append((r[C], r["start"], r["end"]))
+        if clocks is None or r["e"] - r["s"] > _group_threshold(r[G], clocks):
+            queues[r[G]][(r[T], r[Q])].quiet.append((r["s"], r["e"]))
+    m = analysis.control
+    for iv in m.intervals:
+        q = queues.get(iv.group, {}).get((iv.topic, iv.queue))
+        if q is not None:
+            q.owners.append((iv.client_id, iv.start, iv.end))
     groups: dict[str, GroupInputs] = {g: GroupInputs() for g in queues}
-    members = {(r[G], r[C]) for r in t.group_clients.collect()}
-    pauses: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for r in t.client_pauses.collect():
-        pauses[r[C]].append((r["start"], r["end"]))
-    for g, c in members:
-        if g in groups and c in pauses:
-            groups[g].pauses[c] = sorted(pauses[c])
-    for r in t.live.collect():
-        if r[G] in groups:
-            groups[r[G]].live.setdefault(r[C], []).append((r["start"], r["end"]))
-    if "allocated" not in analysis.ev.columns:
-        rebalances = []
-    else:
-        rebalances = (
-            analysis.ev.where((F.col("event") == "rebalance") & F.col("allocated").isNotNull())
-            .select(G, C, T, "allocated", "ts_ms", "fidx", "blk", "rid")
-            .orderBy("ts_ms", "fidx", "blk", "rid")
-            .collect()
-        )
-    for r in rebalances:
-        if r[G] in groups:
+    for g, c in m.group_clients:
+        if g in groups and c in m.client_pauses:
+            groups[g].pauses[c] = sorted(m.client_pauses[c])
+    for (g, c), spans in m.live.items():
+        if g in groups:
+            groups[g].live.setdefault(c, []).extend(spans)
+    for r in m.rebalances:
+        if r[G] in groups and r.get("allocated") is not None:
             groups[r[G]].rebalances.setdefault((r[C], r[T]), []).append(
                 (r["ts_ms"], frozenset(r["allocated"]))
             )
-    waiting.unpersist()
     return queues, groups
+
+
+def _group_threshold(group: str, clocks: dict[str, RunClock]) -> int:
+    return clocks[group[: group.index(RUN_SEP) + 1]].idle_threshold_ms
+
+
+def _threshold(analysis: Any, clock: RunClock | None, clocks: dict[str, RunClock] | None) -> int:
+    """The idle threshold Spark filters with: the run's, or the least of all runs' (each run's own is
+    applied afterwards)."""
+    if clocks:
+        return min(c.idle_threshold_ms for c in clocks.values())
+    assert clock is not None
+    return clock.idle_threshold_ms
 
 
 def add_rocketmq_time(
@@ -188,7 +213,57 @@ def add_rocketmq_time(
     availability: dict[str, GroupAvailability] = {
         g: classify_group(queues[g], groups[g], clock.idle_threshold_ms) for g in queues
     }
-    node_of = {r[C]: r["node"] for r in analysis.t.client_nodes.collect()}
+    node_of = analysis.control.node_of()
     markers = {g: broker_markers(side, g, node_of) for g in summary["groups"]}
     extend_summary(summary, clock, availability, markers)
     return clock
+
+
+def _strip_group(
+    prefix: str, queues: dict[tuple[str, str], QueueInputs], g: GroupInputs
+) -> tuple[dict[tuple[str, str], QueueInputs], GroupInputs]:
+    """One group's classification inputs with the run prefix taken off every name."""
+
+    def bare(name: str) -> str:
+        return name.removeprefix(prefix)
+
+    qs = {
+        (bare(t), q): QueueInputs(i.waiting, i.quiet, [(bare(c), s, e) for c, s, e in i.owners])
+        for (t, q), i in queues.items()
+    }
+    return qs, GroupInputs(
+        {bare(c): v for c, v in g.pauses.items()},
+        {bare(c): v for c, v in g.live.items()},
+        {(bare(c), bare(t)): v for (c, t), v in g.rebalances.items()},
+    )
+
+
+def add_rocketmq_time_of_runs(
+    summaries: dict[str, dict[str, Any]], analysis: Any, runs: list[RunDir]
+) -> dict[str, RunClock]:
+    """add_rocketmq_time for every run of an analysis of many runs (summaries by run prefix, names
+    unqualified): one scan for the side events, one set of Spark jobs for the waits of all runs.
+    Returns each run's clock by prefix."""
+    spark = analysis.ev.sparkSession
+    side = read_side_events_of_runs(spark, runs)
+    clocks = {
+        run_prefix(i): run_clock(side[i], analysis.runs[run_prefix(i)].start_ms, None)
+        for i in range(len(runs))
+    }
+    queues, groups = collect_inputs(analysis, clocks=clocks)
+    node_of = analysis.control.node_of()
+    for i in range(len(runs)):
+        prefix = run_prefix(i)
+        clock = clocks[prefix]
+        availability: dict[str, GroupAvailability] = {}
+        for g in queues:
+            if g.startswith(prefix):
+                qs, gi = _strip_group(prefix, queues[g], groups[g])
+                availability[g.removeprefix(prefix)] = classify_group(qs, gi, clock.idle_threshold_ms)
+        nodes = {
+            c.removeprefix(prefix): n.removeprefix(prefix) for c, n in node_of.items() if c.startswith(prefix)
+        }
+        summary = summaries[prefix]
+        markers = {g: broker_markers(side[i], g, nodes) for g in summary["groups"]}
+        extend_summary(summary, clock, availability, markers)
+    return clocks

@@ -108,65 +108,115 @@ def pick_bucket_ms(duration_ms: int, target: int = 150) -> int:
 
 
 def collect_plot_data(analysis: Any, max_intervals: int = 20_000, clock: RunClock | None = None) -> PlotData:
-    """Aggregate in Spark what the plots need; collect only the aggregates."""
-    import pyspark.sql.functions as F
-
-    t = analysis.t
+    """What the plots of a single run need: the control plane's intervals and nemeses, and three small
+    aggregates of the message lines (collected in one Spark job)."""
     start = analysis.stats.start_ms or 0
     end = analysis.stats.end_ms or 0
-    bucket_ms = pick_bucket_ms(end - start)
-    bucket = F.floor((F.col("ts_ms") - F.lit(start)) / F.lit(bucket_ms)).cast("long").alias("bucket")
-    # One node per client (a client id normally lives on one node; take the first name if not).
-    node_of = t.client_nodes.groupBy("client_id").agg(F.min("node").alias("node"))
-    intervals = [
-        r.asDict()
-        for r in t.intervals.join(node_of, "client_id", "left")
-        .select("group", "client_id", "node", "topic", "queue", "start", "end")
-        .orderBy("start")
-        .limit(max_intervals)
-        .collect()
-    ]
-    nemeses = [
-        r.asDict()
-        for r in analysis.ctl.where(F.col("event") == "nemesis")
-        .select("ts_ms", "action", "target")
-        .orderBy("ts_ms")
-        .limit(2000)
-        .collect()
-    ]
-    consumed = t.consumed.select("group", "client_id", "msg_id", "ts_ms", bucket)
-    rates = [
-        r.asDict()
-        for r in consumed.join(node_of, "client_id", "left")
-        .groupBy("group", F.coalesce("node", "client_id").alias("node"), "bucket")
-        .agg(F.count("*").alias("n"))
-        .collect()
-    ]
-    # Duplicates per bucket = lines in the bucket minus first deliveries in the bucket (the first
-    # delivery of a message is its earliest line), so no per-message sort is needed.
-    lines = consumed.groupBy("group", "bucket").agg(F.count("*").alias("lines"))
+    data = plot_data_by_run(analysis, {"": (start, end)}, max_intervals)[""]
+    data.clock = clock
+    return data
+
+
+def plot_data_by_run(
+    analysis: Any, spans: dict[str, tuple[int, int]], max_intervals: int = 20_000
+) -> dict[str, PlotData]:
+    """The plot data of every run of `analysis` by run prefix ("" for a single run, whose names carry
+    no prefix), given each run's (start, end); buckets are chosen per run."""
+    import pyspark.sql.functions as F
+
+    from pipeline.ingest import RUN_SEP
+
+    many = analysis.runs is not None
+
+    def split(name: str) -> tuple[str, str]:
+        if not many:
+            return "", name
+        cut = name.index(RUN_SEP) + 1
+        return name[:cut], name[cut:]
+
+    out = {p: PlotData(s, e, pick_bucket_ms(e - s)) for p, (s, e) in spans.items()}
+    m = analysis.control
+    node_of = m.node_of()
+    for iv in m.intervals:  # sorted by start
+        prefix, group = split(iv.group)
+        data = out[prefix]
+        if len(data.intervals) < max_intervals:
+            node = node_of.get(iv.client_id)
+            data.intervals.append(
+                {
+                    "group": group,
+                    "client_id": split(iv.client_id)[1],
+                    "node": None if node is None else split(node)[1],
+                    "topic": split(iv.topic)[1],
+                    "queue": iv.queue,
+                    "start": iv.start,
+                    "end": iv.end,
+                }
+            )
+    for ts, action, target in sorted(m.nemeses, key=lambda n: n[0]):
+        prefix, name = split(target)
+        if len(out[prefix].nemeses) < 2000:
+            out[prefix].nemeses.append({"ts_ms": ts, "action": action, "target": name})
+
+    # Each line's bucket, from its run's start and bucket width.
+    if many:
+        prefix_of = F.concat(F.substring_index(F.col("group"), RUN_SEP, 1), F.lit(RUN_SEP))
+        starts = F.create_map(*[F.lit(x) for p, d in sorted(out.items()) for x in (p, d.run_start)])
+        widths = F.create_map(*[F.lit(x) for p, d in sorted(out.items()) for x in (p, d.bucket_ms)])
+        origin, width = F.element_at(starts, prefix_of), F.element_at(widths, prefix_of)
+    else:
+        only = out[""]
+        origin, width = F.lit(only.run_start), F.lit(only.bucket_ms)
+    bucket = F.floor((F.col("ts_ms") - origin) / width).cast("long").alias("bucket")
+    consumed = analysis.consumed.select("group", "client_id", "msg_id", "ts_ms")
+    # Lines per (group, client, bucket) give the rates and the lines per bucket; duplicates per bucket
+    # are the lines minus the first deliveries in the bucket (a message's earliest line), so no
+    # per-message sort is needed.
+    lines = consumed.groupBy("group", "client_id", bucket).agg(F.count("*").alias("n"))
     firsts = (
         consumed.groupBy("group", "msg_id")
         .agg(F.min("ts_ms").alias("ts_ms"))
-        .select("group", bucket)
-        .groupBy("group", "bucket")
-        .agg(F.count("*").alias("firsts"))
-    )
-    duplicates = [
-        {"group": r["group"], "bucket": r["bucket"], "n": r["lines"] - (r["firsts"] or 0)}
-        for r in lines.join(firsts, ["group", "bucket"], "left").collect()
-        if r["lines"] - (r["firsts"] or 0) > 0
-    ]
-    sent = analysis.ev.where(F.col("event") == "message_sent").select("topic", bucket)
-    sends = [
-        r.asDict()
-        for r in sent.join(F.broadcast(t.group_topics), "topic")
-        .groupBy("group", "bucket")
+        .groupBy("group", bucket)
         .agg(F.count("*").alias("n"))
-        .collect()
-    ]
-    orderly = {r["group"] for r in analysis.orderly_groups().collect()}
-    return PlotData(start, end, bucket_ms, intervals, nemeses, rates, duplicates, sends, orderly, clock)
+        .withColumn("client_id", F.lit(None).cast("string"))
+    )
+    sends = (
+        analysis.ev.where(F.col("event") == "message_sent")
+        .select("topic", "ts_ms")
+        .join(F.broadcast(analysis.group_topics), "topic")
+        .groupBy("group", bucket)
+        .agg(F.count("*").alias("n"))
+        .withColumn("client_id", F.lit(None).cast("string"))
+    )
+    tagged = (
+        lines.withColumn("kind", F.lit("line"))
+        .unionByName(firsts.withColumn("kind", F.lit("first")))
+        .unionByName(sends.withColumn("kind", F.lit("sent")))
+    )
+    rates: dict[tuple[str, str, str, int], int] = {}
+    per_bucket: dict[tuple[str, str, int], int] = {}
+    for r in tagged.collect():
+        prefix, group = split(r["group"])
+        if r["kind"] == "sent":
+            out[prefix].sends.append({"group": group, "bucket": r["bucket"], "n": r["n"]})
+            continue
+        key = (prefix, group, r["bucket"])
+        if r["kind"] == "first":
+            per_bucket[key] = per_bucket.get(key, 0) - r["n"]
+            continue
+        per_bucket[key] = per_bucket.get(key, 0) + r["n"]
+        node = node_of.get(r["client_id"], r["client_id"])  # one node per client
+        rate_key = (prefix, group, split(node)[1], r["bucket"])
+        rates[rate_key] = rates.get(rate_key, 0) + r["n"]
+    for (prefix, group, node, b), n in rates.items():
+        out[prefix].rates.append({"group": group, "node": node, "bucket": b, "n": n})
+    for (prefix, group, b), n in per_bucket.items():
+        if n > 0:
+            out[prefix].duplicates.append({"group": group, "bucket": b, "n": n})
+    for g in analysis.orderly():
+        prefix, group = split(g)
+        out[prefix].orderly.add(group)
+    return out
 
 
 # -- time and markers ---------------------------------------------------------------------------------

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.availability import add_rocketmq_time_of_runs
 from pipeline.contract import GROUP_METRICS
 from pipeline.discover import BadRun, RunDir
 from pipeline.ingest import RUN_SEP, load_json_runs, run_prefix
 from pipeline.metrics import Analysis
-from pipeline.report import PlotData, pick_bucket_ms
+from pipeline.report import PlotData, answers, plot_data_by_run
+from pipeline.unavailability import CAUSES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,6 +32,8 @@ RUNS_TABLE = "runs"  # runs.parquet/ and runs.csv
 INDEX = "index.html"
 # Columns of the runs table besides the parameters and the metrics.
 CONVERGENCE_COLUMNS = ("changes", "not_converged", "max_convergence_ms")
+# Unavailability (pipeline.unavailability) in RocketMQ milliseconds: in all, then by cause.
+UNAVAILABILITY_COLUMNS = ("unavailable_rocketmq_ms", *(f"unavailable_{c}_rocketmq_ms" for c in CAUSES))
 
 
 @dataclass
@@ -96,11 +100,20 @@ def analyse_runs(
         with stage("metrics") as info:
             by_prefix = analysis.summaries()
             info["info"] = f"{sum(len(s['groups']) for s in by_prefix.values())} group(s) in {len(runs)} runs"
+        with stage("unavailability"):
+            clocks = add_rocketmq_time_of_runs(by_prefix, analysis, runs)
         result.summaries = {run.rel: by_prefix[run_prefix(i)] for i, run in enumerate(runs)}
+        data = None
         if plots:
             with stage("plot data"):
                 data = collect_plot_data_of_runs(analysis, loaded.stats)
-            result.plot_data = {run.rel: data[run_prefix(i)] for i, run in enumerate(runs)}
+        for i, run in enumerate(runs):
+            prefix = run_prefix(i)
+            summary = by_prefix[prefix]
+            if data is not None:
+                data[prefix].clock = clocks[prefix]
+                result.plot_data[run.rel] = data[prefix]
+            summary["answer"] = answers(summary, None if data is None else data[prefix])
         if extra is not None:
             result.extra = extra(analysis)
     finally:
@@ -118,96 +131,10 @@ def _split(name: str) -> tuple[str, str]:
 def collect_plot_data_of_runs(
     analysis: Analysis, stats: dict[str, Any], max_intervals: int = 20_000
 ) -> dict[str, PlotData]:
-    """The report's plot data of every run, from one aggregate per kind of picture (buckets are per run,
-    as the single-run report chooses them)."""
-    import pyspark.sql.functions as F
-
-    spark = analysis.ev.sparkSession
-    t = analysis.t
-    buckets = {p: pick_bucket_ms((s.end_ms or 0) - (s.start_ms or 0)) for p, s in stats.items()}
-    out = {p: PlotData(s.start_ms or 0, s.end_ms or 0, buckets[p]) for p, s in stats.items()}
-    table = spark.createDataFrame(
-        [(p, s.start_ms or 0, buckets[p]) for p, s in stats.items()], "_rp string, _start bigint, _bms bigint"
-    )
-
-    def with_bucket(df: Any, name_col: str) -> Any:
-        prefix = F.concat(F.substring_index(F.col(name_col), RUN_SEP, 1), F.lit(RUN_SEP)).alias("_rp")
-        joined = df.select("*", prefix).join(F.broadcast(table), "_rp")
-        return joined.withColumn(
-            "bucket", F.floor((F.col("ts_ms") - F.col("_start")) / F.col("_bms")).cast("long")
-        )
-
-    node_of = t.client_nodes.groupBy("client_id").agg(F.min("node").alias("node"))
-    for r in (
-        t.intervals.join(node_of, "client_id", "left")
-        .select("group", "client_id", "node", "topic", "queue", "start", "end")
-        .collect()
-    ):
-        prefix, group = _split(r["group"])
-        data = out[prefix]
-        if len(data.intervals) < max_intervals:
-            data.intervals.append(
-                {
-                    "group": group,
-                    "client_id": _split(r["client_id"])[1],
-                    "node": None if r["node"] is None else _split(r["node"])[1],
-                    "topic": _split(r["topic"])[1],
-                    "queue": r["queue"],
-                    "start": r["start"],
-                    "end": r["end"],
-                }
-            )
-    for data in out.values():
-        data.intervals.sort(key=lambda iv: iv["start"])
-    for r in (
-        analysis.ctl.where(F.col("event") == "nemesis")
-        .select("ts_ms", "action", "target")
-        .orderBy("ts_ms")
-        .collect()
-    ):
-        prefix, target = _split(r["target"])
-        if len(out[prefix].nemeses) < 2000:
-            out[prefix].nemeses.append({"ts_ms": r["ts_ms"], "action": r["action"], "target": target})
-    consumed = with_bucket(t.consumed.select("group", "client_id", "msg_id", "ts_ms"), "group")
-    for r in (
-        consumed.join(node_of, "client_id", "left")
-        .groupBy("group", F.coalesce("node", "client_id").alias("node"), "bucket")
-        .agg(F.count("*").alias("n"))
-        .collect()
-    ):
-        prefix, group = _split(r["group"])
-        out[prefix].rates.append(
-            {"group": group, "node": _split(r["node"])[1], "bucket": r["bucket"], "n": r["n"]}
-        )
-    # Duplicates per bucket = lines minus first deliveries in the bucket, as in the single-run report.
-    lines = consumed.groupBy("group", "bucket").agg(F.count("*").alias("lines"))
-    firsts = (
-        consumed.groupBy("group", "msg_id", "_bms", "_start")
-        .agg(F.min("ts_ms").alias("ts_ms"))
-        .select(
-            "group", F.floor((F.col("ts_ms") - F.col("_start")) / F.col("_bms")).cast("long").alias("bucket")
-        )
-        .groupBy("group", "bucket")
-        .agg(F.count("*").alias("firsts"))
-    )
-    for r in lines.join(firsts, ["group", "bucket"], "left").collect():
-        n = r["lines"] - (r["firsts"] or 0)
-        if n > 0:
-            prefix, group = _split(r["group"])
-            out[prefix].duplicates.append({"group": group, "bucket": r["bucket"], "n": n})
-    sent = with_bucket(analysis.ev.where(F.col("event") == "message_sent").select("topic", "ts_ms"), "topic")
-    for r in (
-        sent.join(F.broadcast(t.group_topics), "topic")
-        .groupBy("group", "bucket")
-        .agg(F.count("*").alias("n"))
-        .collect()
-    ):
-        prefix, group = _split(r["group"])
-        out[prefix].sends.append({"group": group, "bucket": r["bucket"], "n": r["n"]})
-    for r in analysis.orderly_groups().collect():
-        prefix, group = _split(r["group"])
-        out[prefix].orderly.add(group)
-    return out
+    """The report's plot data of every run by run prefix (the single-run report's implementation, with
+    buckets per run)."""
+    spans = {p: (s.start_ms or 0, s.end_ms or 0) for p, s in stats.items()}
+    return plot_data_by_run(analysis, spans, max_intervals)
 
 
 # -- the runs table ----------------------------------------------------------------------------------------
@@ -230,6 +157,7 @@ def table_rows(result: RootResult) -> tuple[list[str], list[dict[str, Any]]]:
             **{f"param.{k}": v for k, v in params.items()},
             "events": summary["run"]["events"],
             "malformed_lines": summary["run"]["malformed_lines"],
+            "time_scale": summary["run"].get("time_scale"),
         }
         groups = summary["groups"] or {None: None}
         for name, g in groups.items():
@@ -242,11 +170,16 @@ def table_rows(result: RootResult) -> tuple[list[str], list[dict[str, Any]]]:
                 row["max_convergence_ms"] = max(
                     (c["convergence_ms"] for c in conv if c["converged"]), default=None
                 )
+                un = g.get("unavailability")
+                if un is not None:
+                    row["unavailable_rocketmq_ms"] = un["total_rocketmq_ms"]
+                    for cause, ms in un["by_cause_rocketmq_ms"].items():
+                        row[f"unavailable_{cause}_rocketmq_ms"] = ms
                 row["verdict"] = g["verdict"]
             rows.append(row)
     columns = [
         "run", "experiment", "seed", *params_seen, "group", "events", "malformed_lines",
-        *GROUP_METRICS, *CONVERGENCE_COLUMNS, "verdict",
+        "time_scale", *GROUP_METRICS, *CONVERGENCE_COLUMNS, *UNAVAILABILITY_COLUMNS, "verdict",
     ]  # fmt: skip
     return columns, [{c: row.get(c) for c in columns} for row in rows]
 
@@ -257,21 +190,25 @@ def write_table(spark: SparkSession, columns: list[str], rows: list[dict[str, An
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
     def kind(column: str) -> Any:
         values = [r[column] for r in rows if r[column] is not None]
         if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             return LongType()
+        if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            return DoubleType()
         return StringType()
 
     schema = StructType([StructField(c, kind(c)) for c in columns])
-    typed = [
-        tuple(
-            r[c] if isinstance(schema[c].dataType, LongType) or r[c] is None else str(r[c]) for c in columns
-        )
-        for r in rows
-    ]
+
+    def typed_value(column: str, value: Any) -> Any:
+        data_type = schema[column].dataType
+        if value is None or isinstance(data_type, LongType):
+            return value
+        return float(value) if isinstance(data_type, DoubleType) else str(value)
+
+    typed = [tuple(typed_value(c, r[c]) for c in columns) for r in rows]
     frame = spark.createDataFrame(typed, schema)
     frame.coalesce(1).write.mode("overwrite").parquet(os.fspath(out / f"{RUNS_TABLE}.parquet"))
 

@@ -43,14 +43,12 @@ STATS = (("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
 
 def queue_moves(analysis: Analysis) -> dict[tuple[str, str], int]:
     """(run prefix, group) -> ownership intervals beyond the first of each queue (moves)."""
-    import pyspark.sql.functions as F
-
-    rows = (
-        analysis.t.intervals.groupBy("group")
-        .agg(F.count("*").alias("n"), F.countDistinct("topic", "queue").alias("queues"))
-        .collect()
-    )
-    return {_split(r["group"]): int(r["n"] - r["queues"]) for r in rows}
+    intervals: dict[str, int] = defaultdict(int)
+    queues: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for iv in analysis.control.intervals:
+        intervals[iv.group] += 1
+        queues[iv.group].add((iv.topic, iv.queue))
+    return {_split(g): n - len(queues[g]) for g, n in intervals.items()}
 
 
 def quantile(values: list[float], q: float) -> float:

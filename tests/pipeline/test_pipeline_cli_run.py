@@ -15,6 +15,7 @@ from kit.handmade import EXPECTED_GROUP, RUN
 
 from pipeline.__main__ import main
 from pipeline.availability_reference import summarize_run
+from pipeline.availability_reference import summarize_run as full_summary
 from pipeline.reference import summarize_run as contract_summary
 from pipeline.synth import chaotic_run, realistic_run, write_run
 
@@ -173,7 +174,10 @@ def test_a_root_of_runs_in_one_application(
         assert stage in captured.err
     assert "2026/run-0: FAIL (g-concurrent)" in captured.out and "2026/run-1: OK" in captured.out
     for rel in ("2026/run-0", "2026/run-1", "loose"):
-        assert json.loads((out / rel / "summary.json").read_text()) == contract_summary(root / rel), rel
+        # Like a single run's: the contract's fields plus RocketMQ time, unavailability and the answer.
+        summary = json.loads((out / rel / "summary.json").read_text())
+        assert isinstance(summary.pop("answer"), list)
+        assert summary == full_summary(root / rel), rel
         assert "data:image/png;base64," in (out / rel / "report.html").read_text()
     with open(out / "runs.csv", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
@@ -183,6 +187,13 @@ def test_a_root_of_runs_in_one_application(
     first = next(r for r in rows if r["run"] == "2026/run-0" and r["group"] == "g-concurrent")
     assert first["experiment"] == "sweep" and first["seed"] == "30" and first["param.consumers"] == "3"
     assert int(first["lost"]) > 0 and first["verdict"] == "fail"
+    for row in rows:  # the unavailability columns are the summaries' numbers
+        if row["group"]:
+            group = json.loads((out / row["run"] / "summary.json").read_text())["groups"][row["group"]]
+            by_cause = group["unavailability"]["by_cause_rocketmq_ms"]
+            assert int(row["unavailable_rocketmq_ms"]) == group["unavailability"]["total_rocketmq_ms"]
+            assert {c: int(row[f"unavailable_{c}_rocketmq_ms"]) for c in by_cause} == by_cause
+    assert float(first["time_scale"]) == 1.0
     table = spark.read.parquet(str(out / "runs.parquet"))
     assert table.count() == len(rows) and dict(table.dtypes)["lost"] == "bigint"
     index = (out / "index.html").read_text()

@@ -36,6 +36,7 @@ COPY client ./client
 COPY chaos ./chaos
 COPY pipeline ./pipeline
 COPY sim ./sim
+COPY proxy ./proxy
 # With the wheels installed above, the package builds with the venv's own setuptools and needs nothing
 # more; without them, pip fetches the build backend and the dependencies from the index.
 RUN if pip show setuptools wheel msgpack >/dev/null 2>&1; then \

@@ -43,7 +43,7 @@ DIGEST_LABEL = "org.rocketmq-rebalance-lab.source-digest"
 RUN_LABEL = "org.rocketmq-rebalance-lab.run"
 # The package sources that go into the image (the Dockerfile's COPY lines, less the pipeline, which runs
 # on the host: the image's rmq-analyze has no Spark).
-SOURCE_PACKAGES = ("protocol", "broker", "client", "chaos", "sim")
+SOURCE_PACKAGES = ("protocol", "broker", "client", "chaos", "sim", "proxy")
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 CONTAINER_RUN_DIR = "/runs"

@@ -219,6 +219,7 @@ def test_dockerignore_keeps_only_the_sources_and_wheels() -> None:
         "chaos",
         "pipeline",
         "sim",
+        "proxy",
         "wheels",
     }
 

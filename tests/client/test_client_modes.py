@@ -282,6 +282,8 @@ async def test_reconsume_later_goes_through_the_retry_topic(cluster: Cluster) ->
     sent = {(await producer.send("T", b"r%d" % i)).msg_id for i in range(3)}
     # delay level 3 is 10 s, 0.5 s scaled; the retry topic's route is learnt at the next 30 s poll
     await wait_until(lambda: len(attempts) == 3 and all(v >= 2 for v in attempts.values()), 15, "redelivery")
+    # the listener runs on the consume thread pool: its success is logged once it has returned
+    await wait_until(lambda: len(cluster.events("message_consumed")) >= 3, 5, "message_consumed events")
     assert set(seen_topics) == {"T"}  # the listener sees the original topic, also for retried messages
     consumed = cluster.events("message_consumed")
     assert {e["msg_id"] for e in consumed} == sent  # a retried message keeps the id the producer got

@@ -149,6 +149,67 @@ async def test_calls_without_client_id_or_settings(lab: Lab) -> None:
     assert bye.status.code == Code.UNRECOGNIZED_CLIENT_TYPE
 
 
+async def test_calls_with_missing_fields_get_a_status_saying_what_is_missing(lab: Lab) -> None:
+    client = "10.0.0.1@12@0@m"
+    await lab.settings(consumer_settings(), client)
+    meta = lab.meta(client)
+    g, t = pb.Resource(name="G"), pb.Resource(name="T")
+    ten_s = {"invisible_duration": {"seconds": 10}}
+    unary = [
+        (lab.stub.AckMessage, svc.AckMessageRequest(topic=t), Code.ILLEGAL_CONSUMER_GROUP, "consumer group"),
+        (lab.stub.AckMessage, svc.AckMessageRequest(group=g), Code.ILLEGAL_TOPIC, "topic name"),
+        (lab.stub.AckMessage, svc.AckMessageRequest(group=g, topic=t), Code.BAD_REQUEST, "no entry"),
+        (
+            lab.stub.ChangeInvisibleDuration,
+            svc.ChangeInvisibleDurationRequest(group=g, topic=t, receipt_handle="x", message_id="m"),
+            Code.ILLEGAL_INVISIBLE_TIME,
+            "invisible_duration is missing",
+        ),
+        (
+            lab.stub.ChangeInvisibleDuration,
+            svc.ChangeInvisibleDurationRequest(group=g, topic=t, message_id="m", **ten_s),
+            Code.INVALID_RECEIPT_HANDLE,
+            "receipt handle is missing",
+        ),
+        (
+            lab.stub.ChangeInvisibleDuration,
+            svc.ChangeInvisibleDurationRequest(topic=t, receipt_handle="x", **ten_s),
+            Code.ILLEGAL_CONSUMER_GROUP,
+            "consumer group",
+        ),
+        (
+            lab.stub.ForwardMessageToDeadLetterQueue,
+            svc.ForwardMessageToDeadLetterQueueRequest(group=g, topic=t, message_id="m"),
+            Code.INVALID_RECEIPT_HANDLE,
+            "receipt handle is missing",
+        ),
+        (
+            lab.stub.ForwardMessageToDeadLetterQueue,
+            svc.ForwardMessageToDeadLetterQueueRequest(group=g, receipt_handle="x"),
+            Code.ILLEGAL_TOPIC,
+            "topic name",
+        ),
+    ]
+    for call, request, code, says in unary:
+        resp = await call(request, metadata=meta)
+        assert (resp.status.code, says in resp.status.message) == (code, True), (request, resp.status)
+    queue = pb.MessageQueue(topic=t, id=-1)
+    receives = [
+        (svc.ReceiveMessageRequest(group=g, batch_size=1), Code.BAD_REQUEST, "message_queue is missing"),
+        (svc.ReceiveMessageRequest(message_queue=queue, batch_size=1), Code.ILLEGAL_CONSUMER_GROUP, "group"),
+        (
+            svc.ReceiveMessageRequest(group=g, message_queue=pb.MessageQueue(id=-1), batch_size=1),
+            Code.ILLEGAL_TOPIC,
+            "topic name",
+        ),
+        (svc.ReceiveMessageRequest(group=g, message_queue=queue, **ten_s), Code.BAD_REQUEST, "batch_size"),
+    ]
+    for request, code, says in receives:
+        [first, *_] = [r async for r in lab.stub.ReceiveMessage(request, metadata=meta, timeout=10)]
+        assert (first.status.code, says in first.status.message) == (code, True), (request, first.status)
+    assert lab.cluster.brokers[0].pop_state.in_flight() == 0
+
+
 async def test_settings_register_the_client_in_its_group_and_termination_removes_it(lab: Lab) -> None:
     answer = await lab.settings(consumer_settings(), "10.0.0.1@1@0@one")
     assert answer.status.code == Code.OK

@@ -389,6 +389,32 @@ async def test_push_receipts_are_renewed_acked_by_the_first_receipt_and_cleared_
         assert back[0].system_properties.delivery_attempt == 2
 
 
+async def test_a_closed_telemetry_stream_keeps_the_client_and_its_renewals(tmp_path: Any) -> None:
+    """As RocketMQ 5's proxy: a telemetry stream that ends is only logged (ClientActivity#telemetry), and
+    DefaultReceiptHandleManager renews until the client leaves the consumer manager (termination or the
+    120 s channel expiry); gRPC has no channel-close event like the remoting port's housekeeping."""
+    # 0.05: the expiry is 6 s of wall time away; the 11 s invisible time is renewed after about 1 s.
+    async with make_lab(tmp_path, default_invisible_ms=11_000, time_scale=0.05) as lab:
+        client = "10.0.0.1@13@0@closed"
+        await lab.settings(consumer_settings(kind=pb.PUSH_CONSUMER), client)
+        await send(lab, client, "a")
+        got = await receive(lab, client, 8, auto_renew=True)
+        [msg] = [r.message for r in got if r.WhichOneof("content") == "message"]
+        for call in lab.calls:
+            call.cancel()  # the client's stream goes away, as when its process is killed
+        lab.calls.clear()
+
+        def renewals() -> list[dict[str, Any]]:
+            return proxy_events(lab, "proxy_receipt_renewal")
+
+        await wait_until(lambda: bool(renewals()), 10, "the held receipt renewed", 0.1)
+        assert [(e["kind"], e["msg_id"], e["ok"]) for e in renewals()] == [
+            ("RENEW", msg.system_properties.message_id, True)
+        ]
+        assert await lab.members("G") == [client]
+        assert not proxy_events(lab, "proxy_client_expired")
+
+
 async def test_messages_popped_for_a_receive_whose_client_left_come_back_after_a_second(
     tmp_path: Any,
 ) -> None:

@@ -7,6 +7,11 @@ a whitelisted address passes; otherwise the request must name a known accessKey,
 signature (``protocol.acl``) and hold the permission its resources need; admin-only codes need an
 admin account. A refusal is NO_PERMISSION with RocketMQ's message as the remark.
 
+RocketMQ 4.9 has no POP codes; for them the resources are RocketMQ 5's (``develop``: the
+``@RocketMQAction``/``@RocketMQResource`` annotations of the request headers that its authorization
+context builder reads), mapped onto the plain accounts: POP_MESSAGE, ACK_MESSAGE and
+CHANGE_MESSAGE_INVISIBLETIME need SUB on the group and on the topic; the body-only codes need a signature.
+
 The file is read with a small YAML reader that accepts plain_acl.yml's shape only (README "ACL"):
 ``key: value`` maps, ``- item`` lists, comments, plain or quoted scalars. Anything else is an error
 ``file:line: problem``.
@@ -40,6 +45,17 @@ ADMIN_CODES: frozenset[int] = frozenset(
         int(RequestCode.UNREGISTER_BROKER),
     }
     | set(ADMIN_CODE_RANGE)
+)
+
+# The POP codes whose request header names a group and a topic. RocketMQ 5 registers no header for
+# BATCH_ACK_MESSAGE, QUERY_ASSIGNMENT and SET_MESSAGE_REQUEST_MODE (their fields are in the body), so
+# those are checked for a valid signature only.
+POP_HEADER_CODES: frozenset[int] = frozenset(
+    {
+        int(RequestCode.POP_MESSAGE),
+        int(RequestCode.ACK_MESSAGE),
+        int(RequestCode.CHANGE_MESSAGE_INVISIBLETIME),
+    }
 )
 
 ACCESS_KEY_MIN_LENGTH = 6  # AclConstants: keys must be longer than this
@@ -200,7 +216,8 @@ class PlainAccessValidator:
             if owned is None:
                 owned = account.default_group_perm if is_group else account.default_topic_perm
             if not check_permission(perm, owned):
-                what = f"group {resource.removeprefix('%RETRY%')}" if is_group else f"topic {resource}"
+                # PlainAccessResource.printStr
+                what = f"group:{resource.removeprefix('%RETRY%')}" if is_group else f"topic:{resource}"
                 raise AclDenied(f"No default permission for {what}")
 
 
@@ -247,6 +264,16 @@ def needed_resources(cmd: RemotingCommand) -> dict[str, int]:
     elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
         add(retry_topic(_s(ext.get("consumerGroup"))), SUB)
         add(_s(ext.get("topic")), SUB)
+    elif code in POP_HEADER_CODES:
+        # RocketMQ 5 names these resources on the request header (@RocketMQResource on consumerGroup and
+        # topic, action SUB) and skips a field the request leaves out. A %RETRY% topic (the pop retry topic
+        # of a revived message, %RETRY%<group>_<topic>) stands for a group, which this table keys by its
+        # retry topic already.
+        group, topic = ext.get("consumerGroup"), ext.get("topic")
+        if group is not None:
+            add(retry_topic(_s(group)), SUB)
+        if topic is not None:
+            add(_s(topic), SUB)
     return need
 
 

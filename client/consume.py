@@ -161,6 +161,15 @@ class _ServiceBase:
         self._idle.set()
         self._stopped = False
 
+    def _submit_in_batches(self, msgs: list[Message], request: Callable[[list[Message]], Any]) -> None:
+        """submitConsumeRequest's split: one request per consumeMessageBatchMaxSize messages, none once
+        the service is shut down."""
+        if self._stopped:
+            return
+        batch = self.config.consume_message_batch_max_size
+        for i in range(0, len(msgs), batch):
+            self._queue.put_nowait(request(msgs[i : i + batch]))
+
     def _spawn_workers(self, n: int) -> None:
         for _ in range(n):
             task = self.api.spawn(self._worker(), "consume worker")
@@ -330,11 +339,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
     def submit_consume_request(
         self, msgs: list[Message], pq: ProcessQueue, mq: MessageQueue, dispatch_to_consume: bool
     ) -> None:
-        if self._stopped:
-            return
-        batch = self.config.consume_message_batch_max_size
-        for i in range(0, len(msgs), batch):
-            self._queue.put_nowait(ConsumeRequest(msgs[i : i + batch], pq, mq))
+        self._submit_in_batches(msgs, lambda batch: ConsumeRequest(batch, pq, mq))
 
     async def _run(self, req: ConsumeRequest) -> None:
         if req.pq.dropped:

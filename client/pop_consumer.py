@@ -36,7 +36,7 @@ from client.pop import (
     receipt_of,
     split_assignments,
 )
-from client.ports import EventSink, GroupApi, GroupOffsets, PullDispatcher
+from client.ports import EventSink, GroupApi
 from client.rebalance import RebalancePushImpl
 from client.route import MASTER_ID, TopicRouteData
 from protocol.codes import ResponseCode
@@ -53,19 +53,9 @@ class RebalancePush5Impl(RebalancePushImpl):
     """RebalancePushImpl with RocketMQ 5's server-side assignment for topics it does not balance itself."""
 
     def __init__(
-        self,
-        state: GroupState,
-        api: GroupApi,
-        pulls: PullDispatcher,
-        offsets: GroupOffsets,
-        events: EventSink,
-        *,
-        clock: Clock,
-        pop_api: PopClientAPI,
-        routes: Any,
-        rng: random.Random | None = None,
+        self, *args: Any, pop_api: PopClientAPI, routes: Any, rng: random.Random | None = None, **kwargs: Any
     ) -> None:
-        super().__init__(state, api, pulls, offsets, events, clock=clock)
+        super().__init__(*args, **kwargs)  # RebalanceImpl's state, ports and clock
         self.pop_api = pop_api
         self.routes = routes  # MQClientInstance: topic_route_table and the route refresh
         self.random = rng or random.Random()
@@ -315,11 +305,7 @@ class ConsumeMessagePopConcurrentlyService(_ServiceBase):
         self._spawn_workers(self.config.consume_thread_min)
 
     def submit_pop_consume_request(self, msgs: list[Message], ppq: PopProcessQueue, mq: MessageQueue) -> None:
-        if self._stopped:
-            return
-        batch = self.config.consume_message_batch_max_size
-        for i in range(0, len(msgs), batch):
-            self._queue.put_nowait(_PopConsumeRequest(msgs[i : i + batch], ppq, mq))
+        self._submit_in_batches(msgs, lambda batch: _PopConsumeRequest(batch, ppq, mq))
 
     async def _run(self, req: _PopConsumeRequest) -> None:
         if req.ppq.dropped:
@@ -377,22 +363,30 @@ class ConsumeMessagePopConcurrentlyService(_ServiceBase):
     def _spawn_change(self, msg: Message, delay_level: int) -> None:
         self.api.spawn(self._change(msg, delay_level), "pop change invisible time")
 
-    async def _ack(self, msg: Message) -> None:
-        """DefaultMQPushConsumerImpl#ackAsync: ACK_MESSAGE on the message's broker, with its real topic."""
+    def _receipt_target(self, msg: Message) -> tuple[str, dict[str, Any]] | None:
+        """The broker and the header fields that name a popped message in an ack or an invisible-time
+        change: its receipt, with the topic it was really popped from; None without a receipt or broker."""
         r = receipt_of(msg)
         addr = self._addr(msg)
         if r is None or addr is None:
+            return None
+        return addr, {
+            "group": self.group,
+            "topic": real_topic(msg.topic, self.group, r.retry),
+            "queue_id": r.queue_id,
+            "offset": r.queue_offset,
+            "extra_info": r.build(),
+            "timeout_s": self.config.seconds(ACK_TIMEOUT_MS),
+        }
+
+    async def _ack(self, msg: Message) -> None:
+        """DefaultMQPushConsumerImpl#ackAsync: ACK_MESSAGE on the message's broker, with its real topic."""
+        target = self._receipt_target(msg)
+        if target is None:
             return
+        addr, fields = target
         try:
-            await self.pop_api.ack_message(
-                addr,
-                group=self.group,
-                topic=real_topic(msg.topic, self.group, r.retry),
-                queue_id=r.queue_id,
-                offset=r.queue_offset,
-                extra_info=r.build(),
-                timeout_s=self.config.seconds(ACK_TIMEOUT_MS),
-            )
+            await self.pop_api.ack_message(addr, **fields)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -400,22 +394,13 @@ class ConsumeMessagePopConcurrentlyService(_ServiceBase):
 
     async def _change(self, msg: Message, delay_level: int) -> None:
         """changePopInvisibleTime: the message stays invisible for its delay level's time, then returns."""
-        r = receipt_of(msg)
-        addr = self._addr(msg)
-        if r is None or addr is None:
+        target = self._receipt_target(msg)
+        if target is None:
             return
+        addr, fields = target
         delay_ms = self.config.ms(change_invisible_delay_s(msg.reconsume_times, delay_level) * 1000)
         try:
-            await self.pop_api.change_invisible_time(
-                addr,
-                group=self.group,
-                topic=real_topic(msg.topic, self.group, r.retry),
-                queue_id=r.queue_id,
-                offset=r.queue_offset,
-                extra_info=r.build(),
-                invisible_time=int(delay_ms),
-                timeout_s=self.config.seconds(ACK_TIMEOUT_MS),
-            )
+            await self.pop_api.change_invisible_time(addr, invisible_time=int(delay_ms), **fields)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -562,18 +562,8 @@ class RebalanceLitePullImpl(RebalanceImpl):
 
     read_offset_type = ReadOffsetType.MEMORY_FIRST_THEN_STORE
 
-    def __init__(
-        self,
-        state: GroupState,
-        api: GroupApi,
-        pulls: PullDispatcher,
-        offsets: GroupOffsets,
-        events: EventSink,
-        *,
-        clock: Clock,
-        listener: MessageQueueListener | None = None,
-    ) -> None:
-        super().__init__(state, api, pulls, offsets, events, clock=clock)
+    def __init__(self, *args: Any, listener: MessageQueueListener | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # RebalanceImpl's state, ports and clock
         self.listener = listener
 
     async def message_queue_changed(
@@ -636,9 +626,7 @@ class PullMessageService:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a bug in one pull must not stop the service
-                self.log.error(
-                    "pull_message failed", error=repr(exc), mq=request.message_queue.short
-                )
+                self.log.error("pull_message failed", error=repr(exc), mq=request.message_queue.short)
 
 
 async def _try_acquire(lock: asyncio.Lock, timeout_s: float) -> bool:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import re
 import signal
@@ -34,32 +33,8 @@ import threading
 import time
 from typing import Any
 
-
-class EventWriter:
-    """EVENTS.md lines, one JSON object per line, flushed at once (the process may be killed)."""
-
-    def __init__(self, node: str, path: str | None, role: str = "consumer") -> None:
-        self.node = node
-        self.role = role
-        self._lock = threading.Lock()
-        self._out = open(path, "a", encoding="utf-8") if path else sys.stderr  # noqa: SIM115
-
-    def emit(self, event: str, **fields: Any) -> None:
-        line = {"ts_ms": fields.pop("ts_ms", None) or now_ms(), "event": event, "node": self.node}
-        line["role"] = self.role
-        line.update(fields)
-        text = json.dumps(line, separators=(",", ":"))
-        with self._lock:
-            self._out.write(text + "\n")
-            self._out.flush()
-
-    def close(self) -> None:
-        if self._out is not sys.stderr:
-            self._out.close()
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+# Run as a script, so this folder is on sys.path (the project itself is not importable here).
+from lab_events import EventWriter, now_ms
 
 
 def local_ip() -> str:

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 # Run as a script, so this folder is on sys.path (the project itself is not importable here).
-from cpp_consumer import EventWriter
+from lab_events import EventWriter
 
 
 def main(argv: list[str] | None = None) -> int:

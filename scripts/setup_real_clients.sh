@@ -18,61 +18,52 @@ JS5_PKG="rocketmq-client-nodejs@1.0.8"  # pinned in interop/js5/package.json
 REAL_VENV="${REAL_VENV:-.venv-real}"
 V5_VENV="${V5_VENV:-.venv-v5}"
 
-if [ "${SKIP_CPP:-0}" != 1 ]; then
-    stamp="$REAL_VENV/.installed-${CPP_PKG//[^a-z0-9.]/_}"
+# python_client VENV PACKAGE CHECK LABEL: a venv of its own with PACKAGE, checked by running CHECK in it.
+python_client() {
+    local venv="$1" pkg="$2" check="$3" label="$4"
+    local stamp="$venv/.installed-${pkg//[^a-z0-9.]/_}"
     if [ ! -f "$stamp" ]; then
+        local py
         py="$(find_python)"
-        echo "==> creating $REAL_VENV with $py and installing $CPP_PKG"
-        [ -x "$REAL_VENV/bin/python" ] || "$py" -m venv "$REAL_VENV"
-        echo '*' >"$REAL_VENV/.gitignore"
-        "$REAL_VENV/bin/python" -m pip install --disable-pip-version-check -q "$CPP_PKG"
+        echo "==> creating $venv with $py and installing $pkg"
+        [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+        echo '*' >"$venv/.gitignore"
+        "$venv/bin/python" -m pip install --disable-pip-version-check -q "$pkg"
         # Loading the library is the real check: a missing shared library fails here, not in a test.
-        "$REAL_VENV/bin/python" -c 'import rocketmq.client as c; c.PushConsumer, c.Producer'
+        "$venv/bin/python" -c "$check"
         touch "$stamp"
     fi
-    echo "==> C++ client ready: $REAL_VENV/bin/python"
-fi
+    echo "==> $label ready: $venv/bin/python"
+}
 
+# node_client DIR PACKAGE MODULE LABEL SKIP_VAR: DIR/package.json's dependencies installed into
+# DIR/node_modules, checked by requiring MODULE.
+node_client() {
+    local dir="$1" pkg="$2" module="$3" label="$4" skip_var="$5"
+    if ! command -v npm >/dev/null 2>&1; then
+        echo "error: npm is required for $pkg (install Node.js 18 or newer, or set $skip_var=1)" >&2
+        exit 1
+    fi
+    local stamp="$dir/node_modules/.installed-${pkg//[^a-z0-9.]/_}"
+    if [ ! -f "$stamp" ]; then
+        echo "==> installing $pkg into $dir/node_modules"
+        (cd "$dir" && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
+        node -e 'require(process.argv[1])' "$PWD/$dir/node_modules/$module"
+        touch "$stamp"
+    fi
+    echo "==> $label ready: $dir/node_modules/$module"
+}
+
+if [ "${SKIP_CPP:-0}" != 1 ]; then
+    python_client "$REAL_VENV" "$CPP_PKG" 'import rocketmq.client as c; c.PushConsumer, c.Producer' "C++ client"
+fi
 if [ "${SKIP_JS:-0}" != 1 ]; then
-    if ! command -v npm >/dev/null 2>&1; then
-        echo "error: npm is required for $JS_PKG (install Node.js 18 or newer, or set SKIP_JS=1)" >&2
-        exit 1
-    fi
-    stamp="interop/js/node_modules/.installed-${JS_PKG//[^a-z0-9.]/_}"
-    if [ ! -f "$stamp" ]; then
-        echo "==> installing $JS_PKG into interop/js/node_modules"
-        (cd interop/js && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
-        node -e 'require(process.argv[1])' "$PWD/interop/js/node_modules/ali-ons"
-        touch "$stamp"
-    fi
-    echo "==> JS client ready: interop/js/node_modules/ali-ons"
+    node_client interop/js "$JS_PKG" ali-ons "JS client" SKIP_JS
 fi
-
 if [ "${SKIP_PY5:-0}" != 1 ]; then
-    stamp="$V5_VENV/.installed-${PY5_PKG//[^a-z0-9.]/_}"
-    if [ ! -f "$stamp" ]; then
-        py="$(find_python)"
-        echo "==> creating $V5_VENV with $py and installing $PY5_PKG"
-        [ -x "$V5_VENV/bin/python" ] || "$py" -m venv "$V5_VENV"
-        echo '*' >"$V5_VENV/.gitignore"
-        "$V5_VENV/bin/python" -m pip install --disable-pip-version-check -q "$PY5_PKG"
-        "$V5_VENV/bin/python" -c 'from rocketmq import PushConsumer, SimpleConsumer, Producer'
-        touch "$stamp"
-    fi
-    echo "==> v5 Python client ready: $V5_VENV/bin/python"
+    python_client "$V5_VENV" "$PY5_PKG" 'from rocketmq import PushConsumer, SimpleConsumer, Producer' \
+        "v5 Python client"
 fi
-
 if [ "${SKIP_JS5:-0}" != 1 ]; then
-    if ! command -v npm >/dev/null 2>&1; then
-        echo "error: npm is required for $JS5_PKG (install Node.js 18 or newer, or set SKIP_JS5=1)" >&2
-        exit 1
-    fi
-    stamp="interop/js5/node_modules/.installed-${JS5_PKG//[^a-z0-9.]/_}"
-    if [ ! -f "$stamp" ]; then
-        echo "==> installing $JS5_PKG into interop/js5/node_modules"
-        (cd interop/js5 && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
-        node -e 'require(process.argv[1])' "$PWD/interop/js5/node_modules/rocketmq-client-nodejs"
-        touch "$stamp"
-    fi
-    echo "==> v5 Node.js client ready: interop/js5/node_modules/rocketmq-client-nodejs"
+    node_client interop/js5 "$JS5_PKG" rocketmq-client-nodejs "v5 Node.js client" SKIP_JS5
 fi

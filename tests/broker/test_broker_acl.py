@@ -8,14 +8,18 @@ import hmac
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
+from kit import wait_until
 from kit.broker import Peer
+from kit.native_wire import NativePeer, decode_messages, json_frame
 
 from broker.acl import AclConfigError, load_acl_config
-from protocol.acl import SessionCredentials
+from protocol.acl import SessionCredentials, cal_signature, combine_request_content
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
+from protocol.pop import PROPERTY_POP_CK, ExtraInfo
 from protocol.remoting import RemotingClient
 
 ACL = """\
@@ -132,7 +136,8 @@ async def test_a_signed_client_works_within_its_permissions(acl_broker):
             RequestCode.UPDATE_CONSUMER_OFFSET,
             {"consumerGroup": "closed", "topic": "T", "queueId": 0, "commitOffset": 1},
         )
-        assert resp.code == ResponseCode.NO_PERMISSION and "group closed" in (resp.remark or "")
+        assert resp.code == ResponseCode.NO_PERMISSION
+        assert resp.remark == "No default permission for group:closed"
         # admin-only codes
         for code, ext, body in [
             (
@@ -276,3 +281,134 @@ def test_resources_a_request_needs():
         "T": SUB,
     }
     assert need(RequestCode.GET_MAX_OFFSET, {"topic": "T"}) == {}
+    pop = {"consumerGroup": "g", "topic": "T", "queueId": 0}
+    assert need(RequestCode.POP_MESSAGE, pop) == {"%RETRY%g": SUB, "T": SUB}
+    assert need(RequestCode.ACK_MESSAGE, pop | {"topic": "%RETRY%g_T"}) == {
+        "%RETRY%g": SUB,
+        "%RETRY%g_T": SUB,
+    }
+    assert need(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {"topic": "T"}) == {"T": SUB}  # absent: skipped
+    for code in (
+        RequestCode.BATCH_ACK_MESSAGE,
+        RequestCode.QUERY_ASSIGNMENT,
+        RequestCode.SET_MESSAGE_REQUEST_MODE,
+    ):
+        assert need(code, body={"consumerGroup": "g", "topic": "T", "acks": [{"c": "g", "t": "T"}]}) == {}
+
+
+POP_ACL = """\
+accounts:
+  - accessKey: popper1
+    secretKey: secret-p1
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms:
+      - T=PUB|SUB
+    groupPerms:
+      - closed=DENY
+      - g_T=DENY
+"""
+POPPER = SessionCredentials("popper1", "secret-p1")
+
+
+def _pop_ext(group: str = "g", topic: str = "T", queue_id: int = 0, invisible: int = 300) -> dict:
+    return {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": queue_id,
+        "maxMsgNums": 32,
+        "invisibleTime": invisible,
+        "pollTime": 0,
+        "bornTime": int(time.time() * 1000),
+        "initMode": 0,
+    }
+
+
+def _signed_native_frame(
+    code: int, opaque: int, ext: dict[str, str], credentials: SessionCredentials
+) -> bytes:
+    """What AclClientRPCHook puts on a native request: the key, then the signature over every other
+    header field (json_frame adds an empty OnsChannel, as the C++ client does) in key order."""
+    fields = {"OnsChannel": "", **ext, "AccessKey": credentials.access_key}
+    signature = cal_signature(combine_request_content(fields, b""), credentials.secret_key)
+    return json_frame(code, opaque, fields | {"Signature": signature})
+
+
+async def test_pop_codes_need_sub_on_group_and_topic_on_both_ports(make_broker, make_peer, tmp_path):
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(POP_ACL)
+    broker = await make_broker(time_scale=0.01, acl_file=str(path))
+    p = Signed(broker.address, POPPER)
+    try:
+        await p.heartbeat("c1", group="g", topics=["T"])
+        for body in (b"a", b"b"):
+            assert (await p.send("T", body=body)).code == ResponseCode.SUCCESS
+        popped = await p.call(RequestCode.POP_MESSAGE, _pop_ext())
+        assert popped.code == ResponseCode.SUCCESS, popped.remark
+        first, _ = (ExtraInfo.parse(m["properties"][PROPERTY_POP_CK]) for m in popped.body["messages"])
+
+        def ack_ext(r: ExtraInfo, group: str = "g", topic: str = "T") -> dict:
+            return {
+                "consumerGroup": group,
+                "topic": topic,
+                "queueId": r.queue_id,
+                "extraInfo": r.build(),
+                "offset": r.queue_offset,
+            }
+
+        refusals = [
+            (RequestCode.POP_MESSAGE, _pop_ext(group="closed"), "group:closed"),
+            (RequestCode.POP_MESSAGE, _pop_ext(topic="Other"), "topic:Other"),
+            (RequestCode.ACK_MESSAGE, ack_ext(first, group="closed"), "group:closed"),
+            (
+                RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+                ack_ext(first, topic="Other") | {"invisibleTime": 1000},
+                "topic:Other",
+            ),
+        ]
+        for code, ext, what in refusals:
+            resp = await p.call(code, ext)
+            assert resp.code == ResponseCode.NO_PERMISSION, (code, resp.code, resp.remark)
+            assert resp.remark == f"No default permission for {what}"
+        assert broker.pop_state.in_flight() == 2  # nothing was acked or changed by the refused requests
+        assert (await p.call(RequestCode.ACK_MESSAGE, ack_ext(first))).code == ResponseCode.SUCCESS
+        # The unacked one is revived into %RETRY%g_T; acking it there names that topic, a group to the ACL.
+        await wait_until(lambda: broker.pop_state.in_flight() == 0, within=5)
+        back = await p.call(RequestCode.POP_MESSAGE, _pop_ext(queue_id=-1, invisible=60_000))
+        assert back.code == ResponseCode.SUCCESS and [m["body"] for m in back.body["messages"]] == [b"b"]
+        revived = ExtraInfo.parse(back.body["messages"][0]["properties"][PROPERTY_POP_CK])
+        assert revived.retry == "1" and revived.queue_offset == 0  # the first message of %RETRY%g_T
+        resp = await p.call(RequestCode.ACK_MESSAGE, ack_ext(revived, topic="%RETRY%g_T"))
+        assert (
+            resp.code == ResponseCode.NO_PERMISSION and resp.remark == "No default permission for group:g_T"
+        )
+        # RocketMQ 5 checks no resource of the body-only codes: a signature is enough, whatever the group.
+        query = {"topic": "T", "consumerGroup": "closed", "clientId": "c1", "strategyName": "AVG"}
+        assert (await p.call(RequestCode.QUERY_ASSIGNMENT, body=query)).code == ResponseCode.SUCCESS
+        mode = {"topic": "T", "consumerGroup": "closed", "mode": "PULL", "popShareQueueNum": 0}
+        assert (await p.call(RequestCode.SET_MESSAGE_REQUEST_MODE, body=mode)).code == ResponseCode.SUCCESS
+        batch = {"acks": [{"c": "closed", "t": "T", "r": "0", "so": 0, "q": 0, "rq": 0, "pt": 1, "b": [0]}]}
+        assert (await p.call(RequestCode.BATCH_ACK_MESSAGE, body=batch)).code == ResponseCode.SUCCESS
+        # The native port: the same rule for a header as Apache's clients sign it.
+        await broker.start_native_port(0)
+        n = await NativePeer.connect(broker.native_server.port)
+        try:
+            ext = {k: str(v) for k, v in _pop_ext(group="closed").items()}
+            await n.send(_signed_native_frame(RequestCode.POP_MESSAGE, 1, ext, POPPER))
+            r = await n.recv()
+            assert (
+                r.code == ResponseCode.NO_PERMISSION and r.remark == "No default permission for group:closed"
+            )
+            assert (await p.send("T", body=b"c")).code == ResponseCode.SUCCESS
+            ext = {k: str(v) for k, v in _pop_ext().items()}
+            await n.send(_signed_native_frame(RequestCode.POP_MESSAGE, 2, ext, POPPER))
+            r = await n.recv()
+            assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+            assert [m.body for m in decode_messages(r.body)] == [b"c"]
+        finally:
+            await n.close()
+    finally:
+        await p.close()
+    unsigned = make_peer(broker.address)
+    resp = await unsigned.call(RequestCode.POP_MESSAGE, _pop_ext())
+    assert resp.code == ResponseCode.NO_PERMISSION and resp.remark == "No accessKey is configured"

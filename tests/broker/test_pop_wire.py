@@ -226,6 +226,11 @@ async def test_pop_ack_and_assignment_on_the_native_port(make_broker, make_peer)
     n = await NativePeer.connect(broker.native_server.port)
     try:
         mode = {"topic": "T", "consumerGroup": "g", "mode": "POP", "popShareQueueNum": 0}
+        unknown = json.dumps(mode | {"mode": "PUSH"}).encode()
+        await n.send(json_frame(RequestCode.SET_MESSAGE_REQUEST_MODE, 9, {}, unknown))
+        refused = await n.recv()
+        assert refused.code == ResponseCode.INVALID_PARAMETER
+        assert "unknown request mode 'PUSH': PULL or POP" in (refused.remark or "")
         await n.send(json_frame(RequestCode.SET_MESSAGE_REQUEST_MODE, 1, {}, json.dumps(mode).encode()))
         assert (await n.recv()).code == ResponseCode.SUCCESS
         query = {"topic": "T", "consumerGroup": "g", "clientId": "c1", "strategyName": "AVG"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kit.chaos import line_of, problems
 
 from chaos import experiment as ex
 
@@ -31,16 +32,6 @@ count = 4
 rate = 50
 count = 100
 """
-
-
-def problems(text: str) -> list[tuple[int | None, str]]:
-    with pytest.raises(ex.ExperimentError) as info:
-        ex.parse(text, source="x.toml")
-    return info.value.problems
-
-
-def line_of(text: str, needle: str) -> int:
-    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
 
 
 def test_base_parses_with_nodes_and_defaults() -> None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kit.chaos import fake_checkout, line_of, problems
 
 from chaos import experiment as ex
 from chaos import realclients
@@ -17,6 +18,7 @@ from chaos.realclients import RealClients, check_environment
 from chaos.supervisor import Member, Supervisor, SupervisorError
 from chaos.tally import RunTally
 
+DRIVERS = ("cpp_consumer.py", "js/consumer.js")
 MIXED = """\
 name = "mixed"
 question = "q?"
@@ -48,16 +50,6 @@ action = "kill"
 target = "consumer-2"
 at = 20
 """
-
-
-def problems(text: str) -> list[tuple[int | None, str]]:
-    with pytest.raises(ex.ExperimentError) as info:
-        ex.parse(text, source="x.toml")
-    return info.value.problems
-
-
-def line_of(text: str, needle: str, nth: int = 1) -> int:
-    return [i for i, line in enumerate(text.splitlines(), 1) if needle in line][nth - 1]
 
 
 def test_client_key_defaults_to_ours_and_names_the_real_ones() -> None:
@@ -121,17 +113,10 @@ def test_a_consumer_must_join_before_the_end() -> None:
     assert problems(MIXED.replace("start = 10", "start = -1"))[0][1] == "consumers[3].start: must be >= 0"
 
 
-def fake_checkout(root: Path) -> Path:
-    (root / "interop" / "js").mkdir(parents=True)
-    (root / "interop" / "cpp_consumer.py").write_text("")
-    (root / "interop" / "js" / "consumer.js").write_text("")
-    return root
-
-
 def test_a_missing_environment_names_the_client_line_and_the_setup_script(tmp_path: Path) -> None:
     exp = ex.parse(MIXED, source="mixed.toml")
     with pytest.raises(ex.ExperimentError) as info:
-        check_environment(exp, RealClients(fake_checkout(tmp_path)))
+        check_environment(exp, RealClients(fake_checkout(tmp_path, *DRIVERS)))
     got = dict(info.value.problems)
     cpp = got[line_of(MIXED, 'client = "cpp"')]
     assert cpp.startswith("consumers[2].client: Apache's C++ client 2.1.0: no .venv-real")
@@ -149,7 +134,7 @@ BASE_OURS = MIXED.split("[[consumers]]")[0] + '[[consumers]]\ngroup = "g"\ntopic
 def test_validate_and_run_refuse_a_missing_client_before_starting_anything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(realclients, "ROOT", fake_checkout(tmp_path / "checkout"))
+    monkeypatch.setattr(realclients, "ROOT", fake_checkout(tmp_path / "checkout", *DRIVERS))
     f = tmp_path / "mixed.toml"
     f.write_text(MIXED)
     assert main(["validate", str(f)]) == 2
@@ -179,7 +164,7 @@ def test_learned_ports_keep_the_native_port_apart() -> None:
 
 
 def test_real_consumers_run_their_driver_without_a_time_scale(tmp_path: Path) -> None:
-    clients = RealClients(fake_checkout(tmp_path / "checkout"))
+    clients = RealClients(fake_checkout(tmp_path / "checkout", *DRIVERS))
     cluster = LocalCluster(tmp_path / "run", time_scale=0.5)
     try:
         cpp = cluster.add_real_consumer(

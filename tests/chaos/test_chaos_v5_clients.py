@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from kit.chaos import fake_checkout, line_of, problems
 
 from chaos import experiment as ex
 from chaos.cluster import PROXY_NODE, LocalCluster
@@ -42,16 +43,6 @@ at = 20
 """
 
 
-def problems(text: str) -> list[tuple[int | None, str]]:
-    with pytest.raises(ex.ExperimentError) as info:
-        ex.parse(text, source="x.toml")
-    return info.value.problems
-
-
-def line_of(text: str, needle: str) -> int:
-    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
-
-
 def test_v5_clients_are_real_clients() -> None:
     e = ex.parse(V5)
     assert [(c.client, c.nodes) for c in e.consumers] == [
@@ -73,11 +64,9 @@ def test_what_v5_consumers_cannot_do_is_named_on_its_line() -> None:
 
 
 def test_a_missing_v5_environment_names_the_client_line(tmp_path: Path) -> None:
-    (tmp_path / "interop" / "js5").mkdir(parents=True)
-    (tmp_path / "interop" / "py5_client.py").write_text("")
-    (tmp_path / "interop" / "js5" / "client.js").write_text("")
+    checkout = fake_checkout(tmp_path, "py5_client.py", "js5/client.js")
     with pytest.raises(ex.ExperimentError) as info:
-        check_environment(ex.parse(V5, source="v5.toml"), RealClients(tmp_path))
+        check_environment(ex.parse(V5, source="v5.toml"), RealClients(checkout))
     got = dict(info.value.problems)
     assert "no .venv-v5" in got[line_of(V5, 'client = "py5"')]
     js5 = got[line_of(V5, 'client = "js5"')]

@@ -1,5 +1,6 @@
 """Shared pieces of the chaos tests: a stand-in role process, an event collector, process-state probes,
-and `rmq-chaos run` on an experiment text."""
+`rmq-chaos run` on an experiment text, the problems a refused experiment text gets, and a checkout that
+holds interop drivers only."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ import textwrap
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from chaos import experiment as ex
 
 STANDIN = textwrap.dedent(
     '''
@@ -119,3 +124,24 @@ def run_experiment(tmp_path: Path, text: str) -> tuple[int, Path, str]:
         cwd=tmp_path,
     )
     return proc.returncode, run_dir, proc.stdout + proc.stderr
+
+
+def problems(text: str) -> list[tuple[int | None, str]]:
+    """The (line, message) problems ``chaos.experiment.parse`` refuses an experiment text with."""
+    with pytest.raises(ex.ExperimentError) as info:
+        ex.parse(text, source="x.toml")
+    return info.value.problems
+
+
+def line_of(text: str, needle: str, nth: int = 1) -> int:
+    """The number of the nth line of ``text`` that contains ``needle``."""
+    return [i for i, line in enumerate(text.splitlines(), 1) if needle in line][nth - 1]
+
+
+def fake_checkout(root: Path, *drivers: str) -> Path:
+    """A checkout with the given interop driver files (empty) and none of the clients' environments."""
+    for driver in drivers:
+        path = root / "interop" / driver
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    return root

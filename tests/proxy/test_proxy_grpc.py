@@ -149,6 +149,67 @@ async def test_calls_without_client_id_or_settings(lab: Lab) -> None:
     assert bye.status.code == Code.UNRECOGNIZED_CLIENT_TYPE
 
 
+async def test_calls_with_missing_fields_get_a_status_saying_what_is_missing(lab: Lab) -> None:
+    client = "10.0.0.1@12@0@m"
+    await lab.settings(consumer_settings(), client)
+    meta = lab.meta(client)
+    g, t = pb.Resource(name="G"), pb.Resource(name="T")
+    ten_s = {"invisible_duration": {"seconds": 10}}
+    unary = [
+        (lab.stub.AckMessage, svc.AckMessageRequest(topic=t), Code.ILLEGAL_CONSUMER_GROUP, "consumer group"),
+        (lab.stub.AckMessage, svc.AckMessageRequest(group=g), Code.ILLEGAL_TOPIC, "topic name"),
+        (lab.stub.AckMessage, svc.AckMessageRequest(group=g, topic=t), Code.BAD_REQUEST, "no entry"),
+        (
+            lab.stub.ChangeInvisibleDuration,
+            svc.ChangeInvisibleDurationRequest(group=g, topic=t, receipt_handle="x", message_id="m"),
+            Code.ILLEGAL_INVISIBLE_TIME,
+            "invisible_duration is missing",
+        ),
+        (
+            lab.stub.ChangeInvisibleDuration,
+            svc.ChangeInvisibleDurationRequest(group=g, topic=t, message_id="m", **ten_s),
+            Code.INVALID_RECEIPT_HANDLE,
+            "receipt handle is missing",
+        ),
+        (
+            lab.stub.ChangeInvisibleDuration,
+            svc.ChangeInvisibleDurationRequest(topic=t, receipt_handle="x", **ten_s),
+            Code.ILLEGAL_CONSUMER_GROUP,
+            "consumer group",
+        ),
+        (
+            lab.stub.ForwardMessageToDeadLetterQueue,
+            svc.ForwardMessageToDeadLetterQueueRequest(group=g, topic=t, message_id="m"),
+            Code.INVALID_RECEIPT_HANDLE,
+            "receipt handle is missing",
+        ),
+        (
+            lab.stub.ForwardMessageToDeadLetterQueue,
+            svc.ForwardMessageToDeadLetterQueueRequest(group=g, receipt_handle="x"),
+            Code.ILLEGAL_TOPIC,
+            "topic name",
+        ),
+    ]
+    for call, request, code, says in unary:
+        resp = await call(request, metadata=meta)
+        assert (resp.status.code, says in resp.status.message) == (code, True), (request, resp.status)
+    queue = pb.MessageQueue(topic=t, id=-1)
+    receives = [
+        (svc.ReceiveMessageRequest(group=g, batch_size=1), Code.BAD_REQUEST, "message_queue is missing"),
+        (svc.ReceiveMessageRequest(message_queue=queue, batch_size=1), Code.ILLEGAL_CONSUMER_GROUP, "group"),
+        (
+            svc.ReceiveMessageRequest(group=g, message_queue=pb.MessageQueue(id=-1), batch_size=1),
+            Code.ILLEGAL_TOPIC,
+            "topic name",
+        ),
+        (svc.ReceiveMessageRequest(group=g, message_queue=queue, **ten_s), Code.BAD_REQUEST, "batch_size"),
+    ]
+    for request, code, says in receives:
+        [first, *_] = [r async for r in lab.stub.ReceiveMessage(request, metadata=meta, timeout=10)]
+        assert (first.status.code, says in first.status.message) == (code, True), (request, first.status)
+    assert lab.cluster.brokers[0].pop_state.in_flight() == 0
+
+
 async def test_settings_register_the_client_in_its_group_and_termination_removes_it(lab: Lab) -> None:
     answer = await lab.settings(consumer_settings(), "10.0.0.1@1@0@one")
     assert answer.status.code == Code.OK
@@ -326,6 +387,32 @@ async def test_push_receipts_are_renewed_acked_by_the_first_receipt_and_cleared_
         back = [r.message for r in again if r.WhichOneof("content") == "message"]
         assert [m.system_properties.message_id for m in back] == [msgs[1].system_properties.message_id]
         assert back[0].system_properties.delivery_attempt == 2
+
+
+async def test_a_closed_telemetry_stream_keeps_the_client_and_its_renewals(tmp_path: Any) -> None:
+    """As RocketMQ 5's proxy: a telemetry stream that ends is only logged (ClientActivity#telemetry), and
+    DefaultReceiptHandleManager renews until the client leaves the consumer manager (termination or the
+    120 s channel expiry); gRPC has no channel-close event like the remoting port's housekeeping."""
+    # 0.05: the expiry is 6 s of wall time away; the 11 s invisible time is renewed after about 1 s.
+    async with make_lab(tmp_path, default_invisible_ms=11_000, time_scale=0.05) as lab:
+        client = "10.0.0.1@13@0@closed"
+        await lab.settings(consumer_settings(kind=pb.PUSH_CONSUMER), client)
+        await send(lab, client, "a")
+        got = await receive(lab, client, 8, auto_renew=True)
+        [msg] = [r.message for r in got if r.WhichOneof("content") == "message"]
+        for call in lab.calls:
+            call.cancel()  # the client's stream goes away, as when its process is killed
+        lab.calls.clear()
+
+        def renewals() -> list[dict[str, Any]]:
+            return proxy_events(lab, "proxy_receipt_renewal")
+
+        await wait_until(lambda: bool(renewals()), 10, "the held receipt renewed", 0.1)
+        assert [(e["kind"], e["msg_id"], e["ok"]) for e in renewals()] == [
+            ("RENEW", msg.system_properties.message_id, True)
+        ]
+        assert await lab.members("G") == [client]
+        assert not proxy_events(lab, "proxy_client_expired")
 
 
 async def test_messages_popped_for_a_receive_whose_client_left_come_back_after_a_second(

@@ -114,6 +114,13 @@ consume_ms = 1
 rate = 40
 count = 700
 
+# the hung listener: SIGUSR1 and SIGUSR2 through the container's init
+[[nemesis]]
+action = "hang"
+target = "consumer-3"
+at = 15
+for = 40
+
 [[nemesis]]
 action = "restart"
 target = "consumer-1"
@@ -157,7 +164,9 @@ def rules_in(container_suffix: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_restarts_a_broker_crash_and_kernel_faults_among_the_nodes(image: ImageInfo, tmp_path: Path) -> None:
+def test_restarts_a_hang_a_broker_crash_and_kernel_faults_among_the_nodes(
+    image: ImageInfo, tmp_path: Path
+) -> None:
     exp_file = tmp_path / "restarts.toml"
     exp_file.write_text(RESTARTS)
     proc = chaos_run(exp_file, tmp_path / "run", backend="docker")
@@ -195,6 +204,7 @@ def test_restarts_a_broker_crash_and_kernel_faults_among_the_nodes(image: ImageI
         "consumer_started",
         "consumer_stopped",
     ]
+    hung_listener(run)
     names = manifest["containers"]["names"]
     assert sum(n.endswith(("-consumer-1-1", "-consumer-1-2")) for n in names) == 2
     # the broker came back in a new container on the same address, with its store from the volume
@@ -221,6 +231,26 @@ def test_restarts_a_broker_crash_and_kernel_faults_among_the_nodes(image: ImageI
     assert summary["groups"]["G"]["lost"] == 0 and summary["groups"]["G"]["sent"] > 600
     assert leftovers() == {"containers": [], "networks": []}
     assert host_rules_mentioning(manifest["containers"]["subnet"]) == []
+
+
+def hung_listener(run: Path) -> None:
+    """consumer-3's listener was hung and released through the engine: the calls that started while it
+    was hung returned only after the release, nothing returned in between, and heartbeats went on."""
+    nemesis = [json.loads(x) for x in (run / "chaos.jsonl").read_text().splitlines() if '"nemesis"' in x]
+    [hang] = [e for e in nemesis if e["action"] == "hang"]
+    [unhang] = [e for e in nemesis if e["action"] == "unhang"]
+    assert hang["target"] == unhang["target"] == "consumer-3"
+    events = [json.loads(x) for x in (run / "consumer-3.jsonl").read_text().splitlines()]
+    [hung] = [e["ts_ms"] for e in events if e["event"] == "listener_hung"]
+    [released] = [e["ts_ms"] for e in events if e["event"] == "listener_released"]
+    assert hang["ts_ms"] <= hung < unhang["ts_ms"] <= released
+    consumed = [e for e in events if e["event"] == "message_consumed"]
+    # a call already under way when the signal came may still return just after it
+    assert not [e for e in consumed if hung + 100 < e["ts_ms"] < released]
+    held = [e for e in consumed if hung < e["started_ms"] < released]
+    assert held and all(e["ts_ms"] >= released for e in held)
+    heartbeats = [e["ts_ms"] for e in events if e["event"] == "heartbeat_sent"]
+    assert any(hung < t < released for t in heartbeats)  # alive, and still in its group
 
 
 INTERRUPTED = """\

@@ -81,10 +81,11 @@ def _docker_sync(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedPro
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
-async def docker(*args: str, timeout_s: float = 30.0, check: bool = True) -> str:
-    """Run ``docker ARGS`` without blocking the loop; its stdout, or BackendError with its stderr."""
+async def _exec(*cmd: str, timeout_s: float) -> tuple[int, str, str]:
+    """Run a command without blocking the loop: exit code, stdout, stderr (TimeoutError, killed, when it
+    takes longer)."""
     proc = await asyncio.create_subprocess_exec(
-        "docker", *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+        *cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
     try:
         async with asyncio.timeout(timeout_s):
@@ -93,11 +94,20 @@ async def docker(*args: str, timeout_s: float = 30.0, check: bool = True) -> str
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+async def docker(*args: str, timeout_s: float = 30.0, check: bool = True) -> str:
+    """Run ``docker ARGS`` without blocking the loop; its stdout, or BackendError with its stderr."""
+    try:
+        rc, out, err = await _exec("docker", *args, timeout_s=timeout_s)
+    except TimeoutError:
         raise BackendError(f"docker {' '.join(args[:2])} did not answer within {timeout_s:g}s") from None
-    if check and proc.returncode != 0:
-        text = err.decode(errors="replace").strip() or out.decode(errors="replace").strip()
-        raise BackendError(f"docker {' '.join(args[:2])} failed: {text}")
-    return out.decode(errors="replace")
+    if check and rc != 0:
+        raise BackendError(f"docker {' '.join(args[:2])} failed: {err.strip() or out.strip()}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -174,19 +184,11 @@ async def probe_netem(timeout_s: float = 10.0) -> str | None:
     problem = probe_precondition()
     if problem:
         return problem
-    proc = await asyncio.create_subprocess_exec(
-        *probe_command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
-    )
     try:
-        async with asyncio.timeout(timeout_s):
-            _, err = await proc.communicate()
+        rc, _, err = await _exec(*probe_command(), timeout_s=timeout_s)
     except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
         return f"the netem probe did not answer within {timeout_s:g}s"
-    assert proc.returncode is not None
-    return probe_answer(proc.returncode, err.decode(errors="replace"))
+    return probe_answer(rc, err)
 
 
 def check_backend(exp: Experiment, image: str) -> ImageInfo:
@@ -577,13 +579,12 @@ class ContainerCluster(LocalCluster):
         pid = (await docker("inspect", "--format", "{{.State.Pid}}", container, check=False)).strip()
         if not pid.isdigit() or pid == "0":
             raise ValueError(f"{node} has no running container")
-        proc = await asyncio.create_subprocess_exec(
-            "nsenter", "--target", pid, "--net", *cmd,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        _, err = await proc.communicate()
-        if proc.returncode != 0:
-            raise ValueError(f"{cmd[0]} in {node}'s network namespace failed: {err.decode().strip()}")
+        try:
+            rc, _, err = await _exec("nsenter", "--target", pid, "--net", *cmd, timeout_s=30)
+        except TimeoutError:
+            raise ValueError(f"{cmd[0]} in {node}'s network namespace did not answer within 30 s") from None
+        if rc != 0:
+            raise ValueError(f"{cmd[0]} in {node}'s network namespace failed: {err.strip()}")
 
     async def _iptables(self, node: str, op: str, rule: list[str]) -> None:
         m = self.sup.member(node)

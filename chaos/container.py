@@ -1,8 +1,9 @@
 """Containers as a chaos backend: every node of an experiment in its own container of the lab's image.
 
 ``ContainerCluster`` is the local cluster with the process operations done through the Docker engine:
-kill is SIGKILL to the container, pause and resume are the cgroup freezer (``docker pause``), a
-restart is a new container (a new client id), and a partition is a pair of iptables DROP rules in the
+kill is SIGKILL to the container, pause and resume are the cgroup freezer (``docker pause``), the
+hung listener is SIGUSR1/SIGUSR2 to the container (its init, ``--init``, passes every signal on to the
+role), a restart is a new container (a new client id), and a partition is a pair of iptables DROP rules in the
 client container's network namespace (``nsenter -n``), as Jepsen does it. Latency, jitter and loss
 are the kernel's ``tc netem`` where it has it (probed once per run, in a scratch namespace), and
 otherwise the lab's fault proxy (latency, jitter; listening on the run's bridge gateway) and iptables'

@@ -264,6 +264,10 @@ class LocalCluster:
         params.pop("percent", None)
         return self.links[node].apply(action, broker, **params)
 
+    def network_via(self, action: str, node: str, other: str = "all") -> str:
+        """The mechanism that does a network fault on the node's link (here always the fault proxy)."""
+        return "proxy"
+
     def network_faulty(self, node: str) -> bool:
         """Whether a network fault is in force on one of the node's links."""
         links = self.links.get(node)

@@ -1,13 +1,16 @@
 """Containers as a chaos backend: every node of an experiment in its own container of the lab's image.
 
 ``ContainerCluster`` is the local cluster with the process operations done through the Docker engine:
-kill is SIGKILL to the container, pause and resume are the cgroup freezer (``docker pause``), a
-restart is a new container (a new client id), and a partition is a pair of iptables DROP rules in the
-client container's network namespace (``nsenter -n``), as Jepsen does it. Latency and connection
-resets go through the lab's fault proxy, listening on the run's bridge gateway: this kernel offers no
-netem. Every container runs on the run's own bridge network, with the run directory bind-mounted at
-``/runs``, so the event logs, the durable broker stores and the outputs land where the local backend
-puts them; the containers, the network and with them every rule are removed at the end.
+kill is SIGKILL to the container, pause and resume are the cgroup freezer (``docker pause``), the
+hung listener is SIGUSR1/SIGUSR2 to the container (its init, ``--init``, passes every signal on to the
+role), a restart is a new container (a new client id), and a partition is a pair of iptables DROP rules in the
+client container's network namespace (``nsenter -n``), as Jepsen does it. Latency, jitter and loss
+are the kernel's ``tc netem`` where it has it (probed once per run, in a scratch namespace), and
+otherwise the lab's fault proxy (latency, jitter; listening on the run's bridge gateway) and iptables'
+statistic match (loss); connection resets are always the proxy's. Every container runs on the run's
+own bridge network, with the run directory bind-mounted at ``/runs``, so the event logs, the durable
+broker stores and the outputs land where the local backend puts them; the containers, the network and
+with them every rule and qdisc are removed at the end.
 
 The engine is driven through the ``docker`` command line: asynchronously from the runner's loop, and
 in the supervisor's synchronous steps without waiting (the attached ``docker run`` process is what the
@@ -35,6 +38,7 @@ from typing import Any
 
 from chaos.cluster import LocalCluster
 from chaos.experiment import NAMESRV_NODE, Experiment
+from chaos.netem import NetemTable, probe_answer, probe_command, probe_precondition
 from chaos.proxy import ClientLinks
 from chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
 
@@ -50,6 +54,8 @@ CONTAINER_RUN_DIR = "/runs"
 # Network actions the kernel does here; the rest need a fault proxy in front of the client.
 KERNEL_ACTIONS = ("blackhole", "loss")
 PROXY_ACTIONS = ("latency", "reset")
+# What netem does where the kernel has it (then only resets need the proxy).
+NETEM_ACTIONS = ("latency", "loss")
 
 
 class BackendError(RuntimeError):
@@ -76,10 +82,11 @@ def _docker_sync(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedPro
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
-async def docker(*args: str, timeout_s: float = 30.0, check: bool = True) -> str:
-    """Run ``docker ARGS`` without blocking the loop; its stdout, or BackendError with its stderr."""
+async def _exec(*cmd: str, timeout_s: float) -> tuple[int, str, str]:
+    """Run a command without blocking the loop: exit code, stdout, stderr (TimeoutError, killed, when it
+    takes longer)."""
     proc = await asyncio.create_subprocess_exec(
-        "docker", *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+        *cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
     try:
         async with asyncio.timeout(timeout_s):
@@ -88,11 +95,20 @@ async def docker(*args: str, timeout_s: float = 30.0, check: bool = True) -> str
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+async def docker(*args: str, timeout_s: float = 30.0, check: bool = True) -> str:
+    """Run ``docker ARGS`` without blocking the loop; its stdout, or BackendError with its stderr."""
+    try:
+        rc, out, err = await _exec("docker", *args, timeout_s=timeout_s)
+    except TimeoutError:
         raise BackendError(f"docker {' '.join(args[:2])} did not answer within {timeout_s:g}s") from None
-    if check and proc.returncode != 0:
-        text = err.decode(errors="replace").strip() or out.decode(errors="replace").strip()
-        raise BackendError(f"docker {' '.join(args[:2])} failed: {text}")
-    return out.decode(errors="replace")
+    if check and rc != 0:
+        raise BackendError(f"docker {' '.join(args[:2])} failed: {err.strip() or out.strip()}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -162,6 +178,18 @@ def backend_problems(exp: Experiment) -> list[str]:
                 "run as root"
             )
     return out
+
+
+async def probe_netem(timeout_s: float = 10.0) -> str | None:
+    """None when this kernel takes a netem qdisc (tried in a scratch network namespace), else why not."""
+    problem = probe_precondition()
+    if problem:
+        return problem
+    try:
+        rc, _, err = await _exec(*probe_command(), timeout_s=timeout_s)
+    except TimeoutError:
+        return f"the netem probe did not answer within {timeout_s:g}s"
+    return probe_answer(rc, err)
 
 
 def check_backend(exp: Experiment, image: str) -> ImageInfo:
@@ -412,9 +440,18 @@ class ContainerCluster(LocalCluster):
         self._network_created = False
         self._removed = False
         self.rules: dict[str, list[Cut]] = {}  # a nemesis' target -> the iptables rules it put in force
+        self.netem = False  # whether this kernel takes a netem qdisc (prepare probes it)
+        self.netem_probe = "not probed"
+        self.proxied_actions = PROXY_ACTIONS
+        self.netem_tables: dict[str, NetemTable] = {}  # container -> the netem qdiscs in its namespace
+        # a nemesis' target -> the links it shaped: (peer, container, node of that namespace, destination)
+        self.shaped: dict[str, list[tuple[str, str, str, str]]] = {}
+        self.network_faults: list[dict[str, str]] = []  # each network fault and the mechanism it used
 
     async def prepare(self) -> None:
-        """Create the run's bridge network and learn its addresses (before any node is declared)."""
+        """Probe for netem, create the run's bridge network and learn its addresses (before any node is
+        declared: which clients need a fault proxy depends on the probe)."""
+        await self.probe()
         create = ("network", "create", "--driver", "bridge", "--label", f"{RUN_LABEL}={self.label}")
         await docker(*create, self.network)
         self._network_created = True
@@ -437,6 +474,13 @@ class ContainerCluster(LocalCluster):
         hosts = [str(h) for h in net.hosts() if str(h) != gateway]
         assert isinstance(self.sup, ContainerSupervisor)
         self.sup.free_ips = hosts[9:]  # leave the first few to the engine's own use
+
+    async def probe(self) -> None:
+        """Whether netem does latency, jitter and loss in this run, or the proxy and iptables do."""
+        problem = await probe_netem()
+        self.netem = problem is None
+        self.netem_probe = problem or "netem qdisc added in a scratch network namespace"
+        self.proxied_actions = tuple(a for a in PROXY_ACTIONS if not (self.netem and a in NETEM_ACTIONS))
 
     # -- roles: servers listen on every interface of their container, at RocketMQ's usual ports ------
 
@@ -506,21 +550,107 @@ class ContainerCluster(LocalCluster):
                 raise ValueError(f"{node} has no link to {peer!r}")
         return out
 
+    def network_note(self) -> str:
+        """One line for the run's output: which mechanism does latency, jitter and loss, and why."""
+        if self.netem:
+            return "network faults: latency, jitter and loss by tc netem (the kernel has it)"
+        return (
+            f"network faults: no netem ({self.netem_probe}): latency and jitter through the fault proxy, "
+            "loss by iptables' statistic match"
+        )
+
+    def _through_proxy(self, node: str, other: str) -> bool:
+        """Whether a link of ``node`` to ``other`` (or to every broker) passes a client's fault proxy."""
+        peers = sorted(self.brokers) if other == "all" else [other]
+        return any(
+            (node in self.links and self._server_address(p) is not None)
+            or (p in self.links and self._server_address(node) is not None)
+            for p in peers
+        )
+
+    def network_via(self, action: str, node: str, other: str = "all") -> str:
+        if action == "blackhole":
+            return "iptables"
+        if action in NETEM_ACTIONS and self.netem and not self._through_proxy(node, other):
+            return "netem"
+        return "iptables" if action == "loss" else "proxy"
+
+    async def _in_namespace(self, node: str, container: str, *cmd: str) -> None:
+        """Run a host command (iptables, tc) in the network namespace of the node's container."""
+        pid = (await docker("inspect", "--format", "{{.State.Pid}}", container, check=False)).strip()
+        if not pid.isdigit() or pid == "0":
+            raise ValueError(f"{node} has no running container")
+        try:
+            rc, _, err = await _exec("nsenter", "--target", pid, "--net", *cmd, timeout_s=30)
+        except TimeoutError:
+            raise ValueError(f"{cmd[0]} in {node}'s network namespace did not answer within 30 s") from None
+        if rc != 0:
+            raise ValueError(f"{cmd[0]} in {node}'s network namespace failed: {err.strip()}")
+
     async def _iptables(self, node: str, op: str, rule: list[str]) -> None:
         m = self.sup.member(node)
         assert isinstance(m, ContainerMember)
-        pid = (await docker("inspect", "--format", "{{.State.Pid}}", m.container)).strip()
-        if not pid.isdigit() or pid == "0":
-            raise ValueError(f"{node} has no running container")
-        cmd = ["nsenter", "--target", pid, "--net", "iptables", "-w", op, *rule]
-        proc = await asyncio.create_subprocess_exec(
-            *cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
-        )
-        _, err = await proc.communicate()
-        if proc.returncode != 0:
-            raise ValueError(f"iptables in {node}'s network namespace failed: {err.decode().strip()}")
+        await self._in_namespace(node, m.container, "iptables", "-w", op, *rule)
+
+    async def _tc(self, node: str, container: str, args: list[str]) -> None:
+        await self._in_namespace(node, container, "tc", *args)
+
+    def _member(self, node: str) -> ContainerMember:
+        m = self.sup.member(node)
+        assert isinstance(m, ContainerMember)
+        return m
+
+    async def _shape(self, node: str, other: str, action: str, params: dict[str, Any]) -> list[str]:
+        """netem on the direct links between ``node`` and ``other``: on the sending side of each
+        direction the fault covers (latency: both; loss: as ``direction`` says)."""
+        if action == "latency":
+            fields = {"delay_ms": float(params.get("ms", 0)), "jitter_ms": float(params.get("jitter_ms", 0))}
+            direction = "both"
+        else:
+            fields = {"loss_percent": float(params["percent"])}
+            direction = params.get("direction", "both")
+        peers = sorted(self.brokers) if other == "all" else [other]
+        ends = []
+        for peer in peers:
+            if peer not in self.sup.members:
+                raise ValueError(f"{node} has no link to {peer!r}")
+            a, b = self._member(node), self._member(peer)
+            if direction in ("both", "out"):
+                ends.append((peer, a, b.ip))
+            if direction in ("both", "in"):
+                ends.append((peer, b, a.ip))
+        done = []
+        for peer, m, dst in ends:
+            table = self.netem_tables.setdefault(m.container, NetemTable())
+            entry = (peer, m.container, m.node, dst)
+            if entry not in self.shaped.setdefault(node, []):
+                self.shaped[node].append(entry)  # first: a heal takes off what a failure left half done
+            for args in table.set(dst, node, **fields):
+                await self._tc(m.node, m.container, args)
+                done.append(f"{m.node}: tc {' '.join(args)}")
+        return done
+
+    async def _unshape(self, node: str, other: str) -> None:
+        """Take ``node``'s netem off its links to ``other`` (every peer for "all")."""
+        keep = []
+        for entry in self.shaped.pop(node, []):
+            peer, container, ns_node, dst = entry
+            if other not in ("all", peer):
+                keep.append(entry)
+                continue
+            table = self.netem_tables.get(container)
+            for args in table.clear(dst, node) if table is not None else []:
+                with contextlib.suppress(ValueError):  # a restarted container has a namespace of its own
+                    await self._tc(ns_node, container, args)
+        if keep:
+            self.shaped[node] = keep
 
     async def apply_network(self, node: str, action: str, broker: str = "all", **params: Any) -> list[str]:
+        if action != "heal":
+            via = self.network_via(action, node, broker)
+            self.network_faults.append({"action": action, "target": node, "peer": broker, "via": via})
+            if via == "netem":
+                return await self._shape(node, broker, action, params)
         if action in ("blackhole", "loss"):
             direction = params.get("direction", "both")
             probability = params["percent"] / 100 if action == "loss" else None
@@ -546,6 +676,7 @@ class ContainerCluster(LocalCluster):
                     await self._iptables(cut.namespace, "-D", cut.rule)
             if keep:
                 self.rules[node] = keep
+            await self._unshape(node, broker)
             if node in self.links and (broker == "all" or self._server_address(broker) is not None):
                 self.links[node].apply("heal", broker)
             return [f"heal {broker}"]
@@ -554,12 +685,23 @@ class ContainerCluster(LocalCluster):
         return self.links[node].apply(action, broker, **params)
 
     def network_faulty(self, node: str) -> bool:
-        return bool(self.rules.get(node)) or super().network_faulty(node)
+        return bool(self.rules.get(node)) or bool(self.shaped.get(node)) or super().network_faulty(node)
 
     # -- the end -------------------------------------------------------------------------------------
 
+    async def remove_netem(self) -> None:
+        """Remove every netem qdisc still in force (a run that failed before its heal): the namespace
+        goes with its container, but a qdisc left on a live one would shape the clients' stop."""
+        names = {m.container: m.node for m in self.sup if isinstance(m, ContainerMember)}
+        for container, table in self.netem_tables.items():
+            for args in table.teardown():
+                with contextlib.suppress(ValueError, BackendError):
+                    await self._tc(names.get(container, container), container, args)
+        self.shaped.clear()
+
     async def close(self) -> None:
         try:
+            await self.remove_netem()
             await super().close()
         finally:
             await self.remove()
@@ -599,6 +741,9 @@ class ContainerCluster(LocalCluster):
             "network": self.network,
             "subnet": self.subnet,
             "names": list(self.sup.containers) if isinstance(self.sup, ContainerSupervisor) else [],
+            "netem": self.netem,
+            "netem_probe": self.netem_probe,
+            "network_faults": list(self.network_faults),
         }
         return out
 

@@ -29,7 +29,11 @@ ACTIONS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "start": (["start"], ("exited", "created")),
     "pause": (["pause"], ("running",)),
     "resume": (["unpause"], ("paused",)),
+    # The hung listener of the lab's consumers: the signals reach the role through the init (init: true).
+    "hang": (["kill", "--signal", "USR1"], ("running",)),
+    "unhang": (["kill", "--signal", "USR2"], ("running",)),
 }
+CONSUMER_ONLY = ("hang", "unhang")
 NEMESIS_FILE = "nemesis.jsonl"
 
 
@@ -125,6 +129,8 @@ def do_nemesis(action: str, container: str, run_dir: Path, *, record_only: bool 
     command, states = ACTIONS[action]
     if not record_only and t.state not in states:
         raise HandError(f"cannot {action} {t.container} ({t.node}): it is {t.state}")
+    if action in CONSUMER_ONLY and t.role != "consumer":
+        raise HandError(f"cannot {action} {t.container} ({t.node}): only a consumer's listener can be hung")
     log = EventLog("chaos", "chaos", str(run_dir / NEMESIS_FILE))
     try:
         log.emit("nemesis", **nemesis_fields(action, t))
@@ -194,7 +200,8 @@ def add_commands(sub: Any) -> None:
     """The ``nemesis`` and ``wait`` subcommands of rmq-chaos."""
     nem = sub.add_parser(
         "nemesis",
-        help="kill/stop/start/pause/resume a container of a compose cluster and record it for the analysis",
+        help="kill/stop/start/pause/resume/hang/unhang a container of a compose cluster and record it for "
+        "the analysis",
     )
     nem.add_argument("action", choices=list(ACTIONS))
     nem.add_argument("container", help="the container's name or id (docker compose ps)")

@@ -237,6 +237,8 @@ class Runner:
             if self.image is not None:
                 self.say(f"backend: docker, image {self.image.name} ({self.image.image_id[:19]})")
             await self.cluster.prepare()
+            if isinstance(self.cluster, ContainerCluster):
+                self.say(self.cluster.network_note())
             await self._setup()
             progress = asyncio.create_task(self._progress_loop())
             await self._execute()
@@ -471,8 +473,8 @@ class Runner:
                     extra["percent"] = p["percent"]
                 if p.get("direction"):
                     extra["direction"] = p["direction"]
-                if a != "heal":  # the container backend partitions in the kernel, not in the proxy
-                    extra["via"] = "proxy" if a in cluster.proxied_actions else "iptables"
+                if a != "heal":  # the container backend uses the kernel's iptables or netem where it can
+                    extra["via"] = cluster.network_via(a, target, extra["broker"])
                 sup.nemesis_event(a, target, **extra)
                 await cluster.apply_network(
                     target,

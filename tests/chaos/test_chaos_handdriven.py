@@ -114,6 +114,23 @@ def test_nemesis_does_the_action_and_records_it(tmp_path: Path) -> None:
     rc, out, calls = nemesis(tmp_path, "stop", "proj_consumer_2", "--run-dir", str(run), "--record-only")
     assert rc == 0 and calls[-1][0] == "inspect"
     assert json.loads((run / "nemesis.jsonl").read_text().splitlines()[-1])["action"] == "stop"
+    # the hung listener: SIGUSR1 and SIGUSR2 to the container, which its init passes on to the consumer
+    for action, sig in (("hang", "USR1"), ("unhang", "USR2")):
+        rc, out, calls = nemesis(tmp_path, action, "proj_consumer_2", "--run-dir", str(run))
+        assert rc == 0, out
+        assert calls[-1] == ["kill", "--signal", sig, "proj_consumer_2"]
+        assert json.loads((run / "nemesis.jsonl").read_text().splitlines()[-1])["action"] == action
+
+
+def test_only_a_consumer_can_be_hung(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "consumer-c0ffee.jsonl").write_text(
+        json.dumps(ev("broker_started", node="consumer-c0ffee", role="broker")) + "\n"
+    )
+    rc, out, calls = nemesis(tmp_path, "hang", "proj_consumer_2", "--run-dir", str(run))
+    assert rc == 1 and "only a consumer's listener can be hung" in out, out
+    assert calls[-1][0] == "inspect" and not (run / "nemesis.jsonl").exists()
 
 
 def test_nemesis_refuses_what_it_cannot_record(tmp_path: Path) -> None:

@@ -949,6 +949,62 @@ def answers(summary: dict[str, Any], data: PlotData | None) -> list[str]:
     return out
 
 
+MODE_TEXT = {
+    "client": "client-side balancing (4.x)",
+    "server-pull": "broker assigns queues, PULL (5.x)",
+    "server-pop": "broker assigns, POP (5.x)",
+}
+MODES_TEXT = (
+    "Each group's messages, whatever balances it. Longest wait: from a message's send to the group's "
+    "first consumption of it (to the run's end when never consumed). Time to drain: from the last send "
+    "until every sent message had been consumed (- when one was lost). Revived: messages the broker made "
+    "visible again after their invisible time (POP only); longest revived wait: from such a message's "
+    "first pop to its first consumption. Idle consumers: live consumers left without a queue for some "
+    "time. Times in RocketMQ seconds. The verdict of a group whose queues the broker assigns comes from "
+    "its messages (lost, order); its convergence is shown but not judged."
+)
+
+
+def modes_table(summary: dict[str, Any], clock: RunClock) -> list[str]:
+    """The groups side by side, classic and RocketMQ 5 (EVENTS.md, proposed section): HTML parts, none
+    when the summary has no `pop` figures."""
+    groups = {n: g for n, g in summary["groups"].items() if g.get("pop") is not None}
+    if not groups:
+        return []
+    esc = html.escape
+
+    def secs(ms: int | None) -> str:
+        return "-" if ms is None else f"{clock.rmq_ms(ms) / 1000:.1f}"
+
+    head = (
+        "group", "mode", "sent", "lost", "duplicates", "longest wait (s)", "time to drain (s)", "revived",
+        "longest revived wait (s)", "invisible-time changes", "idle consumers", "verdict",
+    )  # fmt: skip
+    parts = [
+        "<h2>Client-side balancing and POP side by side</h2>",
+        f"<p><small>{esc(MODES_TEXT)}</small></p>",
+    ]
+    parts.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>")
+    for name, g in groups.items():
+        pop, mode = g["pop"], g.get("mode", "client")
+        revived = pop["revived"] if mode == "server-pop" else "-"
+        cells = [
+            f"<td>{esc(name)}</td>",
+            f"<td title='{esc(MODE_TEXT.get(mode, mode))}'>{esc(mode)}</td>",
+            *(f"<td class='num'>{v}</td>" for v in (g["sent"], g["lost"], g["duplicates"])),
+            f"<td class='num'>{secs(pop['longest_wait_ms'])}</td>",
+            f"<td class='num'>{secs(pop['time_to_drain_ms'])}</td>",
+            f"<td class='num'>{revived}</td>",
+            f"<td class='num'>{secs(pop['longest_revived_wait_ms']) if mode == 'server-pop' else '-'}</td>",
+            f"<td class='num'>{pop['invisible_time_changes'] if mode == 'server-pop' else '-'}</td>",
+            f"<td class='num'>{pop['idle_consumers']}</td>",
+            f"<td class='{g['verdict']}'>{g['verdict'].upper()}</td>",
+        ]
+        parts.append("<tr>" + "".join(cells) + "</tr>")
+    parts.append("</table>")
+    return parts
+
+
 def render_html(
     summary: dict[str, Any], data: PlotData | None, title: str, question: str | None = None
 ) -> str:
@@ -1009,6 +1065,7 @@ def render_html(
             f"<td class='{g['verdict']}'>{g['verdict'].upper()}</td>" for g in summary["groups"].values()
         ]
         parts.append(f"<td><small>{esc(VERDICT_RULES)}</small></td></tr></table>")
+    parts += modes_table(summary, clock)
     for name, g in summary["groups"].items():
         parts.append(
             f"<h2>Group {esc(name)}: <span class='{g['verdict']}'>{g['verdict'].upper()}</span></h2><ul>"

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.availability import add_rocketmq_time_of_runs
+from pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time_of_runs
 from pipeline.contract import GROUP_METRICS
 from pipeline.discover import BadRun, RunDir
 from pipeline.ingest import RUN_SEP, load_json_runs, run_prefix
 from pipeline.metrics import Analysis
+from pipeline.pop_spark import add_pop_metrics_of_runs
 from pipeline.report import PlotData, answers, plot_data_by_run
 from pipeline.unavailability import CAUSES
 
@@ -90,7 +91,7 @@ def analyse_runs(
         return progress.stage(name) if progress is not None else nullcontext({})
 
     with stage("read events") as info:
-        loaded = load_json_runs(spark, runs)
+        loaded = load_json_runs(spark, runs, AVAILABILITY_COLUMNS)
         info["info"] = (
             f"{len(runs)} runs, {sum(s.events for s in loaded.stats.values())} events, "
             f"{sum(s.malformed_lines for s in loaded.stats.values())} malformed lines"
@@ -102,6 +103,8 @@ def analyse_runs(
             info["info"] = f"{sum(len(s['groups']) for s in by_prefix.values())} group(s) in {len(runs)} runs"
         with stage("unavailability"):
             clocks = add_rocketmq_time_of_runs(by_prefix, analysis, runs)
+        with stage("pop metrics"):
+            add_pop_metrics_of_runs(by_prefix, analysis, runs)
         result.summaries = {run.rel: by_prefix[run_prefix(i)] for i, run in enumerate(runs)}
         data = None
         if plots:

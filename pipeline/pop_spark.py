@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pipeline.discover import RunDir, RunDirError, RunFile, discover
-from pipeline.ingest import _PATH_KEY_SQL, RUN_SEP, _file_map, load_json_run, run_prefix
+from pipeline.ingest import _PATH_KEY_SQL, ORDER_COLUMNS, RUN_SEP, _file_map, load_json_run, run_prefix
 from pipeline.pop_metrics import (
     LIFECYCLE_EVENTS,
     add_modes,
@@ -81,10 +81,13 @@ def mode_metrics_of(
     pop: DataFrame,
     spans: dict[str, tuple[int | None, int | None]],
     prefix_of: Callable[[str], str],
+    lifecycle: list[dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``pop_metrics.mode_metrics`` of every run of a loaded event table, by run prefix: `ev` the typed
     events (with `allocated`, `pull` and `pop`), `pop` their POP lines, `spans` each run's (start, end)
-    by prefix and `prefix_of` a (qualified) name's run prefix ("" for a single run)."""
+    by prefix and `prefix_of` a (qualified) name's run prefix ("" for a single run). `lifecycle`: the
+    rows of `LIFECYCLE_EVENTS` with their order columns when already collected (the analysis' control
+    rows), else collected here."""
     import pyspark.sql.functions as F
 
     spark = ev.sparkSession
@@ -92,17 +95,19 @@ def mode_metrics_of(
     for row in pop.where(F.col("event") == "schedule_started").orderBy("ts_ms").collect():
         clocks[prefix_of(row["node"])] = (row["ts_ms"], float(row["time_scale"] or 1.0))
 
-    lifecycle_cols = ["ts_ms", "event", "node", "group", "client_id", "topic", "action", "target"]
-    lists = [F.col(c) if c in ev.columns else F.lit(None).alias(c) for c in ("allocated", "pull", "pop")]
-    rows = (
-        ev.where(F.col("event").isin(*LIFECYCLE_EVENTS))
-        .select(*lifecycle_cols, *lists)
-        .orderBy("ts_ms", "fidx", "blk", "rid")
-        .collect()
-    )
+    if lifecycle is None:
+        lifecycle_cols = ["ts_ms", "event", "node", "group", "client_id", "topic", "action", "target"]
+        lists = [F.col(c) if c in ev.columns else F.lit(None).alias(c) for c in ("allocated", "pull", "pop")]
+        lifecycle = [
+            r.asDict()
+            for r in ev.where(F.col("event").isin(*LIFECYCLE_EVENTS))
+            .select(*lifecycle_cols, *lists, *ORDER_COLUMNS)
+            .collect()
+        ]
     by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        by_run[prefix_of(r["node"])].append(r.asDict())
+    for r in sorted(lifecycle, key=lambda r: tuple(r[c] for c in ORDER_COLUMNS)):
+        if r["event"] in LIFECYCLE_EVENTS:
+            by_run[prefix_of(r["node"])].append(r)
     consumers: dict[str, dict[str, Any]] = {}
     for p, run_rows in by_run.items():
         end = spans.get(p, (None, None))[1]
@@ -230,7 +235,7 @@ def add_pop_metrics(summary: dict[str, Any], analysis: Any, run_dir: str | os.Pa
     if run_dir is not None:
         spans = {"": (analysis.stats.start_ms, analysis.stats.end_ms)}
         pop = _pop_lines(analysis.ev.sparkSession, discover(run_dir))
-        result = mode_metrics_of(analysis.ev, pop, spans, _single)[""]
+        result = mode_metrics_of(analysis.ev, pop, spans, _single, analysis.control_rows)[""]
     add_modes(summary, modes, result)
 
 
@@ -242,7 +247,7 @@ def add_pop_metrics_of_runs(summaries: dict[str, dict[str, Any]], analysis: Any,
     stats = {run_prefix(i): analysis.runs[run_prefix(i)] for i in range(len(runs))}
     spans = {p: (st.start_ms, st.end_ms) for p, st in stats.items()}
     pop = _pop_lines(analysis.ev.sparkSession, files, owners)
-    results = mode_metrics_of(analysis.ev, pop, spans, _prefix)
+    results = mode_metrics_of(analysis.ev, pop, spans, _prefix, analysis.control_rows)
     for p, summary in summaries.items():
         modes = {
             g.removeprefix(p): analysis.control.mode(g) for g in analysis.control.groups if g.startswith(p)

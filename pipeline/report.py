@@ -894,11 +894,19 @@ def answer_for_group(
                         ": the pause was shorter than the broker's 120 s channel expiry, so nobody took "
                         "the queues over until the consumer resumed"
                     )
+            elif main == "no_owner" and g.get("mode") == "server-pop":
+                # POP queues have no owner: what waited was popped and not acked
+                revived = (g.get("pop") or {}).get("revived", 0)
+                text += (
+                    ": under POP nobody owns a queue; the messages that consumer had popped waited for "
+                    f"their invisible time (60 s by default) until the broker revived them ({revived} "
+                    "revive(s) in the run) for the others"
+                )
             elif main == "no_owner":
                 text += ": until the others' rebalance gave the queues a new owner"
             else:
                 text += ": their owner kept them but consumed nothing"
-        elif conv and all(e["converged"] for e in conv):
+        elif conv and all(e["converged"] for e in conv) and g.get("mode", "client") == "client":
             worst = max(clock.rmq_ms(e["convergence_ms"]) for e in conv) / 1000
             text += (
                 f", the group was whole again within {worst:.1f} s of RocketMQ time (the broker notified "

@@ -135,3 +135,58 @@ def test_rmq_analyze_shows_both_modes(spark: Any, tmp_path: Path, capsys: Any) -
     assert "Client-side balancing and POP side by side" in report
     assert ">server-pop</td>" in report and ">client</td>" in report
     assert "verdict: FAIL (C)" in capsys.readouterr().out
+
+
+def _group(
+    mode: str, lost: int, dups: int, wait_ms: int, drain_ms: int | None, revived: int
+) -> dict[str, Any]:
+    pop = {"longest_wait_ms": wait_ms, "time_to_drain_ms": drain_ms, "revived": revived}
+    verdict = "fail" if lost else "ok"
+    return {"mode": mode, "lost": lost, "duplicates": dups, "pop": pop, "verdict": verdict}
+
+
+def test_the_index_puts_each_runs_groups_side_by_side(tmp_path: Path) -> None:
+    from pipeline.discover import RunDir
+    from pipeline.runs import RootResult, modes_section
+
+    def run(rel: str, groups: dict[str, Any]) -> tuple[RunDir, dict[str, Any]]:
+        summary = {"run": {"time_scale": 0.05}, "groups": groups}
+        return RunDir(rel, str(tmp_path / rel), [], {"name": f"exp-{rel}"}), summary
+
+    pair = run("pair", {
+        "C": _group("client", 0, 7, 1450, 5, 0),  # 1.45 s wall at scale 0.05 = 29 s
+        "P": _group("server-pop", 0, 0, 3120, None, 1),
+    })  # fmt: skip
+    classic = run("classic-only", {"C": _group("client", 1, 0, 100, None, 0)})
+    result = RootResult([pair[0], classic[0]], [])
+    result.summaries = {"pair": pair[1], "classic-only": classic[1]}
+    html = "".join(modes_section(result))
+    assert "<td>C</td><td>client</td><td>0</td><td>7</td><td>29.0</td><td>0.1</td><td>-</td>" in html
+    assert "<td>P</td><td>server-pop</td><td>0</td><td>0</td><td>62.4</td><td>-</td><td>1</td>" in html
+    assert "exp-pair" in html and "classic-only" not in html  # a run without a RocketMQ 5 group is left out
+    result = RootResult([classic[0]], [])
+    result.summaries = {"classic-only": classic[1]}
+    assert modes_section(result) == []
+
+
+def test_a_pop_groups_wait_is_explained_by_the_revive() -> None:
+    from pipeline.report import Marker, answer_for_group
+    from pipeline.unavailability import RunClock
+
+    spans = [{"from_s": 150.0, "to_s": 212.0, "cause": "no_owner"}]
+    g = {
+        **_group("server-pop", 0, 0, 0, 0, 3),
+        "convergence": [],
+        "unavailability": {"queues": [{"queue": "b:0", "spans": spans}]},
+    }
+    kill = [Marker(150_000, "kill consumer-6", "k", "nemesis")]
+    said = answer_for_group("P", g, RunClock(0, 1.0), kill, [])
+    assert said[0].startswith(
+        "P: after 'kill consumer-6' at t = 150.0 s, 1 queue(s) were unavailable for up to 62.0 s"
+    )
+    assert "invisible time" in said[0] and "3 revive(s)" in said[0] and "rebalance" not in said[0]
+    g["mode"] = "client"  # the same wait in a classic group is a rebalance's
+    assert (
+        "the others' rebalance gave the queues a new owner"
+        in answer_for_group("C", g, RunClock(0, 1.0), kill, [])[0]
+    )

@@ -88,6 +88,20 @@ def mode_metrics_of(
     by prefix and `prefix_of` a (qualified) name's run prefix ("" for a single run). `lifecycle`: the
     rows of `LIFECYCLE_EVENTS` with their order columns when already collected (the analysis' control
     rows), else collected here."""
+    pop = pop.persist()  # one scan of the files: the POP lines are read by four jobs below
+    try:
+        return _mode_metrics_of(ev, pop, spans, prefix_of, lifecycle)
+    finally:
+        pop.unpersist()
+
+
+def _mode_metrics_of(
+    ev: DataFrame,
+    pop: DataFrame,
+    spans: dict[str, tuple[int | None, int | None]],
+    prefix_of: Callable[[str], str],
+    lifecycle: list[dict[str, Any]] | None,
+) -> dict[str, dict[str, Any]]:
     import pyspark.sql.functions as F
 
     spark = ev.sparkSession

@@ -17,7 +17,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pipeline.discover import RunDir, RunDirError, RunFile, discover
-from pipeline.ingest import _PATH_KEY_SQL, ORDER_COLUMNS, RUN_SEP, _file_map, load_json_run, run_prefix
+from pipeline.ingest import (
+    _PATH_KEY_SQL,
+    ORDER_COLUMNS,
+    QUALIFIED_COLUMNS,
+    RUN_SEP,
+    _file_map,
+    load_json_run,
+    run_prefix,
+)
 from pipeline.pop_metrics import (
     LIFECYCLE_EVENTS,
     add_modes,
@@ -36,7 +44,6 @@ _POP_SCHEMA = (
     "ts_ms BIGINT, event STRING, node STRING, role STRING, `group` STRING, client_id STRING, "
     "topic STRING, msg_id STRING, time_scale DOUBLE"
 )
-_QUALIFIED = ("group", "client_id", "topic", "node")  # as pipeline.ingest qualifies a root's names
 _EMPTY_RUN = {"start_ms": None, "end_ms": None, "time_scale": 1.0, "t0_ms": None}
 
 
@@ -72,7 +79,7 @@ def _pop_lines(spark: SparkSession, files: list[RunFile], owners: list[int] | No
         return parsed.drop("run")
     prefix = F.concat(F.col("run").cast("string"), F.lit(RUN_SEP))
     return parsed.select(
-        *[F.concat(prefix, F.col(c)).alias(c) if c in _QUALIFIED else F.col(c) for c in parsed.columns]
+        *[F.concat(prefix, F.col(c)).alias(c) if c in QUALIFIED_COLUMNS else F.col(c) for c in parsed.columns]
     ).drop("run")
 
 
@@ -121,12 +128,15 @@ def _mode_metrics_of(
     by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in sorted(lifecycle, key=lambda r: tuple(r[c] for c in ORDER_COLUMNS)):
         if r["event"] in LIFECYCLE_EVENTS:
-            by_run[prefix_of(r["node"])].append(r)
+            p = prefix_of(r["node"])
+            # names as the run wrote them (a topic's %RETRY% prefix must show), one run at a time
+            by_run[p].append({k: _bare(v, p) if k in QUALIFIED_COLUMNS else v for k, v in r.items()})
     consumers: dict[str, dict[str, Any]] = {}
     for p, run_rows in by_run.items():
         end = spans.get(p, (None, None))[1]
         if end is not None:
-            consumers.update(consumer_metrics(run_rows, end))
+            for g, c in consumer_metrics(run_rows, end).items():
+                consumers[p + g] = {**c, "topics": [p + t for t in c["topics"]]}
 
     topics = spark.createDataFrame(
         [(g, t, spans[prefix_of(g)][1]) for g, c in consumers.items() for t in c["topics"]] or [("", "", 0)],
@@ -218,6 +228,10 @@ def _mode_metrics_of(
         t0, scale = clocks[p]
         out[p] = assemble({"start_ms": start, "end_ms": end, "time_scale": scale, "t0_ms": t0}, bare, msgs)
     return out
+
+
+def _bare(value: Any, prefix: str) -> Any:
+    return value.removeprefix(prefix) if isinstance(value, str) else value
 
 
 def _single(_name: str) -> str:

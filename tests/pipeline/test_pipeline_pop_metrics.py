@@ -113,28 +113,42 @@ def test_spark_twin_equals_the_reference(spark: Any, tmp_path: Path) -> None:
     assert got["groups"]["P"]["idle_consumers"] == 1 and got["groups"]["P"]["duplicates"] == 1
 
 
+def retry_pull(b: Builder) -> None:
+    """p2 pulls the group's %RETRY% queue but nothing of T: still idle (retry topics do not count)."""
+    b.assignment(1030, "consumer-4", "p2", "P", topic="%RETRY%P", pull=["b:0"])
+
+
 @pytest.mark.spark
 def test_rmq_analyze_shows_both_modes(spark: Any, tmp_path: Path, capsys: Any) -> None:
-    """summary.json's `mode` and `pop` per group equal the plain twin, the POP group's verdict comes from
-    its messages, and report.html puts the groups side by side."""
+    """rmq-analyze on a root of two runs: each summary.json's `mode` and `pop` per group equal the plain
+    twin, the POP group's verdict comes from its messages, report.html puts the groups side by side and
+    index.html compares the runs' groups."""
     from pipeline.__main__ import main as analyze
     from pipeline.availability_reference import summarize_run
 
-    run_dir = write(tmp_path / "run", build, more)
-    assert analyze([str(run_dir), "--quiet"]) == 1  # C lost m2
-    summary = json.loads((run_dir / "summary.json").read_text())
-    summary.pop("answer")
-    assert summary == summarize_run(run_dir)
+    root = tmp_path / "root"
+    write(root / "a", build, more, retry_pull)
+    write(root / "b", build)
+    assert analyze([str(root), "--quiet"]) == 1  # C lost m2 in both
+    for rel in ("a", "b"):
+        summary = json.loads((root / rel / "summary.json").read_text())
+        summary.pop("answer")
+        assert summary == summarize_run(root / rel), rel
+    summary = json.loads((root / "a" / "summary.json").read_text())
     c, p = summary["groups"]["C"], summary["groups"]["P"]
     assert (c["mode"], c["verdict"], p["mode"], p["verdict"]) == ("client", "fail", "server-pop", "ok")
     # P's group entry counts the revived copy consumed from %RETRY%P_T: nothing lost
-    assert (p["topics"], p["sent"], p["lost"], p["duplicates"]) == (["T"], 2, 0, 1)
+    assert (p["topics"], p["sent"], p["lost"], p["duplicates"]) == (["%RETRY%P", "T"], 2, 0, 1)
     assert p["pop"]["revived"] == 1 and p["pop"]["longest_wait_ms"] == 3600 - 1100
+    assert p["pop"]["idle_consumers"] == 1  # p2, whose only queue is of the %RETRY% topic
     assert c["pop"]["idle_consumers"] == 1 and c["pop"]["time_to_drain_ms"] is None
-    report = (run_dir / "report.html").read_text()
+    report = (root / "a" / "report.html").read_text()
     assert "Client-side balancing and POP side by side" in report
     assert ">server-pop</td>" in report and ">client</td>" in report
-    assert "verdict: FAIL (C)" in capsys.readouterr().out
+    index = (root / "index.html").read_text()
+    assert "Client-side balancing and RocketMQ 5 side by side" in index
+    assert "<td>P</td><td>server-pop</td><td>0</td><td>1</td><td>5.0</td>" in index  # 2500 ms at 0.5
+    assert "a: FAIL (C)" in capsys.readouterr().out
 
 
 def _group(

@@ -132,7 +132,8 @@ def summarize_with_rocketmq_time(
     node_of = {c: min(nodes) for c, nodes in model.client_nodes.items() if nodes}
     markers = {g: broker_markers(side, g, node_of) for g in summary["groups"]}
     extended = extend_summary(summary, clock, availability, markers)
-    add_modes(extended, {g: model.mode(g) for g in model.groups}, mode_metrics(e.rec for e in events))
+    pop = mode_metrics(e.rec for e in events) if model.server_assigned & model.groups else None
+    add_modes(extended, {g: model.mode(g) for g in model.groups}, pop)
     return extended
 
 

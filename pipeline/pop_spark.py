@@ -257,10 +257,11 @@ def mode_metrics_spark(spark: SparkSession, run_dir: str | os.PathLike[str]) -> 
 
 def add_pop_metrics(summary: dict[str, Any], analysis: Any, run_dir: str | os.PathLike[str] | None) -> None:
     """Every group of a single run's summary gets its `mode` and `pop` (EVENTS.md, proposed section);
-    `pop` is null without the run's JSON lines (a Parquet copy)."""
+    `pop` is null when no group of the run is server-assigned (a classic run costs no Spark work here)
+    or without the run's JSON lines (a Parquet copy)."""
     modes = {g: analysis.control.mode(g) for g in analysis.control.groups}
     result = None
-    if run_dir is not None:
+    if run_dir is not None and analysis.control.server_assigned & analysis.control.groups:
         spans = {"": (analysis.stats.start_ms, analysis.stats.end_ms)}
         pop = _pop_lines(analysis.ev.sparkSession, discover(run_dir))
         result = mode_metrics_of(analysis.ev, pop, spans, _single, analysis.control_rows)[""]
@@ -269,18 +270,21 @@ def add_pop_metrics(summary: dict[str, Any], analysis: Any, run_dir: str | os.Pa
 
 def add_pop_metrics_of_runs(summaries: dict[str, dict[str, Any]], analysis: Any, runs: list[RunDir]) -> None:
     """add_pop_metrics for every run of an analysis of many runs (summaries by run prefix, names
-    unqualified), in one set of Spark jobs."""
-    files = [f for run in runs for f in run.files]
-    owners = [i for i, run in enumerate(runs) for _ in run.files]
-    stats = {run_prefix(i): analysis.runs[run_prefix(i)] for i in range(len(runs))}
-    spans = {p: (st.start_ms, st.end_ms) for p, st in stats.items()}
-    pop = _pop_lines(analysis.ev.sparkSession, files, owners)
-    results = mode_metrics_of(analysis.ev, pop, spans, _prefix, analysis.control_rows)
+    unqualified), in one set of Spark jobs for the runs with a server-assigned group."""
+    control = analysis.control
+    wanted = {_prefix(g) for g in control.server_assigned & control.groups}
+    chosen = [(i, run) for i, run in enumerate(runs) if run_prefix(i) in wanted]
+    results: dict[str, dict[str, Any]] = {}
+    if chosen:
+        files = [f for _i, run in chosen for f in run.files]
+        owners = [i for i, run in chosen for _ in run.files]
+        spans = {run_prefix(i): (analysis.runs[run_prefix(i)].start_ms, analysis.runs[run_prefix(i)].end_ms)
+                 for i, _run in chosen}  # fmt: skip
+        pop = _pop_lines(analysis.ev.sparkSession, files, owners)
+        results = mode_metrics_of(analysis.ev, pop, spans, _prefix, analysis.control_rows)
     for p, summary in summaries.items():
-        modes = {
-            g.removeprefix(p): analysis.control.mode(g) for g in analysis.control.groups if g.startswith(p)
-        }
-        add_modes(summary, modes, results[p])
+        modes = {g.removeprefix(p): control.mode(g) for g in control.groups if g.startswith(p)}
+        add_modes(summary, modes, results.get(p))
 
 
 def main(argv: list[str] | None = None) -> int:

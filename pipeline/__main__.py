@@ -143,6 +143,7 @@ def _warm_up(spark: Any) -> None:
     from pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time
     from pipeline.ingest import load_json_run
     from pipeline.metrics import Analysis
+    from pipeline.pop_spark import add_pop_metrics
     from pipeline.report import collect_plot_data
     from pipeline.synth import realistic_run
 
@@ -153,6 +154,7 @@ def _warm_up(spark: Any) -> None:
         try:
             summary = analysis.summary()
             clock = add_rocketmq_time(summary, analysis, tmp)
+            add_pop_metrics(summary, analysis, tmp)
             collect_plot_data(analysis, clock=clock)
         finally:
             analysis.close()
@@ -346,6 +348,10 @@ def analyze(args: argparse.Namespace) -> int:
             with progress.stage("unavailability"):
                 side_dir = args.run_dir if args.format == "json" else None
                 clock = add_rocketmq_time(summary, analysis, side_dir, args.time_scale)
+            with progress.stage("pop metrics"):
+                from pipeline.pop_spark import add_pop_metrics
+
+                add_pop_metrics(summary, analysis, side_dir)
             out_dir.mkdir(parents=True, exist_ok=True)
             summary["answer"] = []
             if args.no_report:

@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 from pipeline.contract import queue_key
+from pipeline.pop_metrics import add_modes, mode_metrics
 from pipeline.reference import Event, RunModel, load_run, summarize
 from pipeline.unavailability import (
     SIDE_EVENTS,
@@ -40,7 +41,7 @@ def group_inputs(
                 key = (g, e.get("msg_id"))
                 if key not in sent:
                     sent[key] = (e.ts, e.get("topic"), queue_key(e.get("broker"), e.get("queue_id")))
-        elif e.event == "message_consumed" and e.get("topic") in model.group_topics.get(e.get("group"), ()):
+        elif e.event == "message_consumed" and e.get("topic") in model.consumption_topics(e.get("group")):
             g = e.get("group")
             first.setdefault((g, e.get("msg_id")), e.ts)
             consumed[(g, e.get("topic"), queue_key(e.get("broker"), e.get("queue_id")))].append(e.ts)
@@ -130,7 +131,10 @@ def summarize_with_rocketmq_time(
     availability = {g: classify_group(queues[g], groups[g], clock.idle_threshold_ms) for g in queues}
     node_of = {c: min(nodes) for c, nodes in model.client_nodes.items() if nodes}
     markers = {g: broker_markers(side, g, node_of) for g in summary["groups"]}
-    return extend_summary(summary, clock, availability, markers)
+    extended = extend_summary(summary, clock, availability, markers)
+    pop = mode_metrics(e.rec for e in events) if model.server_assigned & model.groups else None
+    add_modes(extended, {g: model.mode(g) for g in model.groups}, pop)
+    return extended
 
 
 def summarize_run(run_dir: str | os.PathLike[str], time_scale: float | None = None) -> dict[str, Any]:

@@ -21,10 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.contract import (
+    CLIENT_MODE,
     CLOSING_ACTIONS,
+    RETRY_PREFIX,
+    SERVER_ASSIGNMENT,
     UNPAUSING_ACTIONS,
     members_digest,
     queue_key,
+    server_mode,
 )
 from pipeline.unavailability import merge_spans
 
@@ -37,6 +41,7 @@ CONTROL_EVENTS = (
     "consumer_started",
     "consumer_stopped",
     "nemesis",
+    "assignment",
 )
 # Control events whose group/client_id/node tie a client to a node of a consumer group.
 _GROUP_CONTROL = ("rebalance", "mq_added", "mq_removed", "consumer_started", "consumer_stopped")
@@ -72,6 +77,15 @@ class ControlModel:
     nemeses: list[tuple[int, str, str]] = field(default_factory=list)  # (ts_ms, action, target)
     rebalances: list[Mapping[str, Any]] = field(default_factory=list)  # in event order
     first_add: dict[str, int] = field(default_factory=dict)  # group -> ts of its first mq_added
+    # Groups whose queues the broker assigns (an `assignment` line): their universe is the queues an
+    # `mq_added` named (PULL queues; POP queues are shared), and convergence leaves out the members rule.
+    server_assigned: set[str] = field(default_factory=set)
+    pop_assigned: set[str] = field(default_factory=set)  # ... with a POP queue of a non-%RETRY% topic
+    added_queues: dict[str, set[tuple[str, str]]] = field(default_factory=lambda: defaultdict(set))
+
+    def mode(self, group: str) -> str:
+        """`client`, `server-pull` or `server-pop` (EVENTS.md, proposed section)."""
+        return server_mode(group in self.pop_assigned) if group in self.server_assigned else CLIENT_MODE
 
     def node_of(self) -> dict[str, str]:
         """One node per client (the least name, when a client id appears on several)."""
@@ -123,14 +137,25 @@ def build(
         elif ev == "rebalance":
             m.group_topics[e["group"]].add(e["topic"])
             m.rebalances.append(e)
+        elif ev == SERVER_ASSIGNMENT and e["group"] is not None and e["topic"] is not None:
+            m.group_topics[e["group"]].add(e["topic"])
+            m.server_assigned.add(e["group"])
+            if e.get("pop") and not e["topic"].startswith(RETRY_PREFIX):
+                m.pop_assigned.add(e["group"])
         elif ev == "nemesis":
             m.nemeses.append((e["ts_ms"], e["action"], e["target"]))
     for g, c, node in gcn:
         m.groups.add(g)
         m.group_clients.add((g, c))
         m.client_nodes.add((c, node))
+    for e in events:
+        if e["event"] == "mq_added" and e["topic"] in m.group_topics.get(e["group"], ()):
+            m.added_queues[e["group"]].add((e["topic"], queue_key(e["broker"], e["queue_id"])))
     m.universe = {
-        g: {(t, q) for t in m.group_topics.get(g, ()) for q in topic_queues.get(t, ())} for g in m.groups
+        g: set(m.added_queues.get(g, ()))
+        if g in m.server_assigned
+        else {(t, q) for t in m.group_topics.get(g, ()) for q in topic_queues.get(t, ())}
+        for g in m.groups
     }
     clients_of_node: dict[str, set[str]] = defaultdict(set)
     for c, node in m.client_nodes:
@@ -263,7 +288,8 @@ def convergence_timeline(
 ) -> list[tuple[int, bool]]:
     """(t, converged from t on) at every time the group's state may change, in time order. Converged:
     nobody live, or every queue of the universe has exactly one open interval whose owner is live and
-    every live, unpaused client's latest rebalance of every group topic saw exactly the live set."""
+    (unless the broker assigns the group's queues) every live, unpaused client's latest rebalance of
+    every group topic saw exactly the live set."""
     universe = m.universe.get(group, set())
     topics = sorted(m.group_topics.get(group, ()))
     changes: dict[int, list[tuple[str, Any, int]]] = defaultdict(list)
@@ -323,13 +349,26 @@ def convergence_timeline(
             timeline.append((t, True))
             continue
         ok = all(len(open_on.get(q, ())) == 1 and live_n[open_on[q][0].client_id] > 0 for q in universe)
-        if ok:
+        if ok and group not in m.server_assigned:
             live_digest = members_digest(unqualified(c) for c in live)
             ok = all(
                 digest.get((c, topic)) == live_digest for c in live if paused_n[c] == 0 for topic in topics
             )
         timeline.append((t, ok))
     return timeline
+
+
+def pop_retry_topics(m: ControlModel, unqualified: Callable[[str], str]) -> list[tuple[str, str]]:
+    """(group, topic) of the pop retry topics `%RETRY%<group>_<topic>` of the server-assigned groups'
+    topics: a revived copy is consumed from there and counts as a consumption of its topic. (Names of
+    many runs keep their run's prefix.)"""
+    out = []
+    for g in sorted(m.server_assigned & m.groups):
+        prefix = g.removesuffix(unqualified(g))
+        for t in sorted(m.group_topics.get(g, ())):
+            if not unqualified(t).startswith(RETRY_PREFIX):
+                out.append((g, f"{prefix}{RETRY_PREFIX}{unqualified(g)}_{unqualified(t)}"))
+    return out
 
 
 def _members(row: Mapping[str, Any]) -> str | None:

@@ -58,6 +58,8 @@ ANALYSIS_COLUMNS = (
     "cid_all_digest",
     "action",
     "target",
+    "pull",  # an `assignment`'s queues (RocketMQ 5)
+    "pop",
 )
 INGEST_META = "_ingest.json"
 

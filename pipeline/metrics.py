@@ -100,7 +100,8 @@ class Analysis:
         )
         # One job: the control events and the (group, client, node) triples of the consumption lines.
         # (The allocations of rebalance lines too, when loaded: the unavailability reads them.)
-        wanted = [*_CONTROL_COLUMNS, *(["allocated"] if "allocated" in events.columns else [])]
+        optional = [c for c in ("allocated", "pull", "pop") if c in events.columns]
+        wanted = [*_CONTROL_COLUMNS, *optional]
         ctl = events.where(F.col("event").isin(*CONTROL_EVENTS)).select(*wanted)
         triples = (
             events.where(F.col("event") == "message_consumed")
@@ -115,6 +116,10 @@ class Analysis:
         spark = events.sparkSession
         pairs = sorted((g, t) for g, ts in self.control.group_topics.items() for t in ts)
         self.group_topics = spark.createDataFrame(pairs, "`group` string, topic string")
+        # A server-assigned group's consumptions of revived copies name the pop retry topic.
+        retry = control.pop_retry_topics(self.control, self.unqualified)
+        schema = "`group` string, topic string"
+        consumed_topics = spark.createDataFrame(pairs + retry, schema) if retry else self.group_topics
         queue = F.concat(F.col("broker"), F.lit(":"), F.col("queue_id").cast("string")).alias(Q)
         # The big one: consumption lines of the group topics (not cached: a cheap scan), hash-partitioned
         # once by queue. Every per-queue window and aggregate below is keyed by a superset of
@@ -122,7 +127,7 @@ class Analysis:
         # the lines. (With many runs, the qualified group carries the run.)
         self.consumed = (
             events.where(F.col("event") == "message_consumed")
-            .join(F.broadcast(self.group_topics), [G, T], "left_semi")
+            .join(F.broadcast(consumed_topics), [G, T], "left_semi")
             .select(G, C, T, queue, "msg_id", "queue_offset", "started_ms", "mode", *ORDER_COLUMNS)
             .repartition(G, T, Q)
         )
@@ -256,6 +261,7 @@ class Analysis:
                 concurrent_consume_ms=entry["concurrent_consume_ms"],
                 order_violations=entry["order_violations"],
                 convergence=entry["convergence"],
+                server_assigned=g in m.server_assigned,
             )
             groups[g] = entry
         return groups

@@ -123,6 +123,21 @@ def assemble(
     return {"run": run, "groups": groups}
 
 
+def add_modes(summary: dict[str, Any], modes: dict[str, str], result: dict[str, Any] | None) -> None:
+    """summary.json's `mode` and `pop` of every group (EVENTS.md, proposed section): `modes` by group
+    from the analysis, `result` this module's output for the run (None: `pop` is null)."""
+    for name, entry in summary["groups"].items():
+        entry["mode"] = modes.get(name, "client")
+        if result is None:
+            entry["pop"] = None
+            continue
+        figures = result["groups"].get(name) or {"idle_consumers": 0, "idle_consumer_ms": 0}
+        entry["pop"] = {
+            **message_defaults(),
+            **{k: v for k, v in figures.items() if k not in ("mode", "topics")},
+        }
+
+
 def message_defaults() -> dict[str, Any]:
     return {
         "sent": 0,

@@ -17,11 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.contract import (
+    CLIENT_MODE,
     CLIENT_NODE_EVENTS,
     CLOSING_ACTIONS,
     CONSUMER_GROUP_EVENTS,
     MEMBERS_EVENT,
     ORDERLY,
+    RETRY_PREFIX,
+    SERVER_ASSIGNMENT,
     UNPAUSING_ACTIONS,
     cause_text,
     has_type,
@@ -30,6 +33,7 @@ from pipeline.contract import (
     queue_key,
     rebalance_members,
     required_fields,
+    server_mode,
     verdict,
 )
 from pipeline.discover import RunFile, discover
@@ -175,6 +179,9 @@ class RunModel:
         self.group_topics: dict[str, set[str]] = defaultdict(set)
         self.group_clients: dict[str, set[str]] = defaultdict(set)
         topic_queues: dict[str, set[str]] = defaultdict(set)
+        # Groups whose queues the broker assigns (RocketMQ 5): see EVENTS.md's proposed section.
+        self.server_assigned: set[str] = set()
+        self.pop_assigned: set[str] = set()
         for e in events:
             if e.event in CONSUMER_GROUP_EVENTS:
                 self.groups.add(e.get("group"))
@@ -183,10 +190,22 @@ class RunModel:
                 self.client_nodes[e.get("client_id")].add(e.rec["node"])
             if e.event == "rebalance":
                 self.group_topics[e.get("group")].add(e.get("topic"))
+            if e.event == SERVER_ASSIGNMENT:
+                self.group_topics[e.get("group")].add(e.get("topic"))
+                self.server_assigned.add(e.get("group"))
+                if e.get("pop") and not e.get("topic").startswith(RETRY_PREFIX):
+                    self.pop_assigned.add(e.get("group"))
             if e.event == "topic_route":
                 topic_queues[e.get("topic")].update(e.get("queues"))
+        added: dict[str, set[Queue]] = defaultdict(set)
+        for e in events:
+            if e.event == "mq_added" and e.get("topic") in self.group_topics[e.get("group")]:
+                added[e.get("group")].add((e.get("topic"), queue_key(e.get("broker"), e.get("queue_id"))))
         self.universe: dict[str, set[Queue]] = {
-            g: {(t, q) for t in self.group_topics[g] for q in topic_queues[t]} for g in self.groups
+            g: added[g]
+            if g in self.server_assigned
+            else {(t, q) for t in self.group_topics[g] for q in topic_queues[t]}
+            for g in self.groups
         }
         self.event_times = sorted({e.ts for e in events})
         self._build_timelines()
@@ -227,6 +246,10 @@ class RunModel:
             elif ev == "rebalance":
                 key = (e.get("group"), e.get("client_id"), e.get("topic"))
                 self.rebalances.add(key, e.ts, seq, rebalance_members(e.rec))
+
+    def mode(self, group: str) -> str:
+        """`client`, `server-pull` or `server-pop` (EVENTS.md, proposed section)."""
+        return server_mode(group in self.pop_assigned) if group in self.server_assigned else CLIENT_MODE
 
     def is_live(self, group: str, client: str, t: int) -> bool:
         started = self.starts.latest((group, client), t)
@@ -339,8 +362,16 @@ class RunModel:
                     total += b - a
         return total
 
+    def consumption_topics(self, group: str) -> set[str]:
+        """The topics of the group's consumption lines: its group topics, and for a server-assigned
+        group their pop retry topics (a revived copy is consumed from there)."""
+        own = self.group_topics.get(group, set())
+        if group not in self.server_assigned:
+            return own
+        return own | {f"{RETRY_PREFIX}{group}_{t}" for t in own if not t.startswith(RETRY_PREFIX)}
+
     def consumed_lines(self, group: str) -> list[Event]:
-        topics = self.group_topics[group]
+        topics = self.consumption_topics(group)
         return [
             e
             for e in self.events
@@ -415,6 +446,8 @@ class RunModel:
             opened = self.open_intervals(group, queue, t)
             if len(opened) != 1 or opened[0].client not in live:
                 return False
+        if group in self.server_assigned:
+            return True  # the broker, not the client, decides who owns what
         live_digest = members_digest(live)
         for client in live:
             if self.client_paused(client, t):
@@ -468,6 +501,7 @@ class RunModel:
             concurrent_consume_ms=out["concurrent_consume_ms"],
             order_violations=out["order_violations"],
             convergence=out["convergence"],
+            server_assigned=group in self.server_assigned,
         )
         return out
 

@@ -894,11 +894,19 @@ def answer_for_group(
                         ": the pause was shorter than the broker's 120 s channel expiry, so nobody took "
                         "the queues over until the consumer resumed"
                     )
+            elif main == "no_owner" and g.get("mode") == "server-pop":
+                # POP queues have no owner: what waited was popped and not acked
+                revived = (g.get("pop") or {}).get("revived", 0)
+                text += (
+                    ": under POP nobody owns a queue; the messages that consumer had popped waited for "
+                    f"their invisible time (60 s by default) until the broker revived them ({revived} "
+                    "revive(s) in the run) for the others"
+                )
             elif main == "no_owner":
                 text += ": until the others' rebalance gave the queues a new owner"
             else:
                 text += ": their owner kept them but consumed nothing"
-        elif conv and all(e["converged"] for e in conv):
+        elif conv and all(e["converged"] for e in conv) and g.get("mode", "client") == "client":
             worst = max(clock.rmq_ms(e["convergence_ms"]) for e in conv) / 1000
             text += (
                 f", the group was whole again within {worst:.1f} s of RocketMQ time (the broker notified "
@@ -947,6 +955,62 @@ def answers(summary: dict[str, Any], data: PlotData | None) -> list[str]:
             said = [_capital(x[len(name) + 2 :]) for x in said]
         out += said
     return out
+
+
+MODE_TEXT = {
+    "client": "client-side balancing (4.x)",
+    "server-pull": "broker assigns queues, PULL (5.x)",
+    "server-pop": "broker assigns, POP (5.x)",
+}
+MODES_TEXT = (
+    "Each group's messages, whatever balances it. Longest wait: from a message's send to the group's "
+    "first consumption of it (to the run's end when never consumed). Time to drain: from the last send "
+    "until every sent message had been consumed (- when one was lost). Revived: messages the broker made "
+    "visible again after their invisible time (POP only); longest revived wait: from such a message's "
+    "first pop to its first consumption. Idle consumers: live consumers left without a queue for some "
+    "time. Times in RocketMQ seconds. The verdict of a group whose queues the broker assigns comes from "
+    "its messages (lost, order); its convergence is shown but not judged."
+)
+
+
+def modes_table(summary: dict[str, Any], clock: RunClock) -> list[str]:
+    """The groups side by side, classic and RocketMQ 5 (EVENTS.md, proposed section): HTML parts, none
+    when the summary has no `pop` figures."""
+    groups = {n: g for n, g in summary["groups"].items() if g.get("pop") is not None}
+    if not groups:
+        return []
+    esc = html.escape
+
+    def secs(ms: int | None) -> str:
+        return "-" if ms is None else f"{clock.rmq_ms(ms) / 1000:.1f}"
+
+    head = (
+        "group", "mode", "sent", "lost", "duplicates", "longest wait (s)", "time to drain (s)", "revived",
+        "longest revived wait (s)", "invisible-time changes", "idle consumers", "verdict",
+    )  # fmt: skip
+    parts = [
+        "<h2>Client-side balancing and POP side by side</h2>",
+        f"<p><small>{esc(MODES_TEXT)}</small></p>",
+    ]
+    parts.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>")
+    for name, g in groups.items():
+        pop, mode = g["pop"], g.get("mode", "client")
+        revived = pop["revived"] if mode == "server-pop" else "-"
+        cells = [
+            f"<td>{esc(name)}</td>",
+            f"<td title='{esc(MODE_TEXT.get(mode, mode))}'>{esc(mode)}</td>",
+            *(f"<td class='num'>{v}</td>" for v in (g["sent"], g["lost"], g["duplicates"])),
+            f"<td class='num'>{secs(pop['longest_wait_ms'])}</td>",
+            f"<td class='num'>{secs(pop['time_to_drain_ms'])}</td>",
+            f"<td class='num'>{revived}</td>",
+            f"<td class='num'>{secs(pop['longest_revived_wait_ms']) if mode == 'server-pop' else '-'}</td>",
+            f"<td class='num'>{pop['invisible_time_changes'] if mode == 'server-pop' else '-'}</td>",
+            f"<td class='num'>{pop['idle_consumers']}</td>",
+            f"<td class='{g['verdict']}'>{g['verdict'].upper()}</td>",
+        ]
+        parts.append("<tr>" + "".join(cells) + "</tr>")
+    parts.append("</table>")
+    return parts
 
 
 def render_html(
@@ -1009,6 +1073,7 @@ def render_html(
             f"<td class='{g['verdict']}'>{g['verdict'].upper()}</td>" for g in summary["groups"].values()
         ]
         parts.append(f"<td><small>{esc(VERDICT_RULES)}</small></td></tr></table>")
+    parts += modes_table(summary, clock)
     for name, g in summary["groups"].items():
         parts.append(
             f"<h2>Group {esc(name)}: <span class='{g['verdict']}'>{g['verdict'].upper()}</span></h2><ul>"

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.availability import add_rocketmq_time_of_runs
+from pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time_of_runs
 from pipeline.contract import GROUP_METRICS
 from pipeline.discover import BadRun, RunDir
 from pipeline.ingest import RUN_SEP, load_json_runs, run_prefix
 from pipeline.metrics import Analysis
+from pipeline.pop_spark import add_pop_metrics_of_runs
 from pipeline.report import PlotData, answers, plot_data_by_run
 from pipeline.unavailability import CAUSES
 
@@ -90,7 +91,7 @@ def analyse_runs(
         return progress.stage(name) if progress is not None else nullcontext({})
 
     with stage("read events") as info:
-        loaded = load_json_runs(spark, runs)
+        loaded = load_json_runs(spark, runs, AVAILABILITY_COLUMNS)
         info["info"] = (
             f"{len(runs)} runs, {sum(s.events for s in loaded.stats.values())} events, "
             f"{sum(s.malformed_lines for s in loaded.stats.values())} malformed lines"
@@ -102,6 +103,8 @@ def analyse_runs(
             info["info"] = f"{sum(len(s['groups']) for s in by_prefix.values())} group(s) in {len(runs)} runs"
         with stage("unavailability"):
             clocks = add_rocketmq_time_of_runs(by_prefix, analysis, runs)
+        with stage("pop metrics"):
+            add_pop_metrics_of_runs(by_prefix, analysis, runs)
         result.summaries = {run.rel: by_prefix[run_prefix(i)] for i, run in enumerate(runs)}
         data = None
         if plots:
@@ -271,6 +274,54 @@ def metric_plots(columns: list[str], rows: list[dict[str, Any]], limit: int = 24
     return plots
 
 
+def modes_section(result: RootResult) -> list[str]:
+    """index.html's comparison of the runs that put a RocketMQ 5 group (the broker assigns its queues)
+    beside others, such as the pop-vs-classic experiments: per group its mode, lost, duplicates,
+    longest wait and time to drain (RocketMQ seconds). None when no run has such a group."""
+    esc = html.escape
+    body: list[str] = []
+    for run in result.runs:
+        summary = result.summaries[run.rel]
+        groups = summary["groups"]
+        if not any(g.get("mode", "client") != "client" for g in groups.values()):
+            continue
+        scale = summary["run"].get("time_scale") or 1.0
+        experiment, _seed, _params = experiment_of(run.manifest)
+
+        def secs(ms: int | None, scale: float = scale) -> str:
+            return "-" if ms is None else f"{ms / 1000 / scale:.1f}"
+
+        # every row names its run (the index's tables sort by any column)
+        link = f"<a href='{esc(run.rel)}/report.html'>{esc(run.rel)}</a>"
+        lead = f"<td>{link}</td><td>{esc(experiment or '')}</td>"
+        for name, g in groups.items():
+            pop = g.get("pop") or {}
+            revived = pop.get("revived", "-") if g.get("mode") == "server-pop" else "-"  # POP only
+            body.append(
+                f"<tr>{lead}<td>{esc(name)}</td><td>{esc(g.get('mode', 'client'))}</td><td>{g['lost']}</td>"
+                f"<td>{g['duplicates']}</td><td>{secs(pop.get('longest_wait_ms'))}</td>"
+                f"<td>{secs(pop.get('time_to_drain_ms'))}</td><td>{revived}</td>"
+                f"<td class='{g['verdict']}'>{g['verdict']}</td></tr>"
+            )
+    if not body:
+        return []
+    head = (
+        "run", "experiment", "group", "mode", "lost", "duplicates", "longest wait (s)", "time to drain (s)",
+        "revived", "verdict",
+    )  # fmt: skip
+    return [
+        "<h2>Client-side balancing and RocketMQ 5 side by side</h2>",
+        "<p>Runs with a group whose queues the broker assigns (RocketMQ 5), each group of the run under "
+        "the same schedule. Longest wait: a message's send to its group's first consumption; time to "
+        "drain: the last send until every message was consumed (- when one was lost); RocketMQ seconds."
+        "</p><table class='modes'><thead><tr>",
+        *(f"<th>{h}</th>" for h in head),
+        "</tr></thead><tbody>",
+        *body,
+        "</tbody></table>",
+    ]
+
+
 def render_index(result: RootResult, columns: list[str], rows: list[dict[str, Any]], title: str) -> str:
     esc = html.escape
     failed = sum(
@@ -292,6 +343,7 @@ def render_index(result: RootResult, columns: list[str], rows: list[dict[str, An
         parts.append("<h2>Skipped run directories</h2><ul>")
         parts += [f"<li>{esc(b.rel)}: {esc(b.problem)}</li>" for b in result.bad]
         parts.append("</ul>")
+    parts += modes_section(result)  # the question those runs answer comes before the long table
     parts.append("<h2>Runs and groups</h2><table><thead><tr>")
     parts += [f"<th>{esc(c.removeprefix('param.'))}</th>" for c in columns]
     parts.append("</tr></thead><tbody>")

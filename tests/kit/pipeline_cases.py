@@ -55,9 +55,11 @@ class Builder:
     def ev(self, rel: str, ts: int, event: str, node: str, role: str, **fields: Any) -> None:
         record: dict[str, Any] = {"ts_ms": self.t(ts), "event": event, "node": self.n(node), "role": role}
         for key, value in fields.items():
-            if key in ("group", "client_id", "topic", "broker", "msg_id", "target"):
+            if key == "topic" and isinstance(value, tuple):  # (group, topic): the pop retry topic
+                value = f"%RETRY%{self.n(value[0])}_{self.n(value[1])}"
+            elif key in ("group", "client_id", "topic", "broker", "msg_id", "target"):
                 value = self.n(value)
-            elif key in ("queues", "allocated"):
+            elif key in ("queues", "allocated", "pull", "pop"):
                 value = [self.q(v) for v in value]
             elif key == "cid_all":
                 value = [self.n(v) for v in value]
@@ -120,13 +122,24 @@ class Builder:
 
     def consumed(
         self, ts: int, node: str, client: str, msg: str, queue: str, offset: int = 0,
-        started: int | None = None, mode: str = "CONCURRENTLY", group: str = "g", topic: str = "T",
+        started: int | None = None, mode: str = "CONCURRENTLY", group: str = "g",
+        topic: str | tuple[str, str] = "T",
     ) -> None:  # fmt: skip
         broker, qid = queue.split(":")
         self.ev(
             f"{node}.jsonl", ts, "message_consumed", node, CONSUMER, group=group, client_id=client,
             msg_id=msg, topic=topic, broker=broker, queue_id=int(qid), queue_offset=offset,
             started_ms=ts - 1 if started is None else started, mode=mode,
+        )  # fmt: skip
+
+    def assignment(
+        self, ts: int, node: str, client: str, group: str, topic: str = "T",
+        pull: list[str] | None = None, pop: list[str] | None = None,
+    ) -> None:  # fmt: skip
+        """A RocketMQ 5 consumer's QUERY_ASSIGNMENT answer (EVENTS.md's proposed `assignment`)."""
+        self.ev(
+            f"{node}.jsonl", ts, "assignment", node, CONSUMER, group=group, client_id=client, topic=topic,
+            strategy="AVG", pull=pull or [], pop=pop or [], changed=True,
         )  # fmt: skip
 
     def nemesis(
@@ -630,6 +643,68 @@ def _omitted(b: Builder) -> None:
     _two_owners(b)
     b.started(50, "n3", "c3")
     b.stopped(55, "n3", "c3")
+
+
+@case(
+    "server_assigned_groups", 200,
+    # RocketMQ 5 groups: no rebalance lines, the broker's answers as `assignment` lines (EVENTS.md,
+    # proposed section). Group topics come from them: p has T and %RETRY%p, s has T.
+    # p pops T (queue -1: every queue of b) and pulls %RETRY%p:b:0 (c1's mq_added at 20). Its universe is
+    # the queues an mq_added named: %RETRY%p:b:0 only (T's b:0 and b:1 from the route are shared by POP),
+    # owned by c1 [20,200) -> orphan 0 (by the classic rule T's two queues would count 2 x 180).
+    # Messages: m1 m2 m3 sent on T. c2 pops m2 at 33 and is killed at 50; the broker revives m2 at 110 and
+    # c1 consumes the copy from the pop retry topic %RETRY%p_T at 120: it counts for m2 -> sent 3,
+    # consumed_unique 3, lost 0; m3 twice -> duplicates 1. Verdict ok.
+    # s pulls T's queues as the broker assigns them: d1 owns b:0 [20,160) (killed at 160) and b:1
+    # [20,70); d2 owns b:1 [75,200). orphan: b:1 [70,75) = 5, b:0 [160,200) = 40 -> 45. Every message
+    # consumed once -> lost 0, and the verdict is ok although a change point never converges: a
+    # server-assigned group's convergence is shown, not judged.
+    groups={
+        "p": dict(topics=["%RETRY%p", "T"], sent=3, consumed_unique=3, lost=0, duplicates=1,
+                  duplicated_messages=1, overlap_ms=0, orphan_ms=0, stalled_ms=0, verdict="ok"),
+        "s": dict(topics=["T"], sent=3, consumed_unique=3, lost=0, duplicates=0, overlap_ms=0,
+                  orphan_ms=45, verdict="ok"),
+    },
+    # Converged: nobody live, or every universe queue has one open interval with a live owner (no
+    # members rule: the broker decides). p: starts at 10 -> c1 owns %RETRY%p:b:0 at 20 (10 ms); kill n2
+    # at 50 -> 0 ms. s: start d1 at 10 -> 20 (10 ms); start d2 at 60: d1 still owns both -> 0 ms; kill
+    # n3 at 160: b:0 never has an owner again -> not converged.
+    convergence={
+        "p": [(10, True, 10), (50, True, 0)],
+        "s": [(10, True, 10), (60, True, 0), (160, False, None)],
+    },
+)  # fmt: skip
+def _server_assigned(b: Builder) -> None:
+    b.started(10, "n1", "c1", group="p")
+    b.started(10, "n2", "c2", group="p")
+    b.route(10, "n1", "c1", ["b:0", "b:1"])
+    b.route(10, "n1", "c1", ["b:0"], topic="%RETRY%p")
+    for node, client in (("n1", "c1"), ("n2", "c2")):
+        b.assignment(20, node, client, "p", pop=["b:-1"])
+    b.assignment(20, "n1", "c1", "p", topic="%RETRY%p", pull=["b:0"])
+    b.added(20, "n1", "c1", "b:0", group="p", topic="%RETRY%p")
+    b.started(10, "n3", "d1", group="s")
+    b.assignment(20, "n3", "d1", "s", pull=["b:0", "b:1"])
+    b.added(20, "n3", "d1", "b:0", group="s")
+    b.added(20, "n3", "d1", "b:1", group="s")
+    for i, (msg, queue) in enumerate((("m1", "b:0"), ("m2", "b:1"), ("m3", "b:0"))):
+        b.sent(30 + i, msg, queue, i)
+    b.ev("broker.jsonl", 33, "message_popped", "broker-b", "broker", group="p", client_id="c2", msg_id="m2")
+    b.consumed(40, "n1", "c1", "m1", "b:0", group="p")
+    b.consumed(41, "n3", "d1", "m1", "b:0", group="s")
+    b.consumed(42, "n3", "d1", "m3", "b:0", 2, group="s")
+    b.consumed(45, "n1", "c1", "m3", "b:0", 2, group="p")
+    b.consumed(46, "n1", "c1", "m3", "b:0", 2, group="p")
+    b.nemesis(50, "kill", "n2", group="p")
+    b.started(60, "n4", "d2", group="s")
+    b.assignment(70, "n3", "d1", "s", pull=["b:0"])
+    b.removed(70, "n3", "d1", "b:1", group="s")
+    b.assignment(70, "n4", "d2", "s", pull=["b:1"])
+    b.added(75, "n4", "d2", "b:1", group="s")
+    b.consumed(80, "n4", "d2", "m2", "b:1", 1, group="s")
+    b.ev("broker.jsonl", 110, "message_revived", "broker-b", "broker", group="p", msg_id="m2")
+    b.consumed(120, "n1", "c1", "m2", "b:0", 0, group="p", topic=("p", "T"))
+    b.nemesis(160, "kill", "n3", group="s")
 
 
 MALFORMED = [

@@ -91,6 +91,8 @@ def analyse_runs(
         return progress.stage(name) if progress is not None else nullcontext({})
 
     with stage("read events") as info:
+        # the rebalances' allocations too: a queue allocated to a live consumer but not yet taken is
+        # waiting for its lock, not ownerless (as in a single run's analysis)
         loaded = load_json_runs(spark, runs, AVAILABILITY_COLUMNS)
         info["info"] = (
             f"{len(runs)} runs, {sum(s.events for s in loaded.stats.values())} events, "

@@ -47,6 +47,7 @@ group = "G"
 topic = "T"
 count = 3
 consume_ms = 1
+orderly = true  # queues allocated but not yet locked: the unavailability's lock_wait
 
 [experiment.workload]
 rate = 10

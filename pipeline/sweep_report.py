@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 SWEEP_TABLE = "sweep"  # sweep.parquet/ and sweep.csv
 SWEEP_HTML = "sweep.html"
+SUMMARY = "summary.json"  # written by each run's task, as rmq-analyze ROOT writes it
 # Per-run figures summarised over the seeds of a point (the runs table's columns plus the moves).
 SWEEP_METRICS = (
     "lost", "duplicates", "duplicated_messages", "overlap_ms", "orphan_ms", "stalled_ms",
@@ -44,9 +45,6 @@ SWEEP_METRICS = (
     "queue_moves", "queues_moved_per_change",
 )  # fmt: skip
 STATS = (("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
-
-
-SUMMARY = "summary.json"
 
 
 def _moves(intervals: list[tuple[str, str, str]]) -> dict[str, int]:

@@ -119,11 +119,12 @@ def side_events(events: list[Event]) -> list[dict[str, Any]]:
 
 
 def summarize_with_rocketmq_time(
-    events: list[Event], malformed: int, time_scale: float | None = None
+    events: list[Event], malformed: int, time_scale: float | None = None, model: RunModel | None = None
 ) -> dict[str, Any]:
-    """summary.json with the RocketMQ-time additions, as `rmq-analyze` writes it."""
-    summary = summarize(events, malformed)
-    model = RunModel(events)
+    """summary.json with the RocketMQ-time additions, as `rmq-analyze` writes it (`model`: the events'
+    model, when the caller has built it already)."""
+    model = RunModel(events) if model is None else model
+    summary = summarize(events, malformed, model)
     side = side_events(events)
     start = min((e.ts for e in events), default=None)
     clock = run_clock(side, start, time_scale)

@@ -76,13 +76,19 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # json.loads would build one per line
+
+
 def parse_line(text: str) -> dict[str, Any] | None:
     """The decoded line when it is well-formed by EVENTS.md, else None (malformed)."""
     try:
-        rec = json.loads(text, parse_constant=_reject_constant)
+        rec = _DECODER.decode(text)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(rec, dict) or _has_lone_surrogate(rec):
+    # A lone surrogate in the decoded values comes from a JSON escape (backslash, u) or from a non-ASCII
+    # character of the text: ASCII lines without an escape, nearly all, skip the walk over every value.
+    suspect = "\\u" in text or not text.isascii()
+    if not isinstance(rec, dict) or (suspect and _has_lone_surrogate(rec)):
         return None
     for name, ftype in required_fields(rec).items():
         if name not in rec or not has_type(rec[name], ftype):
@@ -526,9 +532,10 @@ def _covers(spans: list[tuple[int, int]], t: int) -> bool:
     return any(s <= t < e for s, e in spans)
 
 
-def summarize(events: list[Event], malformed: int) -> dict[str, Any]:
-    """summary.json of EVENTS.md for an ordered list of well-formed events."""
-    model = RunModel(events)
+def summarize(events: list[Event], malformed: int, model: RunModel | None = None) -> dict[str, Any]:
+    """summary.json of EVENTS.md for an ordered list of well-formed events (`model`: theirs, when the
+    caller has built it already)."""
+    model = RunModel(events) if model is None else model
     return {
         "run": {
             "events": len(events),

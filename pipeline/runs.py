@@ -91,6 +91,8 @@ def analyse_runs(
         return progress.stage(name) if progress is not None else nullcontext({})
 
     with stage("read events") as info:
+        # the rebalances' allocations too: a queue allocated to a live consumer but not yet taken is
+        # waiting for its lock, not ownerless (as in a single run's analysis)
         loaded = load_json_runs(spark, runs, AVAILABILITY_COLUMNS)
         info["info"] = (
             f"{len(runs)} runs, {sum(s.events for s in loaded.stats.values())} events, "
@@ -125,8 +127,8 @@ def analyse_runs(
     return result
 
 
-def _split(name: str) -> tuple[str, str]:
-    """(run prefix, name) of a qualified name."""
+def split_qualified(name: str) -> tuple[str, str]:
+    """(run prefix, name) of a name qualified by its run (`pipeline.ingest.RUN_SEP`)."""
     cut = name.index(RUN_SEP) + 1
     return name[:cut], name[cut:]
 
@@ -187,16 +189,21 @@ def table_rows(result: RootResult) -> tuple[list[str], list[dict[str, Any]]]:
     return columns, [{c: row.get(c) for c in columns} for row in rows]
 
 
-def write_table(spark: SparkSession, columns: list[str], rows: list[dict[str, Any]], out: Path) -> None:
-    """runs.csv (one file) and runs.parquet (a Spark folder, readable by any Parquet reader)."""
-    with open(out / f"{RUNS_TABLE}.csv", "w", encoding="utf-8", newline="") as fh:
+def write_table(
+    spark: SparkSession, columns: list[str], rows: list[dict[str, Any]], out: Path, name: str = RUNS_TABLE
+) -> None:
+    """NAME.csv (one file) and NAME.parquet (a Spark folder, readable by any Parquet reader); a column's
+    type is boolean, long or double when all its values are, else string."""
+    with open(out / f"{name}.csv", "w", encoding="utf-8", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
-    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+    from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
     def kind(column: str) -> Any:
         values = [r[column] for r in rows if r[column] is not None]
+        if values and all(isinstance(v, bool) for v in values):
+            return BooleanType()
         if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             return LongType()
         if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
@@ -207,13 +214,13 @@ def write_table(spark: SparkSession, columns: list[str], rows: list[dict[str, An
 
     def typed_value(column: str, value: Any) -> Any:
         data_type = schema[column].dataType
-        if value is None or isinstance(data_type, LongType):
+        if value is None or isinstance(data_type, LongType | BooleanType):
             return value
         return float(value) if isinstance(data_type, DoubleType) else str(value)
 
     typed = [tuple(typed_value(c, r[c]) for c in columns) for r in rows]
     frame = spark.createDataFrame(typed, schema)
-    frame.coalesce(1).write.mode("overwrite").parquet(os.fspath(out / f"{RUNS_TABLE}.parquet"))
+    frame.coalesce(1).write.mode("overwrite").parquet(os.fspath(out / f"{name}.parquet"))
 
 
 # -- index.html --------------------------------------------------------------------------------------------

@@ -1,28 +1,33 @@
-"""A sweep's report: every run of a sweep analysed in one Spark application (``pipeline.runs``), then per
-parameter point and group the distribution of each metric over the seeds (median, p90, p99, max; runs
-that lost messages and runs that failed counted) as ``sweep.parquet``/``sweep.csv``, and ``sweep.html``
-with each metric plotted against each varied parameter and the failing runs' replay commands.
+"""A sweep's report: every run of a sweep summarised (``summary.json``, as ``rmq-analyze ROOT`` writes it),
+then per parameter point and group the distribution of each metric over the seeds (median, p90, p99, max;
+runs that lost messages and runs that failed counted) as ``sweep.parquet``/``sweep.csv``, and
+``sweep.html`` with each metric plotted against each varied parameter and the failing runs' replay
+commands.
 
-Queue moves are counted here from the ownership intervals: every interval of a queue after its first
-is a move (to another consumer, or back to the same one after a drop); ``queues_moved_per_change``
-divides them by the group's change points.
+A sweep's runs are small, so each is analysed inside its own Spark task, right after its simulation, by
+the plain-Python twin of the analysis (``pipeline.availability_reference``, which the twin tests hold
+equal to the Spark analysis); the driver gathers the summaries. A run without one (a task whose analysis
+failed, a run finished by an older sweep) is analysed by the Spark analysis of many runs
+(``pipeline.runs``) in the same application.
+
+Queue moves are counted from the ownership intervals: every interval of a queue after its first is a
+move (to another consumer, or back to the same one after a drop); ``queues_moved_per_change`` divides
+them by the group's change points.
 """
 
 from __future__ import annotations
 
-import csv
 import html
 import json
 import math
-import os
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.discover import discover_runs
+from pipeline.discover import RunDir, discover_runs
 from pipeline.ingest import run_prefix
-from pipeline.runs import _split, analyse_runs, table_rows, write_outputs
+from pipeline.runs import RootResult, analyse_runs, split_qualified, table_rows, write_outputs, write_table
 from pipeline.session import Progress
 
 if TYPE_CHECKING:
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
 
 SWEEP_TABLE = "sweep"  # sweep.parquet/ and sweep.csv
 SWEEP_HTML = "sweep.html"
+SUMMARY = "summary.json"  # written by each run's task, as rmq-analyze ROOT writes it
 # Per-run figures summarised over the seeds of a point (the runs table's columns plus the moves).
 SWEEP_METRICS = (
     "lost", "duplicates", "duplicated_messages", "overlap_ms", "orphan_ms", "stalled_ms",
@@ -41,14 +47,47 @@ SWEEP_METRICS = (
 STATS = (("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
 
 
-def queue_moves(analysis: Analysis) -> dict[tuple[str, str], int]:
-    """(run prefix, group) -> ownership intervals beyond the first of each queue (moves)."""
-    intervals: dict[str, int] = defaultdict(int)
+def _moves(intervals: list[tuple[str, str, str]]) -> dict[str, int]:
+    """Group -> ownership intervals beyond the first of each queue, from (group, topic, queue) triples."""
+    count: dict[str, int] = defaultdict(int)
     queues: dict[str, set[tuple[str, str]]] = defaultdict(set)
-    for iv in analysis.control.intervals:
-        intervals[iv.group] += 1
-        queues[iv.group].add((iv.topic, iv.queue))
-    return {_split(g): n - len(queues[g]) for g, n in intervals.items()}
+    for group, topic, queue in intervals:
+        count[group] += 1
+        queues[group].add((topic, queue))
+    return {g: n - len(queues[g]) for g, n in count.items()}
+
+
+def queue_moves(analysis: Analysis) -> dict[tuple[str, str], int]:
+    """(run prefix, group) -> queue moves, from a Spark analysis of many runs."""
+    moves = _moves([(iv.group, iv.topic, iv.queue) for iv in analysis.control.intervals])
+    return {split_qualified(g): n for g, n in moves.items()}
+
+
+def summarize_sweep_run(run_dir: Path) -> dict[str, int]:
+    """Analyse one finished run in plain Python (in its Spark task): write its summary.json as
+    ``rmq-analyze ROOT`` does and return its queue moves by group."""
+    from pipeline.availability_reference import summarize_with_rocketmq_time
+    from pipeline.reference import RunModel, load_run
+    from pipeline.report import answers
+
+    events, malformed = load_run(run_dir)
+    model = RunModel(events)
+    summary = summarize_with_rocketmq_time(events, malformed, None, model)
+    summary["answer"] = answers(summary, None)  # a root's analysis writes no plot data, so no answer
+    (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    # the control plane keeps the intervals that last (end > start); the reference keeps them all
+    return _moves([(iv.group, iv.topic, iv.queue) for iv in model.intervals if iv.end > iv.start])
+
+
+def _task_summary(run: RunDir, outcome: dict[str, Any]) -> dict[str, Any] | None:
+    """The summary its task wrote, when the task analysed the run."""
+    if not isinstance(outcome.get("queue_moves"), dict):
+        return None
+    try:
+        summary = json.loads((Path(run.path) / SUMMARY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) and "groups" in summary else None
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -82,36 +121,6 @@ def point_rows(
     return columns, out
 
 
-def write_sweep_table(spark: SparkSession, columns: list[str], rows: list[dict[str, Any]], out: Path) -> None:
-    """sweep.csv and sweep.parquet (numbers as doubles, counts as longs, the rest as strings)."""
-    with open(out / f"{SWEEP_TABLE}.csv", "w", encoding="utf-8", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
-
-    def kind(column: str) -> Any:
-        values = [r[column] for r in rows if r[column] is not None]
-        if values and all(isinstance(v, bool) for v in values):
-            return BooleanType()
-        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            return LongType()
-        if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-            return DoubleType()
-        return StringType()
-
-    schema = StructType([StructField(c, kind(c)) for c in columns])
-
-    def cell(c: str, v: Any) -> Any:
-        t = schema[c].dataType
-        if v is None or isinstance(t, LongType | BooleanType):
-            return v
-        return float(v) if isinstance(t, DoubleType) else str(v)
-
-    frame = spark.createDataFrame([tuple(cell(c, r[c]) for c in columns) for r in rows], schema)
-    frame.coalesce(1).write.mode("overwrite").parquet(os.fspath(out / f"{SWEEP_TABLE}.parquet"))
-
-
 def analyse_sweep(
     spark: SparkSession,
     out: Path,
@@ -123,18 +132,33 @@ def analyse_sweep(
     """Analyse the sweep's finished runs under `out` and write every output; returns the failing runs."""
     runs, _bad = discover_runs(out)
     analysable = [r for r in runs if r.rel in outcomes and outcomes[r.rel].get("status") in ("ok", "error")]
-    note(f"analysing {len(analysable)} run(s) in one Spark application")
     progress = Progress(prefix="rmq-sim sweep", enabled=show_progress)
-    result = analyse_runs(spark, analysable, [], plots=False, progress=progress, extra=queue_moves)
+    result = RootResult(analysable, [])
+    moves: dict[tuple[str, str], int] = {}  # (run, group) -> queue moves
+    in_spark = []
+    for run in analysable:
+        summary = _task_summary(run, outcomes[run.rel])
+        if summary is None:
+            in_spark.append(run)
+            continue
+        result.summaries[run.rel] = summary
+        moves.update(((run.rel, g), n) for g, n in outcomes[run.rel]["queue_moves"].items())
+    note(
+        f"{len(result.summaries)} run(s) analysed in their tasks"
+        + (f"; analysing {len(in_spark)} in Spark" if in_spark else "")
+    )
+    if in_spark:
+        by_spark = analyse_runs(spark, in_spark, [], plots=False, progress=progress, extra=queue_moves)
+        result.summaries.update(by_spark.summaries)
+        rel_of = {run_prefix(i): run.rel for i, run in enumerate(in_spark)}
+        moves.update(((rel_of[p], g), n) for (p, g), n in (by_spark.extra or {}).items())
     with progress.stage("runs table"):
         write_outputs(spark, result, out, reports=False, title=f"Runs of sweep {sweep['name']}")
     _columns, rows = table_rows(result)
-    moves: dict[tuple[str, str], int] = result.extra or {}
-    prefix_of = {run.rel: run_prefix(i) for i, run in enumerate(result.runs)}
     for r in rows:
         if r["group"] is None:
             continue
-        n = moves.get((prefix_of[r["run"]], r["group"]), 0)
+        n = moves.get((r["run"], r["group"]), 0)
         r["queue_moves"] = n
         r["queues_moved_per_change"] = round(n / r["changes"], 3) if r.get("changes") else None
     failing = []
@@ -158,7 +182,7 @@ def analyse_sweep(
     failed_rels = {f["run"] for f in failing}
     columns, table = point_rows(params, rows, failed_rels)
     with progress.stage("sweep table and report"):
-        write_sweep_table(spark, columns, table, out)
+        write_table(spark, columns, table, out, SWEEP_TABLE)
         (out / SWEEP_HTML).write_text(
             render_sweep(sweep, columns, table, failing, len(outcomes)), encoding="utf-8"
         )

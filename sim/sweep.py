@@ -22,8 +22,8 @@ point is expanded and checked as an experiment before anything runs; a problem i
 of the sweep key that caused it (``file:line: problem``).
 
 Everything here but ``run_task`` is pure. ``run_task`` runs one simulation where it is called (a Spark
-task, see ``sim.sweep_run``) and writes its run directory with a completion marker, which is what makes
-a sweep resumable.
+task, see ``sim.sweep_run``), analyses it there (``pipeline.sweep_report.summarize_sweep_run``) and
+writes its run directory with a completion marker, which is what makes a sweep resumable.
 """
 
 from __future__ import annotations
@@ -549,14 +549,23 @@ def run_task(spec: RunSpec, out_dir: str) -> dict[str, Any]:
     manifest["params"] = spec.params
     manifest["sweep"] = {"point": spec.point, "rel": spec.rel}
     manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str), encoding="utf-8")
+    sim_cpu, sim_wall = time.process_time() - cpu0, time.monotonic() - wall0
+    try:
+        from pipeline.sweep_report import summarize_sweep_run
+
+        # the run's summary.json, analysed here by the plain-Python twin of rmq-analyze
+        outcome["queue_moves"] = summarize_sweep_run(run_dir)
+    except Exception:  # the sweep's driver analyses this run in Spark instead
+        outcome["analysis_error"] = traceback.format_exc().strip().splitlines()[-1]
     outcome.update(
         status="error" if result.errors else "ok",
         error=result.errors[0].splitlines()[0] if result.errors else None,
         quick_verdict=result.quick_verdict,
         events=result.events,
         sim_seconds=round(result.sim_seconds, 3),
-        wall_seconds=round(time.monotonic() - wall0, 3),
-        cpu_seconds=round(time.process_time() - cpu0, 3),
+        wall_seconds=round(sim_wall, 3),
+        cpu_seconds=round(sim_cpu, 3),
+        analysis_cpu_seconds=round(time.process_time() - cpu0 - sim_cpu, 3),
         hash_seed=os.environ.get("PYTHONHASHSEED"),
     )
     tmp = run_dir / f"{COMPLETE}.tmp"

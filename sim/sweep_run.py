@@ -1,5 +1,6 @@
-"""``rmq-sim sweep``'s driver: every (point, seed) simulated as a Spark task, then every run analysed in
-the same Spark application, and the sweep's report written.
+"""``rmq-sim sweep``'s driver: every (point, seed) simulated and analysed as a Spark task, then the runs'
+summaries gathered (a run without one analysed by Spark in the same application) and the sweep's
+tables and report written.
 
 Runs land in OUT/POINT/seed-N. A run is finished when its directory holds the completion marker
 (``sim.sweep.COMPLETE``); an interrupted sweep started again with the same file and output folder runs
@@ -123,6 +124,7 @@ def simulate(
     ordered = sorted(specs, key=lambda s: -costs[s.rel])
     task = partial(run_task, out_dir=str(out.resolve()))
     outcomes: dict[str, dict[str, Any]] = {}
+    seen: dict[str, dict[str, Any]] = {}  # markers of this invocation's runs
     error: list[BaseException] = []
 
     def collect() -> None:
@@ -138,13 +140,12 @@ def simulate(
     try:
         while worker.is_alive():
             worker.join(poll_s)
-            done = failed = 0
-            cost_done = 0.0
+            # a marker, once written, does not change: only the unfinished runs' are read again
             for s in specs:
-                marker = read_marker(out / s.rel)
-                done += marker is not None
-                failed += _failed(marker)
-                cost_done += costs[s.rel] if marker is not None else 0.0
+                if s.rel not in seen and (marker := read_marker(out / s.rel)) is not None:
+                    seen[s.rel] = marker
+            done, failed = len(seen), sum(map(_failed, seen.values()))
+            cost_done = sum(costs[rel] for rel in seen)
             progress.update(
                 progress.resumed + done,
                 progress.failed_before + failed,

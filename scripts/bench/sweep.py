@@ -3,11 +3,14 @@ as Spark tasks and analysed, in local mode. Prints JSON on stdout.
 
 The goal (not asserted anywhere): 1,000 runs in under 10 minutes on a 2-core machine. The sweep is one
 point with N seeds, so every run costs the same; the JSON gives the wall time and the CPU seconds of the
-whole process tree (the driver, Spark's JVM and its Python workers) for the simulation and the analysis
-apart, and what 1,000 runs would take at the measured rate when fewer were run.
+whole process tree (the driver, Spark's JVM and its Python workers) for the tasks (simulation and the
+run's analysis) and the driver's tables apart, the tasks' own CPU split into simulation and analysis, and
+what 1,000 runs would take at the measured rate when fewer were run.
 
-Baseline, in the same run: one run of the same experiment with ``rmq-sim run --no-analyze`` in its own
-process, so that the per-run cost inside Spark can be compared with a plain simulation.
+Baselines, in the same run: one run of the same experiment with ``rmq-sim run --no-analyze`` in its own
+process (the simulation alone), and ``rmq-analyze`` on the sweep's output (the Spark analysis of many
+runs, which the sweep used for every run before its tasks analysed their own runs; skip it with
+``--no-spark-baseline``).
 
     python scripts/bench/sweep.py                 # 1,000 runs
     python scripts/bench/sweep.py --runs 40       # fewer, extrapolated
@@ -108,42 +111,52 @@ class TreeCpu:
         return self.total()
 
 
-def run_sweep(path: Path, out: Path) -> dict[str, Any]:
+def _timed(cmd: list[str], mark: str | None = None) -> dict[str, Any]:
+    """Run a command; its wall time, its process tree's CPU, and where `mark` first shows in its output."""
     env = dict(os.environ, PYTHONHASHSEED="0")
     env.pop("SPARK_CONF_DIR", None)
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sim", "sweep", str(path), "--out", str(out)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     cpu = TreeCpu(proc.pid).start()
-    marks: dict[str, float] = {}
+    marks: dict[str, Any] = {}
     lines = []
     assert proc.stdout is not None
     for line in proc.stdout:
         lines.append(line.rstrip())
-        if "analysing" in line and "analysis_start" not in marks:
-            marks["analysis_start"] = time.monotonic() - t0
-            marks["cpu_at_analysis_start"] = cpu.total()
+        if mark is not None and mark in line and "at" not in marks:
+            marks.update(at=time.monotonic() - t0, cpu_at=cpu.total())
     rc = proc.wait()
     total_cpu = cpu.stop()
-    wall = time.monotonic() - t0
-    sim_cpu = sum(json.loads(p.read_text())["cpu_seconds"] for p in out.glob("*/seed-*/_complete.json"))
-    start = marks.get("analysis_start", wall)
+    return {"exit": rc, "wall_s": time.monotonic() - t0, "cpu_s": total_cpu, **marks, "tail": lines[-6:]}
+
+
+def run_sweep(path: Path, out: Path) -> dict[str, Any]:
+    # the driver's note that starts its analysis: every task has ended by then
+    got = _timed([sys.executable, "-m", "sim", "sweep", str(path), "--out", str(out)], "analysed in their")
+    wall, total_cpu = got["wall_s"], got["cpu_s"]
+    markers = [json.loads(p.read_text()) for p in out.glob("*/seed-*/_complete.json")]
+    sim_cpu = sum(m["cpu_seconds"] for m in markers)
+    analysis_cpu = sum(m.get("analysis_cpu_seconds", 0.0) for m in markers)
+    start = got.get("at", wall)
     return {
-        "exit": rc,
+        "exit": got["exit"],
         "wall_s": round(wall, 1),
         "cpu_s": total_cpu,
-        "simulate_wall_s": round(start, 1),
-        "simulate_cpu_s": marks.get("cpu_at_analysis_start"),
-        "analyse_wall_s": round(wall - start, 1),
-        "analyse_cpu_s": round(total_cpu - marks.get("cpu_at_analysis_start", total_cpu), 2),
+        "tasks_wall_s": round(start, 1),
+        "tasks_cpu_s": got.get("cpu_at"),
+        "tables_wall_s": round(wall - start, 1),
+        "tables_cpu_s": round(total_cpu - got.get("cpu_at", total_cpu), 2),
         "simulation_cpu_s_in_tasks": round(sim_cpu, 2),
-        "tail": lines[-6:],
+        "analysis_cpu_s_in_tasks": round(analysis_cpu, 2),
+        "runs_analysed_in_tasks": sum(1 for m in markers if "queue_moves" in m),
+        "tail": got["tail"],
     }
+
+
+def spark_analysis(out: Path, tmp: Path) -> dict[str, Any]:
+    """rmq-analyze on the sweep's output: the Spark analysis of many runs, timed the same way."""
+    got = _timed([sys.executable, "-m", "pipeline", str(out), "--out", str(tmp / "spark"), "--no-report"])
+    return {"exit": got["exit"], "wall_s": round(got["wall_s"], 1), "cpu_s": got["cpu_s"]}
 
 
 def baseline(tmp: Path) -> dict[str, Any]:
@@ -168,6 +181,9 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=1000, help="runs of the 10-consumer experiment (default 1000)")
     p.add_argument("--sweep", type=Path, default=None, help="time this sweep file instead")
     p.add_argument("--keep", type=Path, default=None, help="keep the output here (default: a temp dir)")
+    p.add_argument(
+        "--no-spark-baseline", action="store_true", help="do not time rmq-analyze on the sweep's output"
+    )
     args = p.parse_args()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="rmq-bench-sweep-") as tmp_name:
@@ -180,32 +196,42 @@ def main() -> int:
             path.write_text(sweep_file(args.runs))
         base = baseline(tmp) if args.sweep is None else None
         measured = run_sweep(path, out)
+        load_after = os.getloadavg()
+        spark = None if args.no_spark_baseline else spark_analysis(out, tmp)
     result: dict[str, Any] = {
         "benchmark": "rmq-sim sweep, local mode",
         "sweep": str(args.sweep) if args.sweep else "one point: 10 consumers, 600 s RocketMQ time, N seeds",
         "runs": runs,
         "cores": os.cpu_count(),
         "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "load_average_after_sweep": [round(x, 2) for x in load_after],
         **measured,
         "baseline_one_run_rmq_sim_run": base,
+        "baseline_rmq_analyze_of_the_sweep_output": spark,
     }
-    if runs and runs < 1000 and measured["exit"] in (0, 1):
-        per_run = measured["simulate_wall_s"] / runs
-        # Spark's start is paid once; the simulation and the analysis grow with the runs.
-        result["extrapolated_1000_runs_wall_s"] = round(
-            per_run * 1000 + measured["analyse_wall_s"] * 1000 / runs, 0
-        )
-        total_cpu = (measured["simulate_cpu_s"] or 0) + measured["analyse_cpu_s"]
-        result["extrapolated_1000_runs_cpu_s"] = round(total_cpu * 1000 / runs, 0)
-        # what the simulations alone need, spread over every core: a lower bound for the whole sweep
+    if runs and measured["exit"] in (0, 1):
+        tasks = measured["simulation_cpu_s_in_tasks"] + measured["analysis_cpu_s_in_tasks"]
+        result["per_run_cpu_s_in_tasks"] = {
+            "simulation": round(measured["simulation_cpu_s_in_tasks"] / runs, 3),
+            "analysis": round(measured["analysis_cpu_s_in_tasks"] / runs, 3),
+        }
+        if spark is not None:
+            result["per_run_cpu_s_rmq_analyze"] = round(spark["cpu_s"] / runs, 3)
+        if runs < 1000:
+            # Spark's start is paid once; the tasks and the tables grow with the runs.
+            result["extrapolated_1000_runs_wall_s"] = round(
+                (measured["tasks_wall_s"] + measured["tables_wall_s"]) * 1000 / runs, 0
+            )
+            total_cpu = (measured["tasks_cpu_s"] or 0) + measured["tables_cpu_s"]
+            result["extrapolated_1000_runs_cpu_s"] = round(total_cpu * 1000 / runs, 0)
+        # what the tasks alone need, spread over every core: a lower bound for the whole sweep
         result["lower_bound_1000_runs_wall_s_idle_cores"] = round(
-            measured["simulation_cpu_s_in_tasks"] * 1000 / runs / (os.cpu_count() or 1), 0
+            tasks * 1000 / runs / (os.cpu_count() or 1), 0
         )
         result["extrapolation_note"] = (
-            "linear in the runs for both phases; an upper bound for the analysis, whose fixed cost "
-            "(JVM warm-up, job scheduling) does not grow with the runs. Under load, the CPU figures are the "
-            "ones to compare; the lower bound is the tasks' simulation CPU alone on idle cores"
+            "linear in the runs; an upper bound, as Spark's start and warm-up do not grow with the runs. "
+            "Under load, the CPU figures are the ones to compare; the lower bound is the tasks' own CPU "
+            "(simulation and analysis) on idle cores"
         )
     result["goal"] = "1,000 runs simulated and analysed in under 600 s on 2 cores"
     print(json.dumps(result, indent=2))

@@ -181,12 +181,17 @@ def _value_sql(name: str, ftype: FieldType) -> str:
 
 # A line whose only '}' is its last character cannot hide a second value after the object; other
 # lines are checked by parsing them wrapped in a JSON array. Trailing white space is rare, so the
-# trimmed copy is only made when the line does not end with '}'.
+# trimmed copy is only made when the line does not end with '}'. The first '}' is found by bytes
+# (substring_index, octet_length): instr and length count characters, which cost a scan of the
+# whole line each.
 _TRIMMED = "trim(TRAILING ' \t' FROM value)"
 _ONE_VALUE = "coalesce(json_array_length('[' || value || ']') = 1, false)"
+_BEFORE_FIRST_BRACE = "octet_length(substring_index(value, '}', 1))"
 _SHAPE_SQL = (
-    f"(CASE WHEN endswith(value, '}}') THEN (instr(value, '}}') = length(value) OR {_ONE_VALUE}) "
-    f"ELSE (endswith({_TRIMMED}, '}}') AND (instr(value, '}}') = length({_TRIMMED}) OR {_ONE_VALUE})) END)"
+    f"(CASE WHEN endswith(value, '}}') THEN ({_BEFORE_FIRST_BRACE} = octet_length(value) - 1 "
+    f"OR {_ONE_VALUE}) ELSE (endswith({_TRIMMED}, '}}') AND "
+    f"({_BEFORE_FIRST_BRACE} = octet_length({_TRIMMED}) - 1 "
+    f"OR {_ONE_VALUE})) END)"
 )
 _FAST_SCHEMA = (
     ", ".join(f"`{n}` {_SPARK_TYPES[t]}" for n, t in ALL_FIELDS.items()) + ", _corrupt_record string"
@@ -199,16 +204,23 @@ _FAST_SCHEMA = (
 _LOOKS_NON_STRING = r'^(-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|["\\[{].*)$'
 
 
+# First characters of the text of a JSON number, true, false, an object, an array or a string (-, 0-9,
+# t, f, {, [, "): only strings starting with one of them are matched against _LOOKS_NON_STRING.
+_NON_STRING_STARTS = "45, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 116, 102, 123, 91, 34"
+
+
+def _looks_non_string(x: str) -> str:
+    return f"(ascii({x}) IN ({_NON_STRING_STARTS}) AND {x} RLIKE '{_LOOKS_NON_STRING}')"
+
+
 def _ambiguous_sql() -> str:
     """SQL: some string field of `j` could be the text of a non-string JSON value."""
     parts = []
     for name, ftype in ALL_FIELDS.items():
         if ftype is STR:
-            parts.append(f"coalesce(j.`{name}` RLIKE '{_LOOKS_NON_STRING}', false)")
+            parts.append(f"coalesce({_looks_non_string(f'j.`{name}`')}, false)")
         elif ftype is STR_LIST:
-            parts.append(
-                f"coalesce(exists(j.`{name}`, x -> x IS NULL OR x RLIKE '{_LOOKS_NON_STRING}'), false)"
-            )
+            parts.append(f"coalesce(exists(j.`{name}`, x -> x IS NULL OR {_looks_non_string('x')}), false)")
     return "(" + " OR ".join(parts) + ")"
 
 
@@ -219,11 +231,12 @@ _FAST_OPTIONS = {"mode": "PERMISSIVE", "allowSingleQuotes": "false", "allowNonNu
 def _file_map(
     spark: SparkSession, files: list[RunFile], spark_paths: list[str], runs: list[int]
 ) -> DataFrame:
-    """(path key, fidx, run) for every file; fidx = rank of the file's relative path in its run (files
+    """(file_path, fidx, run) for every file; fidx = rank of the file's relative path in its run (files
     come sorted by run, then relative path), run = the index of its run.
 
     `spark_paths` are the reader's `inputFiles()`: URL-encoded URIs like `_metadata.file_path`, though
-    not always with the same number of slashes after the scheme, hence the key.
+    not always with the same number of slashes after the scheme, so every file gets a row for each
+    spelling and the lines join on their `_metadata.file_path` as it is (no string work per line).
     """
     by_local = {unquote(urlsplit(p).path): p for p in spark_paths}
     rows = []
@@ -231,17 +244,18 @@ def _file_map(
         spelled = by_local.get(run_file.path)
         if spelled is None:
             raise RuntimeError(f"internal error: Spark does not list event file {run_file.rel!r}")
-        rows.append((_path_key(spelled), fidx, run))
-    return spark.createDataFrame(rows, "path_key string, fidx int, run int")
+        rows.extend((spelling, fidx, run) for spelling in _spellings(spelled))
+    return spark.createDataFrame(rows, "file_path string, fidx int, run int")
 
 
-def _path_key(uri: str) -> str:
-    """The URI without its scheme and leading slashes: `file:/x` and `file:///x` both give `x`."""
-    return uri[uri.index(":") + 1 :].lstrip("/") if ":" in uri else uri.lstrip("/")
-
-
-# The same as _path_key, in SQL, for the `_metadata.file_path` of every line.
-_PATH_KEY_SQL = "trim(LEADING '/' FROM substring(file_path, instr(file_path, ':') + 1))"
+def _spellings(uri: str) -> list[str]:
+    """The URI with zero to three slashes after its scheme (`file:/x`, `file:///x`, ...), or as it is
+    when it has no scheme."""
+    if ":" not in uri:
+        return [uri]
+    scheme, rest = uri.split(":", 1)
+    bare = rest.lstrip("/")
+    return [f"{scheme}:{slashes}{bare}" for slashes in ("", "/", "//", "///")]
 
 
 def parse_lines(
@@ -249,10 +263,13 @@ def parse_lines(
     files: list[RunFile],
     columns: tuple[str, ...] | None = None,
     runs: list[int] | None = None,
+    *,
+    fast_path: bool = True,
 ) -> DataFrame:
     """Every non-blank line of the files as a row: `ok` (well-formed), the typed fields (only `columns`,
     all when None; validation always looks at every required field), the order columns and `run` (the
-    index of the file's run in `runs`, one per file; all 0 when None)."""
+    index of the file's run in `runs`, one per file; all 0 when None). `fast_path` False sends every
+    line through the exact path (the tests compare the two)."""
     import pyspark.sql.functions as F
 
     reader = spark.read.text([f.path for f in files])
@@ -263,8 +280,7 @@ def parse_lines(
         F.col("_metadata.file_block_start").alias("blk"),
         F.monotonically_increasing_id().alias("rid"),
     )
-    lines = lines.withColumn("path_key", F.expr(_PATH_KEY_SQL))
-    lines = lines.join(F.broadcast(file_map), "path_key", "left")
+    lines = lines.join(F.broadcast(file_map), "file_path", "left")
     # Blank lines are skipped; the regex only runs for lines that start with white space.
     blank = "(value = '' OR (ascii(value) IN (9, 11, 12, 32) AND value RLIKE '^\\\\s*$'))"
     lines = lines.where(f"NOT {blank}")
@@ -275,13 +291,15 @@ def parse_lines(
     with_j = lines.select(
         "value", "run", "fidx", "blk", "rid", F.from_json("value", _FAST_SCHEMA, _FAST_OPTIONS).alias("j")
     )
-    routed = with_j.select(
-        "*",
+    fast = (
         F.expr(
-            "coalesce(j IS NOT NULL AND j._corrupt_record IS NULL AND instr(value, '\\\\u') = 0 "
+            "coalesce(j IS NOT NULL AND j._corrupt_record IS NULL AND NOT contains(value, '\\\\u') "
             f"AND NOT {_ambiguous_sql()}, false)"
-        ).alias("fast"),
+        )
+        if fast_path
+        else F.lit(False)
     )
+    routed = with_j.select("*", fast.alias("fast"))
     parsed = routed.select("*", F.expr("CASE WHEN fast THEN NULL ELSE try_parse_json(value) END").alias("v"))
     # The event name and the nemesis role once per line: the checks and values below branch on them.
     fast_event, exact_event = _value(_fast_type_check, "event", STR), _value(None, "event", STR)

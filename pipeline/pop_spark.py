@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.discover import RunDir, RunDirError, RunFile, discover
 from pipeline.ingest import (
-    _PATH_KEY_SQL,
     ORDER_COLUMNS,
     QUALIFIED_COLUMNS,
     RUN_SEP,
@@ -60,9 +59,7 @@ def _pop_lines(spark: SparkSession, files: list[RunFile], owners: list[int] | No
     reader = spark.read.text([f.path for f in files])
     lines = reader.where(hit).select("value", F.col("_metadata.file_path").alias("file_path"))
     if owners is not None:
-        lines = lines.withColumn("path_key", F.expr(_PATH_KEY_SQL)).join(
-            F.broadcast(_file_map(spark, files, reader.inputFiles(), owners)), "path_key"
-        )
+        lines = lines.join(F.broadcast(_file_map(spark, files, reader.inputFiles(), owners)), "file_path")
     else:
         lines = lines.withColumn("run", F.lit(None).cast("int"))
     parsed = (

@@ -166,7 +166,7 @@ class SimCluster:
         self.out = out or sys.stdout
         self.progress = progress
         self.loop = VirtualLoop()
-        self.net = Network(self.loop, self.seed, sx.sim.latency_ms)
+        self.net = Network(self.loop, self.seed, sx.sim.latency_ms, sx.sim.wire)
         self.clock = VirtualClock(self.loop)
         self.files = LogFiles()
         self.tally = RunTally({c.group: {c.topic} for c in self.exp.consumers})

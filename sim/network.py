@@ -17,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.command import RemotingCommand
 from sim.dist import Distribution
 from sim.loop import CURRENT, VirtualLoop, VirtualProcess
+from sim.wire import WIRES, ObjectCodec, serves_msgpack, speaks_msgpack
 
 _EPS = 1e-7  # keeps frames of one link strictly ordered in the timer heap
 
@@ -72,10 +74,11 @@ class SimTransport(asyncio.Transport):
             return self._local
         return default
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
+    def write(self, data: Any) -> None:
         if self._closing or self.peer is None:
             return
-        self._net.send(self, bytes(data))
+        # bytes are copied as the kernel copies them; a command (ObjectCodec) is already a copy
+        self._net.send(self, data if type(data) is RemotingCommand else bytes(data))
 
     def writelines(self, list_of_data: Any) -> None:
         self.write(b"".join(list_of_data))
@@ -170,8 +173,12 @@ class SimServer:
 class Network:
     """Hosts (one IP per node), listeners and links, all in virtual time."""
 
-    def __init__(self, loop: VirtualLoop, seed: int, latency: Distribution) -> None:
+    def __init__(self, loop: VirtualLoop, seed: int, latency: Distribution, wire: str = "objects") -> None:
+        if wire not in WIRES:
+            raise ValueError(f"wire must be one of {', '.join(WIRES)}, got {wire!r}")
         self.loop = loop
+        # "objects": two msgpack connections hand each other commands (sim.wire); "bytes": real frames
+        self.wire = wire
         self.seed = seed
         self.latency = latency
         self.listeners: dict[tuple[str, int], tuple[VirtualProcess, Callable[[], Any], SimServer]] = {}
@@ -256,6 +263,7 @@ class Network:
         if entry is None or not entry[0].alive or not entry[2].serving:
             raise ConnectionRefusedError(111, f"connect to {host}:{port}: connection refused")
         sproc, sfactory, _server = entry
+        objects = self.wire == "objects" and serves_msgpack(sfactory)
         local = (self.ip_of(src), self._ephemeral(self.ip_of(src), 40_000))
         client = SimTransport(self, proc, local, (host, port))
         server = SimTransport(self, sproc, (host, port), local)
@@ -267,6 +275,8 @@ class Network:
             if server.lost:
                 return
             proto = sfactory()
+            if objects:
+                proto.codec = ObjectCodec()
             server.protocol = proto
             proto.connection_made(server)
             if server._inbox and not server._reading_paused:
@@ -275,6 +285,11 @@ class Network:
         # The kernel completes the handshake; the server process accepts when it next runs.
         self.loop.call_soon(accept, context=sproc.context)
         proto = factory()
+        if objects and speaks_msgpack(proto):
+            proto.codec = ObjectCodec()
+        elif objects:
+            # a client that does not speak msgpack gets bytes; so must the server's end
+            objects = False
         client.protocol = proto
         proto.connection_made(client)
         return client, proto

@@ -21,7 +21,7 @@ sense simulated::
     pause_s = { dist = "exponential", mean = 2 }
 
 Everything else is checked by ``chaos.experiment`` with its own messages and line numbers; what the
-simulator cannot run (real clients, a durable store) is an error here, before anything starts.
+simulator cannot run (real clients, a durable store, ``[acl]``) is an error here, before anything starts.
 """
 
 from __future__ import annotations
@@ -151,6 +151,12 @@ def parse(text: str, source: str = "<experiment>", default_name: str = "experime
             ("cluster", "durable"),
             "cluster.durable: the simulator keeps messages in the memory store (the SQLite store writes "
             "from a thread); use rmq-chaos for a durable broker",
+        )
+    if exp.acl is not None:
+        err(
+            ("acl",),
+            "acl: the simulator's brokers run without RocketMQ's ACL (the lab's clients would sign for "
+            "nothing): use rmq-chaos for an experiment with [acl]",
         )
     sim = _settings(data.get("sim"), err)
     if problems:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from chaos.experiment import ExperimentError
 from sim.cluster import SimCluster
 from sim.experiment import parse
 
@@ -151,3 +152,17 @@ def test_the_pop_group_is_assigned_by_the_brokers_and_pops(run_dir: Path) -> Non
         if e["event"] == "message_consumed"
     ]
     assert pop_consumed
+
+
+def test_an_experiment_with_acl_is_refused_at_its_line(tmp_path: Path) -> None:
+    (tmp_path / "plain_acl.yml").write_text(
+        "accounts:\n  - accessKey: labadmin\n    secretKey: lab-secret\n    admin: true\n"
+    )
+    text = EXPERIMENT.replace(
+        "[cluster]",
+        '[acl]\nfile = "plain_acl.yml"\naccess_key = "labadmin"\nsecret_key = "lab-secret"\n\n[cluster]',
+    )
+    with pytest.raises(ExperimentError) as e:
+        parse(text, source=str(tmp_path / "exp.toml"))
+    line = text.splitlines().index("[acl]") + 1
+    assert f"exp.toml:{line}: acl: the simulator's brokers run without RocketMQ's ACL" in str(e.value)

@@ -3,7 +3,9 @@
 Each direction of each pair of nodes is a link with its own seeded random stream; a frame takes a
 latency drawn from the network's distribution plus any nemesis latency, and frames on one link arrive in
 the order they were written (TCP). Rules per link model the chaos lab's network faults: extra latency,
-a blackhole (frames wait, as TCP retransmits, and flow on heal), dropped frames, and resets. A killed
+a blackhole (frames wait, as TCP retransmits, and flow on heal), loss (each try of a frame lost with a
+chance, sent again after TCP's retransmission timeouts), dropped frames, and resets. Two msgpack ends hand
+each other command objects (``sim.wire``) unless the network is made with ``wire="bytes"``. A killed
 process's connections close as the kernel closes them: the peer sees the end of the stream after the
 frames already in flight.
 """

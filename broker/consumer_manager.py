@@ -70,6 +70,9 @@ class ConsumerGroupInfo:
     # Topic set of each channel's last heartbeat: shows members that disagree (the seed scenario).
     channel_topics: dict[int, frozenset[str]] = field(default_factory=dict)
     last_update_ms: int = 0
+    # the client ids in channel order, rebuilt only when a channel comes, goes or changes its id: every
+    # member asks for the list after every NOTIFY, so a group of n costs n lists per change, not n builds
+    _client_ids: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
     def update_channel(
         self,
@@ -87,12 +90,14 @@ class ConsumerGroupInfo:
         old = self.channels.get(info.conn_id)
         if old is None:
             self.channels[info.conn_id] = info
+            self._client_ids = None
             return True, None
         replaced = None
         if old.client_id != info.client_id:
             # RocketMQ logs an error and replaces the entry, but does not count it as a new channel.
             replaced = old.client_id
             self.channels[info.conn_id] = info
+            self._client_ids = None
         else:
             old.last_update_ms = info.last_update_ms
             old.last_update_wall_ms = info.last_update_wall_ms
@@ -123,14 +128,24 @@ class ConsumerGroupInfo:
         return self.subscription_table.get(topic)
 
     def all_client_ids(self) -> list[str]:
-        return [c.client_id for c in self.channels.values()]
+        return list(self.client_ids())
+
+    def client_ids(self) -> tuple[str, ...]:
+        """getAllClientId, shared and immutable until the channels change."""
+        ids = self._client_ids
+        if ids is None:
+            ids = self._client_ids = tuple(c.client_id for c in self.channels.values())
+        return ids
 
     def has_client(self, client_id: str) -> bool:
         return any(c.client_id == client_id for c in self.channels.values())
 
     def remove_channel(self, conn_id: int) -> ClientChannelInfo | None:
         self.channel_topics.pop(conn_id, None)
-        return self.channels.pop(conn_id, None)
+        removed = self.channels.pop(conn_id, None)
+        if removed is not None:
+            self._client_ids = None
+        return removed
 
 
 class ConsumerManager:
@@ -208,6 +223,7 @@ class ConsumerManager:
             for conn_id, info in list(gi.channels.items()):
                 if now_ms - info.last_update_ms > channel_expired_timeout_ms:
                     del gi.channels[conn_id]
+                    gi._client_ids = None
                     expired.append((group, info))
             if not gi.channels:
                 del self.groups[group]

@@ -103,7 +103,7 @@ class BrokerController:
         self.pop_polling = PopLongPollingService()
         self.pop_processor = PopMessageProcessor(self)
         self.request_modes = MessageRequestModeTable()
-        self._subscribe_info: dict[str, tuple[set[MessageQueue] | None, int]] = {}
+        self._subscribe_info: dict[str, tuple[frozenset[MessageQueue] | None, int]] = {}
 
     # -- life cycle ------------------------------------------------------------------------
     @property
@@ -508,7 +508,7 @@ class BrokerController:
         except OSError as exc:
             raise StoreError(f"cannot write {path}: {exc}") from None
 
-    async def topic_subscribe_info(self, topic: str) -> set[MessageQueue] | None:
+    async def topic_subscribe_info(self, topic: str) -> frozenset[MessageQueue] | None:
         """TopicRouteInfoManager#getTopicSubscribeInfo: the readable queues of every broker in the name
         server's route for ``topic``, fetched on first use and again once older than
         loadBalancePollNameServerInterval; None when the name server has no route."""
@@ -537,7 +537,7 @@ class BrokerController:
                 self.log.warning("route lookup for assignment failed", topic=topic, error=str(exc))
                 return cached[0] if cached is not None else None
             body = resp.body if resp.code == ResponseCode.SUCCESS else None
-        queues: set[MessageQueue] | None = None
+        queues: frozenset[MessageQueue] | None = None
         if body is not None:
             try:
                 queues = TopicRouteData.from_wire(body).subscribe_queues(topic)

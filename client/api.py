@@ -23,6 +23,7 @@ from protocol.remoting import RemotingClient
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
+_STR_ONLY = frozenset({str})
 
 
 @dataclass(slots=True)
@@ -107,6 +108,8 @@ class MQClientAPI:
         if not isinstance(resp.body, dict):
             raise MQBrokerError(ResponseCode.SYSTEM_ERROR, "consumer list response without a body", addr)
         ids = field_list(resp.body, "consumerIdList", "body")
+        if set(map(type, ids)) <= _STR_ONLY:  # the usual answer, checked in C: it is already what we keep
+            return ids
         return [c for c in ids if isinstance(c, str)]
 
     # -- offsets --------------------------------------------------------------------------------------

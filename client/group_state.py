@@ -193,9 +193,12 @@ class GroupState:
         ]
 
     # -- rule 2: routes ---------------------------------------------------------------------------------
-    def update_topic_subscribe_info(self, topic: str, mqs: set[MessageQueue]) -> bool:
+    def update_topic_subscribe_info(
+        self, topic: str, mqs: set[MessageQueue] | frozenset[MessageQueue]
+    ) -> bool:
         """Take a topic's readable queues from a new route; True when they changed."""
-        if self._topic_queues.get(topic) == mqs:
+        old = self._topic_queues.get(topic)
+        if old is mqs or old == mqs:  # identity first: routes' queue sets are shared (subscribe_queues)
             return False
         self._topic_queues[topic] = frozenset(mqs)  # replaced, never changed in place
         return True

@@ -40,6 +40,11 @@ class BrokerData:
         return self.broker_addrs[0][1] if self.broker_addrs else None
 
 
+# subscribe_queues' answers by (topic, readable (broker, count) pairs); bounded, as routes are few
+_SUBSCRIBE_QUEUES: dict[tuple[str, tuple[tuple[str, int], ...]], frozenset[MessageQueue]] = {}
+_SUBSCRIBE_QUEUES_MAX = 4096
+
+
 @dataclass(frozen=True, slots=True)
 class QueueData:
     """A broker's read and write queue counts and permissions for one topic."""
@@ -100,11 +105,21 @@ class TopicRouteData:
                 return bd
         return None
 
-    def subscribe_queues(self, topic: str) -> set[MessageQueue]:
-        out: set[MessageQueue] = set()
-        for qd in self.queue_datas:
-            if qd.perm & PERM_READ:
-                out.update(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
+    def subscribe_queues(self, topic: str) -> frozenset[MessageQueue]:
+        """The readable queues (topicRouteData2TopicSubscribeInfo). Every consumer asks on every route
+        poll, and the answer only changes with the route: equal routes share one frozenset, so the
+        consumer's "did it change" check is an identity test instead of thousands of queue compares."""
+        key = (
+            topic,
+            tuple((qd.broker_name, qd.read_queue_nums) for qd in self.queue_datas if qd.perm & PERM_READ),
+        )
+        out = _SUBSCRIBE_QUEUES.get(key)
+        if out is None:
+            if len(_SUBSCRIBE_QUEUES) >= _SUBSCRIBE_QUEUES_MAX:
+                _SUBSCRIBE_QUEUES.clear()
+            out = _SUBSCRIBE_QUEUES[key] = frozenset(
+                MessageQueue(topic, name, i) for name, n in key[1] for i in range(n)
+            )
         return out
 
     def publish_queues(self, topic: str) -> list[MessageQueue]:

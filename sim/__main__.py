@@ -9,6 +9,7 @@ file, an output folder of another sweep, no Spark), 130 when interrupted (run it
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from chaos.experiment import ExperimentError
 from sim.experiment import SimExperiment, load, parse
+from sim.wire import WIRES
 
 HASH_SEED = "0"
 
@@ -52,6 +54,13 @@ def seed_arg(text: str) -> int:
         return int(text, 10)
     except ValueError:
         raise argparse.ArgumentTypeError(f"the seed must be an integer, got {text!r}") from None
+
+
+def with_wire(sx: SimExperiment, wire: str | None) -> SimExperiment:
+    """``--wire`` over the file's ``[sim] wire`` (both give the same events; bytes checks the codec)."""
+    if wire is None:
+        return sx
+    return dataclasses.replace(sx, sim=dataclasses.replace(sx.sim, wire=wire))
 
 
 def event_files(run_dir: Path) -> dict[str, str]:
@@ -99,6 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ExperimentError as e:
         print(e, file=sys.stderr)
         return 2
+    sx = with_wire(sx, args.wire)
     seed = sx.exp.seed if args.seed is None else args.seed
     run_dir = (
         Path(args.out)
@@ -158,6 +168,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except ExperimentError as e:
         print(e, file=sys.stderr)
         return 2
+    sx = with_wire(sx, args.wire)
     original = event_files(run_dir)
     tmp = None
     if args.out:
@@ -237,6 +248,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if result.failed_runs else 0
 
 
+WIRE_HELP = (
+    "frames on the in-memory network: command objects (the default, faster) or bytes through the real "
+    "msgpack codec; the event logs are the same (default: the file's [sim] wire)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rmq-sim",
@@ -252,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-analyze", action="store_true", help="skip rmq-analyze; verdict from live counts")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
+    run.add_argument("--wire", choices=WIRES, default=None, help=WIRE_HELP)
     run.set_defaults(func=cmd_run)
     rep = sub.add_parser(
         "replay", help="re-run a simulated run from its manifest and compare the event files"
@@ -260,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--out", default=None, metavar="DIR", help="keep the replay here (default: a temporary dir)"
     )
+    rep.add_argument("--wire", choices=WIRES, default=None, help=WIRE_HELP)
     rep.set_defaults(func=cmd_replay)
     sw = sub.add_parser(
         "sweep",

@@ -33,6 +33,7 @@ from chaos.runner import fault_request, versions
 from chaos.tally import RunTally, progress_line
 from client.config import ConsumerConfig, ProducerConfig
 from client.consumer_base import normalize_enums
+from client.consumer_main import ListenerGate
 from client.errors import MQClientError
 from client.instance import MQClientManager
 from client.producer import DEFAULT_PRODUCER_GROUP, Producer
@@ -117,6 +118,8 @@ class SimNode:
     log_files: list[str] = field(default_factory=list)
     returncode: int | None = None
     server: Any = None  # the live NamesrvController / BrokerController
+    gate: ListenerGate | None = None  # a consumer's listener gate (the hang nemesis), per incarnation
+    hung: bool = False
 
     def info(self) -> dict[str, Any]:
         return {
@@ -148,6 +151,18 @@ class SimResult:
     events: int = 0
 
 
+def consumer_flags(spec: Any) -> dict[str, Any]:
+    """What rmq-chaos's ``--rocketmq5`` and ``--set client_rebalance=false`` (ConsumerSpec.client_args)
+    set in the consumer's config: a RocketMQ 5 client, and with a server assignment the broker's
+    QUERY_ASSIGNMENT instead of the client's own allocation (then POP or PULL per the mode)."""
+    flags: dict[str, Any] = {}
+    if spec.rocketmq5 or spec.assignment != "client":
+        flags.update(ConsumerConfig.rocketmq5())
+    if spec.assignment != "client":
+        flags["client_rebalance"] = False
+    return flags
+
+
 class SimCluster:
     def __init__(
         self,
@@ -166,7 +181,7 @@ class SimCluster:
         self.out = out or sys.stdout
         self.progress = progress
         self.loop = VirtualLoop()
-        self.net = Network(self.loop, self.seed, sx.sim.latency_ms)
+        self.net = Network(self.loop, self.seed, sx.sim.latency_ms, sx.sim.wire)
         self.clock = VirtualClock(self.loop)
         self.files = LogFiles()
         self.tally = RunTally({c.group: {c.topic} for c in self.exp.consumers})
@@ -174,6 +189,7 @@ class SimCluster:
         self.nodes: dict[str, SimNode] = {}
         self._pids = 0
         self._locks: dict[str, asyncio.Lock] = {}
+        self._faulty: dict[str, set[str]] = {}  # network nemesis target -> the nodes at the links' other end
         self._end_now: asyncio.Event | None = None
         self._t0 = 0.0
         self._wall0 = 0.0
@@ -321,6 +337,10 @@ class SimCluster:
                 if self.loop.time() > deadline:
                     raise SimError(f"the name server does not route {t.name} to every broker")
                 await asyncio.sleep(0.1)
+        for c in exp.consumers:
+            if c.request_mode is not None:  # RocketMQ 5 server-side assignment: the brokers keep the mode
+                for addr in self.brokers.values():
+                    await self.admin.set_message_request_mode(addr, c.topic, c.group, c.request_mode, -1)
         first = [n for c in exp.consumers if c.start <= 0 for n in c.nodes]
         self.say(f"starting {len(first)} consumer(s)")
         await self._start_all([self.nodes[node] for node in first])
@@ -440,6 +460,8 @@ class SimCluster:
                 assert n.proc is not None
                 self.loop.resume_process(n.proc)
                 n.state = "running"
+            elif a in ("hang", "unhang"):
+                self._hang(n, a)
             elif a in NETWORK_ACTIONS:
                 self._network(step)
             elif a == "fault":
@@ -463,16 +485,33 @@ class SimCluster:
             self.log.emit("nemesis_skipped", action=a, target=target, reason=reason)
             self.say(f"{self._stamp()} skipped {step.describe()}: {reason.splitlines()[0]}")
 
+    def _hang(self, n: SimNode, action: str) -> None:
+        """The listener stops returning (SIGUSR1 to rmq-consumer) or its blocked calls return (SIGUSR2).
+        The consumer's own ListenerGate does it, in the consumer's process, as its signal handler would."""
+        self._require(n, "running")
+        if n.gate is None or n.proc is None:
+            raise SimError(f"{n.node} is not one of the lab's own consumers: its listener cannot be hung")
+        if action == "unhang" and not n.hung:
+            raise SimError(f"{n.node}'s listener is not hung")
+        self._nemesis(action, n)
+        self.loop.call_soon(n.gate.hang if action == "hang" else n.gate.release, context=n.proc.context)
+        n.hung = action == "hang"
+
     def _network(self, step: Step) -> None:
         a, target, p = step.action, step.target, step.params
-        broker = p.get("broker", "all")
-        if broker != "all" and broker not in self.exp.brokers:
-            raise ValueError(f"{target} has no link to {broker!r}")
-        peers = list(self.exp.brokers) if broker == "all" else [broker]
-        extra: dict[str, Any] = {"broker": broker}
+        # "broker" names the other end: a broker, the name server, or (``peer``) any node
+        other = p.get("broker", "all")
+        if other != "all" and (other not in self.nodes or other == target):
+            raise ValueError(f"{target} has no link to {other!r}")
+        peers = list(self.exp.brokers) if other == "all" else [other]
+        if a == "heal" and other == "all":  # every link of the target's faults (the kernel's heal too)
+            peers += sorted(self._faulty.get(target, set()) - set(peers))
+        extra: dict[str, Any] = {"broker": other}
         if a == "latency":
             extra["latency_ms"] = round(p["ms"] * self.exp.time_scale, 3)
             extra["jitter_ms"] = round(p.get("jitter_ms", 0) * self.exp.time_scale, 3)
+        if a == "loss":
+            extra["percent"] = p["percent"]
         direction = p.get("direction", "both")
         if p.get("direction"):
             extra["direction"] = direction
@@ -484,13 +523,19 @@ class SimCluster:
                 if a == "latency":
                     r = self.net.rule(src, dst)
                     r.latency_ms, r.jitter_ms = extra["latency_ms"], extra["jitter_ms"]
-                elif a == "blackhole" and direction in ("both", "out" if src == target else "in"):
-                    # a cut link holds the frames, as TCP retransmits them until the heal
-                    self.net.rule(src, dst).blackhole = True
+                elif a in ("blackhole", "loss") and direction in ("both", "out" if src == target else "in"):
+                    if a == "blackhole":
+                        # a cut link holds the frames, as TCP retransmits them until the heal
+                        self.net.rule(src, dst).blackhole = True
+                    else:
+                        self.net.rule(src, dst).loss = p["percent"] / 100.0
+            if a in ("latency", "blackhole", "loss"):
+                self._faulty.setdefault(target, set()).add(b)
             if a == "reset":
                 self.net.reset(target, b)
             elif a == "heal":
                 self.net.heal(target, b)
+                self._faulty.get(target, set()).discard(b)
 
     async def _fault(self, step: Step) -> None:
         p = step.params
@@ -510,6 +555,8 @@ class SimCluster:
         for n in self.nodes.values():
             if n.state == "paused":
                 await self.execute(Step(self.exp.duration, "resume", n.node, n.role, n.group, {}, 0))
+            if n.hung and n.state == "running":
+                await self.execute(Step(self.exp.duration, "unhang", n.node, n.role, n.group, {}, 0))
         touched = sorted(
             {a for (a, b) in self.net.rules if a in self.nodes and self.nodes[a].role != "broker"}
         )
@@ -518,6 +565,10 @@ class SimCluster:
                 await self.execute(
                     Step(self.exp.duration, "heal", node, "consumer", None, {"broker": "all"}, 0)
                 )
+        # faults the loop above does not see: a server's links (``peer``), one-way cuts into a client
+        for node in sorted(t for t, peers in self._faulty.items() if peers):
+            n = self.nodes[node]
+            await self.execute(Step(self.exp.duration, "heal", node, n.role, n.group, {"broker": "all"}, 0))
         for b in sorted({s.target for s in self.sx.schedule() if s.action == "fault"}):
             if self.nodes[b].state == "running":
                 await self.execute(Step(self.exp.duration, "fault-clear", b, "broker", None, {}, 0))
@@ -774,6 +825,7 @@ class SimCluster:
                 "%Y%m%d%H%M%S", time.localtime(self.clock.now_ms() / 1000 - 30 * 60)
             ),
             omit_repeated_rebalance_events=sim.omit_repeated_rebalances,
+            **consumer_flags(spec),
             **sim.consumer_settings(),
         )
         config = ConsumerConfig.from_mapping(normalize_enums(settings))
@@ -783,8 +835,11 @@ class SimCluster:
         consumer.subscribe(spec.topic, "*")
         consume = sim.consume_ms or Distribution("constant", (float(spec.consume_ms),))
         rng = self.rng(n.node, n.incarnation, "consume")
+        gate = n.gate = ListenerGate(n.log, spec.group)  # a new incarnation's listener is not hung
+        n.hung = False
 
         async def listener(msgs: list[Message]) -> None:
+            await gate.open.wait()  # returns at once while open: no extra step in the loop
             ms = sum(consume.sample(rng) for _ in msgs)
             if ms > 0:
                 await asyncio.sleep(ms / 1000.0)

@@ -10,6 +10,7 @@ sense simulated::
     omit_repeated_rebalances = true   # leave out a rebalance identical to the previous one
 
     rocketmq5 = false         # brokers and consumers follow RocketMQ 5's rules (the --rocketmq5 flags)
+    wire = "objects"          # frames as command objects (default) or "bytes" through the real codec
 
     [sim.client]              # consumer settings (ConsumerConfig fields, RocketMQ ms), every consumer
     rebalance_wait_interval = 20000
@@ -20,7 +21,7 @@ sense simulated::
     pause_s = { dist = "exponential", mean = 2 }
 
 Everything else is checked by ``chaos.experiment`` with its own messages and line numbers; what the
-simulator cannot run (real clients, a durable store) is an error here, before anything starts.
+simulator cannot run (real clients, a durable store, ``[acl]``) is an error here, before anything starts.
 """
 
 from __future__ import annotations
@@ -36,12 +37,14 @@ from chaos import experiment as chaos_experiment
 from chaos.experiment import Experiment, ExperimentError, Step
 from client.config import ConfigError, ConsumerConfig
 from sim.dist import Distribution, parse_distribution
+from sim.wire import WIRES
 
 DEFAULT_LATENCY = Distribution("uniform", (0.05, 0.2))
 DEFAULT_DIGEST_OVER = 64
 
 _SIM_KEYS = (
     "latency_ms", "consume_ms", "digest_over", "omit_repeated_rebalances", "rocketmq5", "client", "gc",
+    "wire",
 )  # fmt: skip
 # Consumer settings the simulator derives from the experiment itself (or needs for the run directory).
 _CLIENT_SET_BY_SIM = (
@@ -73,6 +76,7 @@ class SimSettings:
     digest_over: int = DEFAULT_DIGEST_OVER
     omit_repeated_rebalances: bool = True
     rocketmq5: bool = False
+    wire: str = "objects"  # how frames cross the in-memory network: sim.wire.WIRES
     client: tuple[tuple[str, Any], ...] = ()  # ConsumerConfig settings for every consumer, in file order
     gc: tuple[GcSpec, ...] = field(default_factory=tuple)
 
@@ -84,6 +88,7 @@ class SimSettings:
     def to_dict(self) -> dict[str, Any]:
         return {
             "rocketmq5": self.rocketmq5,
+            "wire": self.wire,
             "client": dict(self.client),
             "latency_ms": self.latency_ms.describe(),
             "consume_ms": self.consume_ms.describe() if self.consume_ms else None,
@@ -147,6 +152,12 @@ def parse(text: str, source: str = "<experiment>", default_name: str = "experime
             "cluster.durable: the simulator keeps messages in the memory store (the SQLite store writes "
             "from a thread); use rmq-chaos for a durable broker",
         )
+    if exp.acl is not None:
+        err(
+            ("acl",),
+            "acl: the simulator's brokers run without RocketMQ's ACL (the lab's clients would sign for "
+            "nothing): use rmq-chaos for an experiment with [acl]",
+        )
     sim = _settings(data.get("sim"), err)
     if problems:
         raise ExperimentError(source, problems)
@@ -189,6 +200,12 @@ def _settings(table: Any, err: Any) -> SimSettings:
             err(("sim", "rocketmq5"), f"sim.rocketmq5: must be true or false, got {v!r}")
         else:
             values["rocketmq5"] = v
+    if "wire" in table:
+        v = table["wire"]
+        if v not in WIRES:
+            err(("sim", "wire"), f"sim.wire: must be one of {', '.join(map(repr, WIRES))}, got {v!r}")
+        else:
+            values["wire"] = v
     if "client" in table:
         values["client"] = _client(table["client"], err)
     gcs = []

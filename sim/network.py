@@ -3,7 +3,9 @@
 Each direction of each pair of nodes is a link with its own seeded random stream; a frame takes a
 latency drawn from the network's distribution plus any nemesis latency, and frames on one link arrive in
 the order they were written (TCP). Rules per link model the chaos lab's network faults: extra latency,
-a blackhole (frames wait, as TCP retransmits, and flow on heal), dropped frames, and resets. A killed
+a blackhole (frames wait, as TCP retransmits, and flow on heal), loss (each try of a frame lost with a
+chance, sent again after TCP's retransmission timeouts), dropped frames, and resets. Two msgpack ends hand
+each other command objects (``sim.wire``) unless the network is made with ``wire="bytes"``. A killed
 process's connections close as the kernel closes them: the peer sees the end of the stream after the
 frames already in flight.
 """
@@ -17,10 +19,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.command import RemotingCommand
 from sim.dist import Distribution
 from sim.loop import CURRENT, VirtualLoop, VirtualProcess
+from sim.wire import WIRES, ObjectCodec, serves_msgpack, speaks_msgpack
 
 _EPS = 1e-7  # keeps frames of one link strictly ordered in the timer heap
+# Linux's retransmission timeouts: TCP_RTO_MIN for data (a LAN's smoothed RTT is far below it),
+# TCP_TIMEOUT_INIT for a SYN, each doubled per loss in a row up to TCP_RTO_MAX
+RTO_MIN_S = 0.2
+SYN_RTO_S = 1.0
+RTO_MAX_S = 120.0
+
+
+def retransmit_delay(rng: random.Random, loss: float, first_rto_s: float) -> float:
+    """How long TCP takes to get one segment across when each try is lost with chance ``loss``."""
+    delay, rto = 0.0, first_rto_s
+    while rng.random() < loss:
+        delay += rto
+        rto = min(2 * rto, RTO_MAX_S)
+    return delay
 
 
 @dataclass
@@ -31,11 +49,18 @@ class LinkRule:
     jitter_ms: float = 0.0
     blackhole: bool = False
     drop: bool = False
+    loss: float = 0.0  # chance that a packet is lost (iptables' statistic match); TCP sends it again
     waiting: list[Callable[[], None]] = field(default_factory=list)
 
     @property
+    def cut(self) -> bool:
+        """Nothing gets through: frames wait for the heal (TCP retransmits; its ~15 min give-up is
+        longer than any experiment's fault)."""
+        return self.blackhole or self.loss >= 1.0
+
+    @property
     def idle(self) -> bool:
-        return not (self.latency_ms or self.jitter_ms or self.blackhole or self.drop)
+        return not (self.latency_ms or self.jitter_ms or self.blackhole or self.drop or self.loss)
 
 
 class _Link:
@@ -72,10 +97,11 @@ class SimTransport(asyncio.Transport):
             return self._local
         return default
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
+    def write(self, data: Any) -> None:
         if self._closing or self.peer is None:
             return
-        self._net.send(self, bytes(data))
+        # bytes are copied as the kernel copies them; a command (ObjectCodec) is already a copy
+        self._net.send(self, data if type(data) is RemotingCommand else bytes(data))
 
     def writelines(self, list_of_data: Any) -> None:
         self.write(b"".join(list_of_data))
@@ -170,8 +196,12 @@ class SimServer:
 class Network:
     """Hosts (one IP per node), listeners and links, all in virtual time."""
 
-    def __init__(self, loop: VirtualLoop, seed: int, latency: Distribution) -> None:
+    def __init__(self, loop: VirtualLoop, seed: int, latency: Distribution, wire: str = "objects") -> None:
+        if wire not in WIRES:
+            raise ValueError(f"wire must be one of {', '.join(WIRES)}, got {wire!r}")
         self.loop = loop
+        # "objects": two msgpack connections hand each other commands (sim.wire); "bytes": real frames
+        self.wire = wire
         self.seed = seed
         self.latency = latency
         self.listeners: dict[tuple[str, int], tuple[VirtualProcess, Callable[[], Any], SimServer]] = {}
@@ -247,15 +277,16 @@ class Network:
         # SYN and SYN-ACK: a blackholed link never completes the handshake (the caller's timeout ends it).
         for key in ((src, dst), (dst, src)):
             r = self.rules.get(key)
-            if r is not None and r.blackhole:
+            if r is not None and r.cut:
                 healed: asyncio.Future[None] = self.loop.create_future()
                 r.waiting.append(lambda f=healed: f.done() or f.set_result(None))
                 await healed
-        await asyncio.sleep(self._delay(src, dst) + self._delay(dst, src))
+        await asyncio.sleep(self._delay(src, dst, SYN_RTO_S) + self._delay(dst, src, SYN_RTO_S))
         entry = self.listeners.get((host, port))
         if entry is None or not entry[0].alive or not entry[2].serving:
             raise ConnectionRefusedError(111, f"connect to {host}:{port}: connection refused")
         sproc, sfactory, _server = entry
+        objects = self.wire == "objects" and serves_msgpack(sfactory)
         local = (self.ip_of(src), self._ephemeral(self.ip_of(src), 40_000))
         client = SimTransport(self, proc, local, (host, port))
         server = SimTransport(self, sproc, (host, port), local)
@@ -267,6 +298,8 @@ class Network:
             if server.lost:
                 return
             proto = sfactory()
+            if objects:
+                proto.codec = ObjectCodec()
             server.protocol = proto
             proto.connection_made(server)
             if server._inbox and not server._reading_paused:
@@ -275,18 +308,29 @@ class Network:
         # The kernel completes the handshake; the server process accepts when it next runs.
         self.loop.call_soon(accept, context=sproc.context)
         proto = factory()
+        if objects and speaks_msgpack(proto):
+            proto.codec = ObjectCodec()
+        elif objects:
+            # a client that does not speak msgpack gets bytes; so must the server's end
+            objects = False
         client.protocol = proto
         proto.connection_made(client)
         return client, proto
 
     # -- frames --------------------------------------------------------------------------------------
-    def _delay(self, src: str, dst: str) -> float:
+    def _delay(self, src: str, dst: str, first_rto_s: float = RTO_MIN_S) -> float:
         link = self._link(src, dst)
         ms = self.latency.sample(link.rng)
         r = self.rules.get((src, dst))
-        if r is not None and (r.latency_ms or r.jitter_ms):
+        if r is None:
+            return max(0.0, ms) / 1000.0
+        if r.latency_ms or r.jitter_ms:
             ms += r.latency_ms + (link.rng.uniform(-r.jitter_ms, r.jitter_ms) if r.jitter_ms else 0.0)
-        return max(0.0, ms) / 1000.0
+        # A lost frame is not lost to the peer: TCP retransmits it, and the frames behind it on the
+        # link wait (they arrive in order), as they do behind a dropped packet. A frame counts as one
+        # segment, whatever its size.
+        lost = retransmit_delay(link.rng, r.loss, first_rto_s) if r.loss else 0.0
+        return max(0.0, ms) / 1000.0 + lost
 
     def _schedule(self, sender: SimTransport, fn: Callable[..., None], arg: Any, *, frame: bool) -> None:
         peer = sender.peer
@@ -296,7 +340,7 @@ class Network:
         r = self.rules.get((src, dst))
         if r is not None and r.drop and frame:
             return
-        if r is not None and r.blackhole:
+        if r is not None and r.cut:
             r.waiting.append(lambda: self._schedule(sender, fn, arg, frame=frame))
             return
         link = self._link(src, dst)

@@ -159,7 +159,7 @@ class ClientManageProcessor:
         gi = self.broker.consumer_manager.find(group)
         if gi is None or not gi.channels:
             raise CommandError(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
-        return cmd.response(body={"consumerIdList": gi.all_client_ids()})
+        return cmd.response(body={"consumerIdList": gi.client_ids()})
 
     async def get_consumer_connection_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = ext_name(cmd, "consumerGroup")

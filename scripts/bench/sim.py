@@ -9,6 +9,7 @@ and the very same file simulated, both in RocketMQ seconds per wall second.
     python scripts/bench/sim.py --sizes 100 --seconds 3600
     python scripts/bench/sim.py --huge --no-baseline --limit 1800   # adds 10,000 consumers, 30 min cap
     python scripts/bench/sim.py --sizes 1000 --goal --no-baseline    # the goal case: an hour of 1,000
+    python scripts/bench/sim.py --sizes 100 --no-baseline --wire bytes   # frames through the codec
 
 A simulation past ``--limit`` wall seconds is killed and reported with its last progress line. Each
 result carries the load average before and after it: wall time on a shared machine says little, CPU
@@ -115,15 +116,17 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+WIRE: list[str] = []  # --wire: how frames cross the simulator's network (default: its own default)
+
+
 def simulate(text: str, work: Path, label: str, limit_s: float | None = None) -> dict[str, Any]:
     d = work / label
     d.mkdir(parents=True)
     (d / "exp.toml").write_text(text)
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     load = _load()
-    r = _child(
-        [sys.executable, "-m", "sim", "run", "exp.toml", "--out", "run", "--no-analyze"], env, d, limit_s
-    )
+    cmd = [sys.executable, "-m", "sim", "run", "exp.toml", "--out", "run", "--no-analyze", *WIRE]
+    r = _child(cmd, env, d, limit_s)
     r["load_avg_before_after"] = [load, _load()]
     if r["killed_at_limit"]:
         # how far it got: the last progress line, and the events written so far
@@ -187,12 +190,26 @@ def main() -> int:
     )
     p.add_argument("--limit", type=float, default=None, help="kill a simulation after this many wall seconds")
     p.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary folder)")
+    p.add_argument(
+        "--wire",
+        choices=("objects", "bytes"),
+        default=None,
+        help="frames as command objects or through the msgpack codec (rmq-sim run --wire)",
+    )
     args = p.parse_args()
+    if args.wire:
+        WIRE[:] = ["--wire", args.wire]
     sizes = sorted(set(args.sizes + ([10_000] if args.huge else [])))
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="rmq-bench-sim-"))
     work.mkdir(parents=True, exist_ok=True)
     os.chdir(ROOT)
-    out: dict[str, Any] = {"benchmark": "sim", "seconds": args.seconds, "cpus": os.cpu_count(), "sizes": {}}
+    out: dict[str, Any] = {
+        "benchmark": "sim",
+        "seconds": args.seconds,
+        "cpus": os.cpu_count(),
+        "wire": args.wire or "default",
+        "sizes": {},
+    }
     if not args.no_baseline:
         small = experiment(10, 600, time_scale=0.05, rate=5)
         out["baseline"] = {

@@ -133,3 +133,26 @@ def test_producer_manager():
     assert not pm.unregister_producer("p", 1)
     pm.register_producer("p", chan(2, "y", now=0))
     assert [i.client_id for _, i in pm.scan_not_active_channel(10, 5)] == ["y"]
+
+
+def test_the_kept_client_id_list_follows_every_channel_change():
+    # GET_CONSUMER_LIST_BY_GROUP answers from a list kept between changes: each way the channel table
+    # changes (join, a connection re-registering under another id, leave, expiry) must show in it
+    cm = ConsumerManager()
+    register(cm, 1, "c1", [sub("T")])
+    register(cm, 2, "c2", [sub("T")])
+    gi = cm.find(G)
+    first = gi.client_ids()
+    assert first == ("c1", "c2") and gi.client_ids() is first  # kept while nothing changes
+    register(cm, 2, "c2", [sub("T")], now=5)  # a heartbeat refresh is not a change
+    assert gi.client_ids() is first
+    register(cm, 2, "c9", [sub("T")], now=6)
+    assert gi.client_ids() == ("c1", "c9")
+    register(cm, 3, "c3", [sub("T")], now=7)
+    assert gi.client_ids() == ("c1", "c9", "c3")
+    cm.unregister_consumer(G, 1)
+    assert gi.client_ids() == ("c9", "c3")
+    register(cm, 3, "c3", [sub("T")], now=100)
+    expired = cm.scan_not_active_channel(now_ms=110, channel_expired_timeout_ms=50)
+    assert [info.client_id for _, info in expired] == ["c9"]
+    assert gi.client_ids() == ("c3",) and gi.all_client_ids() == ["c3"]

@@ -25,6 +25,7 @@ from client.pull_core import (
     pull_exception_delay_ms,
     pull_status,
 )
+from client.route import TopicRouteData
 from protocol.codes import ResponseCode
 from protocol.model import ConsumeFromWhere, ConsumeType, Message, MessageModel, MessageQueue
 
@@ -155,6 +156,32 @@ def test_route_table_changes_only_on_a_different_set() -> None:
     assert not s.is_subscribe_topic_need_update("T")
     assert s.update_topic_subscribe_info("T", {mq(0)})
     assert s.topic_subscribe_info_table["T"] == {mq(0)}
+
+
+def test_equal_routes_share_their_queue_set_and_a_changed_route_does_not() -> None:
+    def route(a_read: int, b_perm: int = 6) -> TopicRouteData:
+        # decoded from the wire each time, as every route poll does
+        return TopicRouteData.from_wire(
+            {
+                "brokerDatas": [],
+                "queueDatas": [
+                    {"brokerName": "b", "readQueueNums": 2, "writeQueueNums": 2, "perm": b_perm},
+                    {"brokerName": "a", "readQueueNums": a_read, "writeQueueNums": 4, "perm": 6},
+                ],
+            }
+        )
+
+    first = route(3).subscribe_queues("T")
+    assert first == {MessageQueue("T", b, i) for b, n in (("a", 3), ("b", 2)) for i in range(n)}
+    assert route(3).subscribe_queues("T") is first
+    write_only_b = route(3, b_perm=2).subscribe_queues("T")
+    assert write_only_b == {MessageQueue("T", "a", i) for i in range(3)}
+    assert route(4).subscribe_queues("T") == first | {MessageQueue("T", "a", 3)}
+    assert route(3).subscribe_queues("U") == {MessageQueue("U", q.broker_name, q.queue_id) for q in first}
+    s = state()
+    assert s.update_topic_subscribe_info("T", route(3).subscribe_queues("T"))
+    assert not s.update_topic_subscribe_info("T", route(3).subscribe_queues("T"))
+    assert s.update_topic_subscribe_info("T", route(4).subscribe_queues("T"))
 
 
 def test_allocate_sorts_both_lists_before_the_strategy() -> None:

@@ -164,10 +164,14 @@ def test_the_run_is_a_sim_run_with_every_action(runs: Path) -> None:
     assert manifest["nemesis_skipped"] == []
 
 
-def test_replay_says_identical(runs: Path) -> None:
-    r = rmq_sim("replay", "a", cwd=runs)
+def test_replay_through_the_real_codec_says_identical(runs: Path) -> None:
+    # the runs handed commands over as objects (the default); the replay sends every frame as msgpack
+    # bytes through the codec, and every event file must come out the same
+    assert json.loads((runs / "a" / "manifest.json").read_text())["sim"]["wire"] == "objects"
+    r = rmq_sim("replay", "a", "--wire", "bytes", "--out", "bytes", cwd=runs)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "identical" in r.stdout
+    assert json.loads((runs / "bytes" / "manifest.json").read_text())["sim"]["wire"] == "bytes"
 
 
 def test_replay_reports_a_changed_file(runs: Path, tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """The simulation runtime without the roles: virtual time, virtual processes (pause, kill), and the
-in-memory network under the real remoting layer (frames in order, latency, blackhole, reset, kill)."""
+in-memory network under the real remoting layer (frames in order, latency, blackhole, loss, reset, kill)."""
 
 from __future__ import annotations
 
@@ -214,6 +214,36 @@ def test_blackhole_holds_frames_until_heal_and_reset_closes_both_ends() -> None:
     out = run(main)
     assert out["late"] == "2"
     assert out["closed"] == 1  # the reset closed the one live connection
+
+
+def test_loss_delays_frames_by_tcp_retransmissions_in_order() -> None:
+    """A lost packet is sent again after Linux's RTO (200 ms, doubling per loss in a row): nothing is lost
+    to the peer, answers come in order, and each delay is the round trip plus a sum of RTOs."""
+
+    async def main(loop: VirtualLoop, net: Network) -> tuple[list[str], list[float], float]:
+        addr: list[str] = []
+        spawn(loop, "server", echo_server(net, addr))
+        await asyncio.sleep(0)
+        client = RemotingClient()
+        await client.invoke(addr[0], _req(-1), 5)  # connected before the loss
+        net.rule("driver", "server").loss = 0.5
+        took: list[float] = []
+        remarks: list[str] = []
+        for i in range(40):
+            start = loop.time()
+            remarks.append((await client.invoke(addr[0], _req(i), 60)).remark or "")
+            took.append(loop.time() - start)
+        net.heal("driver", "server")
+        start = loop.time()
+        await client.invoke(addr[0], _req(99), 5)
+        return remarks, took, loop.time() - start
+
+    remarks, took, healed = run(main, latency_ms=1)
+    assert remarks == [str(i) for i in range(40)]
+    rtos = {round(t - 0.002, 6) for t in took}  # minus the 1 ms each way
+    assert rtos <= {0.0, 0.2, 0.6, 1.4, 3.0, 6.2, 12.6}  # 0.2 + 0.4 + 0.8 ... in a row
+    assert 0.0 in rtos and len(rtos) >= 3  # about half get through at once, some lose more than once
+    assert healed == pytest.approx(0.002)
 
 
 def test_a_killed_process_connections_close_for_the_peer() -> None:

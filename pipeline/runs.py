@@ -365,6 +365,11 @@ def render_index(result: RootResult, columns: list[str], rows: list[dict[str, An
         parts.append("<h2>Skipped run directories</h2><ul>")
         parts += [f"<li>{esc(b.rel)}: {esc(b.problem)}</li>" for b in result.bad]
         parts.append("</ul>")
+    asked = {(r["experiment"], r["question"]): None for r in rows if r.get("question")}
+    if asked:  # what each experiment asks, in words (a column of sentences would crowd the table)
+        parts.append("<h2>Experiments</h2><ul>")
+        parts += [f"<li><b>{esc(str(name or ''))}</b>: {esc(q)}</li>" for name, q in asked]
+        parts.append("</ul>")
     parts += modes_section(result)  # the question those runs answer comes before the long table
     # the question is a sentence: the title (tooltip) of the run and experiment cells, not a column
     shown = [c for c in columns if c != "question"]

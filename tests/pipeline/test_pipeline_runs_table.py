@@ -64,6 +64,7 @@ def test_the_question_and_source_are_text_beside_the_run_not_parameters(tmp_path
     page = render_index(result, columns, rows, "runs")
     assert "<th>question</th>" not in page and "<th>source</th>" not in page
     assert "<td title='And three &lt;of them&gt;?'><a href='three/report.html'>three</a></td>" in page
+    assert "<li><b>two</b>: Do two consumers share 4 queues?</li>" in page
     # no parameter varies (the consumers' count is in a list): the metrics are plotted by run
     titles = [t for t, _png in metric_plots(columns, rows)]
     assert titles == ["sent by run", "consumed_unique by run", "lost by run"]

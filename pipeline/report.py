@@ -803,7 +803,13 @@ def _episodes(un: dict[str, Any], gap_s: float) -> list[dict[str, Any]]:
             if cur is not None and sp["from_s"] - cur["to_s"] <= gap_s:
                 cur["to_s"] = sp["to_s"]
             else:
-                cur = {"queue": q["queue"], "from_s": sp["from_s"], "to_s": sp["to_s"], "causes": {}}
+                cur = {
+                    "topic": q.get("topic"),
+                    "queue": q["queue"],
+                    "from_s": sp["from_s"],
+                    "to_s": sp["to_s"],
+                    "causes": {},
+                }
                 out.append(cur)
             cur["causes"][sp["cause"]] = cur["causes"].get(sp["cause"], 0.0) + sp["to_s"] - sp["from_s"]
     return out
@@ -849,9 +855,13 @@ def answer_for_group(
                 for c, v in sorted(causes.items(), key=lambda kv: -kv[1])
                 if v >= 0.05  # what rounds to 0.0 s says nothing
             )
+            # a queue can wait more than once after one change (under POP, each message a hung
+            # consumer popped waits for its revive): count queues, and the stretches when more
+            queues = len({(e["topic"], e["queue"]) for e in mine})
+            stretches = f" in {len(mine)} stretches" if len(mine) > queues else ""
             text += (
-                f", {len(mine)} queue(s) were unavailable for up to {longest:.1f} s of RocketMQ time "
-                f"(summed: {share})"
+                f", {queues} queue(s) were unavailable{stretches} for up to {longest:.1f} s of RocketMQ "
+                f"time (summed: {share})"
             )
             end = max(e["to_s"] for e in mine)
             if main == "lock_wait":

@@ -48,9 +48,15 @@ class RootResult:
     extra: Any = None  # what analyse_runs' `extra` returned
 
 
+# A manifest's (and its experiment table's) fields that describe the run rather than set it up: text
+# for a person (the experiment's question, the file it came from), never a parameter to compare by.
+DESCRIPTIVE_FIELDS = ("name", "seed", "question", "source")
+
+
 def experiment_of(manifest: dict[str, Any]) -> tuple[str | None, Any, dict[str, Any]]:
     """(experiment name, seed, parameters) of a run's manifest: the parameters are the scalar values of
-    its `params` (a sweep's), else of its `experiment` table, flattened with dotted names."""
+    its `params` (a sweep's), else of its `experiment` table, flattened with dotted names, without the
+    descriptive fields (`DESCRIPTIVE_FIELDS`)."""
     name = manifest.get("name")
     exp = manifest.get("experiment") if isinstance(manifest.get("experiment"), dict) else {}
     if name is None:
@@ -63,11 +69,18 @@ def experiment_of(manifest: dict[str, Any]) -> tuple[str | None, Any, dict[str, 
         if isinstance(value, dict):
             for key, item in value.items():
                 walk(f"{prefix}{key}.", item)
-        elif isinstance(value, bool | int | float | str) and prefix[:-1] not in ("name", "seed"):
+        elif isinstance(value, bool | int | float | str) and prefix[:-1] not in DESCRIPTIVE_FIELDS:
             params[prefix[:-1]] = value
 
     walk("", source)
     return (None if name is None else str(name)), seed, params
+
+
+def question_of(manifest: dict[str, Any]) -> str | None:
+    """The question a run's experiment asks (its TOML's `question`), None when it has none."""
+    exp = manifest.get("experiment") if isinstance(manifest.get("experiment"), dict) else {}
+    question = manifest.get("question") or exp.get("question")
+    return str(question) if question else None
 
 
 def analyse_runs(
@@ -147,7 +160,8 @@ def collect_plot_data_of_runs(
 
 def table_rows(result: RootResult) -> tuple[list[str], list[dict[str, Any]]]:
     """(columns, rows) of the runs table: one row per run and group (a run without groups gets one row
-    with an empty group), with the run's experiment, seed, parameters, every metric and the verdict."""
+    with an empty group), with the run's experiment, its question (text, not a parameter), seed,
+    parameters, every metric and the verdict."""
     params_seen: dict[str, None] = {}
     rows: list[dict[str, Any]] = []
     for run in result.runs:
@@ -158,6 +172,7 @@ def table_rows(result: RootResult) -> tuple[list[str], list[dict[str, Any]]]:
         base: dict[str, Any] = {
             "run": run.rel,
             "experiment": experiment,
+            "question": question_of(run.manifest),
             "seed": None if seed is None else str(seed),
             **{f"param.{k}": v for k, v in params.items()},
             "events": summary["run"]["events"],
@@ -183,7 +198,7 @@ def table_rows(result: RootResult) -> tuple[list[str], list[dict[str, Any]]]:
                 row["verdict"] = g["verdict"]
             rows.append(row)
     columns = [
-        "run", "experiment", "seed", *params_seen, "group", "events", "malformed_lines",
+        "run", "experiment", "question", "seed", *params_seen, "group", "events", "malformed_lines",
         "time_scale", *GROUP_METRICS, *CONVERGENCE_COLUMNS, *UNAVAILABILITY_COLUMNS, "verdict",
     ]  # fmt: skip
     return columns, [{c: row.get(c) for c in columns} for row in rows]
@@ -350,19 +365,28 @@ def render_index(result: RootResult, columns: list[str], rows: list[dict[str, An
         parts.append("<h2>Skipped run directories</h2><ul>")
         parts += [f"<li>{esc(b.rel)}: {esc(b.problem)}</li>" for b in result.bad]
         parts.append("</ul>")
+    asked = {(r["experiment"], r["question"]): None for r in rows if r.get("question")}
+    if asked:  # what each experiment asks, in words (a column of sentences would crowd the table)
+        parts.append("<h2>Experiments</h2><ul>")
+        parts += [f"<li><b>{esc(str(name or ''))}</b>: {esc(q)}</li>" for name, q in asked]
+        parts.append("</ul>")
     parts += modes_section(result)  # the question those runs answer comes before the long table
+    # the question is a sentence: the title (tooltip) of the run and experiment cells, not a column
+    shown = [c for c in columns if c != "question"]
     parts.append("<h2>Runs and groups</h2><table><thead><tr>")
-    parts += [f"<th>{esc(c.removeprefix('param.'))}</th>" for c in columns]
+    parts += [f"<th>{esc(c.removeprefix('param.'))}</th>" for c in shown]
     parts.append("</tr></thead><tbody>")
     for row in rows:
         cells = []
-        for c in columns:
+        question = row.get("question")
+        for c in shown:
             value = row[c]
             text = "" if value is None else esc(str(value))
             if c == "run":
                 text = f"<a href='{esc(str(value))}/report.html'>{text}</a>"
             cls = f" class='{value}'" if c == "verdict" and value else ""
-            cells.append(f"<td{cls}>{text}</td>")
+            title = f" title='{esc(question)}'" if question and c in ("run", "experiment") else ""
+            cells.append(f"<td{cls}{title}>{text}</td>")
         parts.append("<tr>" + "".join(cells) + "</tr>")
     parts.append("</tbody></table>")
     plots = metric_plots(columns, rows) if rows else []

@@ -204,3 +204,32 @@ def test_a_pop_groups_wait_is_explained_by_the_revive() -> None:
         "the others' rebalance gave the queues a new owner"
         in answer_for_group("C", g, RunClock(0, 1.0), kill, [])[0]
     )
+
+
+def test_a_queue_that_waits_twice_after_one_change_is_one_queue() -> None:
+    """The hung POP consumer pops a message of queue 4, which waits for its revive, then another one
+    (two stretches of one queue); queue 0 of the group's retry topic is another queue than b:0."""
+    from pipeline.report import Marker, answer_for_group
+    from pipeline.unavailability import RunClock
+
+    def queue(topic: str, name: str, *spans: tuple[float, float]) -> dict[str, Any]:
+        return {
+            "topic": topic,
+            "queue": name,
+            "spans": [{"from_s": a, "to_s": b, "cause": "no_owner"} for a, b in spans],
+        }
+
+    un = {
+        "queues": [
+            queue("T", "b:0", (155.0, 521.0)),
+            queue("T", "b:4", (151.0, 269.8), (287.1, 509.2)),  # 17 s apart: two stretches
+            queue("%RETRY%P", "b:0", (160.0, 200.0)),
+        ]
+    }
+    g = {**_group("server-pop", 0, 0, 0, 0, 3), "convergence": [], "unavailability": un}
+    hang = [Marker(150_000, "hang consumer-6", "h", "nemesis")]
+    said = answer_for_group("P", g, RunClock(0, 1.0), hang, [])
+    assert said[0].startswith(
+        "P: after 'hang consumer-6' at t = 150.0 s, 3 queue(s) were unavailable in 4 stretches for up to "
+        "366.0 s of RocketMQ time"
+    )

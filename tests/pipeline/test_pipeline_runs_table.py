@@ -1,0 +1,70 @@
+"""rmq-analyze ROOT's runs table and index on hand-made runs: a manifest's descriptive text (the
+experiment's question, its source file) is kept beside the run, never taken for a parameter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from chaos.experiment import parse
+from pipeline.contract import GROUP_METRICS
+from pipeline.discover import RunDir
+from pipeline.runs import RootResult, metric_plots, render_index, table_rows
+
+TOML = """
+name = "{name}"
+question = "{question}"
+time_scale = 0.05
+duration = 60
+seed = 1
+
+[[topics]]
+name = "T"
+queues = 4
+
+[[consumers]]
+group = "G"
+topic = "T"
+count = {count}
+"""
+
+
+def _manifest(tmp_path: Path, name: str, question: str, count: int) -> dict[str, Any]:
+    """The manifest fields rmq-chaos run and rmq-sim run write about the experiment."""
+    path = tmp_path / f"{name}.toml"
+    path.write_text(TOML.format(name=name, question=question, count=count), encoding="utf-8")
+    exp = parse(path.read_text(encoding="utf-8"), source=str(path), default_name=name)
+    return {"experiment": exp.to_dict(), "name": exp.name, "question": exp.question, "seed": exp.seed}
+
+
+def _summary(lost: int) -> dict[str, Any]:
+    group = {m: 0 for m in GROUP_METRICS} | {"sent": 10, "consumed_unique": 10 - lost, "lost": lost}
+    group |= {"convergence": [], "verdict": "fail" if lost else "ok"}
+    return {"run": {"events": 20, "malformed_lines": 0, "time_scale": 0.05}, "groups": {"G": group}}
+
+
+def test_the_question_and_source_are_text_beside_the_run_not_parameters(tmp_path: Path) -> None:
+    asks = {"two": "Do two consumers share 4 queues?", "three": "And three <of them>?"}
+    runs = [
+        RunDir(name, str(tmp_path / name), [], _manifest(tmp_path, name, asks[name], count))
+        for name, count in (("two", 2), ("three", 3))
+    ]
+    result = RootResult(runs, [])
+    result.summaries = {"two": _summary(0), "three": _summary(1)}
+    columns, rows = table_rows(result)
+    params = [c for c in columns if c.startswith("param.")]
+    # each run's experiment file and question differ, yet neither is something the runs vary by
+    assert "param.question" not in params and "param.source" not in params
+    assert "param.time_scale" in params and "param.duration" in params
+    assert columns[:4] == ["run", "experiment", "question", "seed"]
+    assert [r["question"] for r in rows] == [asks["two"], asks["three"]]
+    for param in params:  # the rest are settings: numbers, booleans or short names, never a sentence
+        assert all(" " not in str(r[param]) for r in rows), param
+    # the index shows the question as the run's and experiment's title, not as a column or a plot
+    page = render_index(result, columns, rows, "runs")
+    assert "<th>question</th>" not in page and "<th>source</th>" not in page
+    assert "<td title='And three &lt;of them&gt;?'><a href='three/report.html'>three</a></td>" in page
+    assert "<li><b>two</b>: Do two consumers share 4 queues?</li>" in page
+    # no parameter varies (the consumers' count is in a list): the metrics are plotted by run
+    titles = [t for t, _png in metric_plots(columns, rows)]
+    assert titles == ["sent by run", "consumed_unique by run", "lost by run"]

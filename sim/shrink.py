@@ -25,6 +25,7 @@ from typing import Any
 from chaos.experiment import ExperimentError
 from client.config import ConsumerConfig
 from sim.experiment import SimExperiment, parse
+from sim.rundir import read_sim_run
 from sim.sweep import to_toml
 
 # The verdict's failing checks (pipeline.contract.verdict), the first the most severe.
@@ -36,7 +37,11 @@ _REBALANCE_WAIT_INTERVAL = next(
 
 
 class ShrinkError(Exception):
-    """The run cannot be shrunk (not a simulated run, unreadable, or its verdict did not fail)."""
+    """The run cannot be shrunk for the failure asked for."""
+
+
+class NothingToShrink(ShrinkError):
+    """The run's verdict did not fail."""
 
 
 def failing_kinds(run_dir: Path) -> dict[str, set[str]]:
@@ -225,7 +230,13 @@ class Shrinker:
 
     @staticmethod
     def _queues(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        for i, t in enumerate(doc.get("topics", [])):
+        """A topic left out (not valid while a consumer subscribes to it), then fewer queues."""
+        topics = doc.get("topics", [])
+        for i in range(len(topics) if len(topics) > 1 else 0):
+            d = copy.deepcopy(doc)
+            del d["topics"][i]
+            yield d
+        for i, t in enumerate(topics):
             n = int(t.get("queues", 0))
             for m in sorted({1, n // 2, n - 1}):
                 if 1 <= m < n:
@@ -259,12 +270,10 @@ class Target:
 
 def target_of(run_dir: Path, kind: str | None = None) -> Target:
     """The experiment, seed and failure of a simulated run; ShrinkError when there is nothing to shrink."""
-    from sim.__main__ import read_sim_run
-
     sx, seed = read_sim_run(run_dir)
     failing = failing_kinds(run_dir)
     if not failing:
-        raise ShrinkError(f"{run_dir}: the run's verdict did not fail: nothing to shrink")
+        raise NothingToShrink(f"{run_dir}: the run's verdict did not fail: nothing to shrink")
     wanted = [kind] if kind else list(KINDS)
     for k in wanted:
         for group, kinds in failing.items():

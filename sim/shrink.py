@@ -197,6 +197,8 @@ class Shrinker:
                 del table[kind][i]
                 if not table[kind]:
                     del table[kind]
+            if d.get("sim") == {}:
+                del d["sim"]  # an empty [sim] table would keep the file from rmq-chaos
             return d
 
         for ref in refs:

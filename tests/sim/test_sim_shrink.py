@@ -71,6 +71,8 @@ def test_a_failing_run_shrinks_to_a_smaller_file_that_still_fails(tmp_path: Path
     (tmp_path / "mixed.toml").write_text(MIXED)
     r = rmq_sim("run", "mixed.toml", "--out", "run", "--no-analyze", "--quiet", cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
+    r = rmq_sim("shrink", "run", "--reason", "orderly", cwd=tmp_path)
+    assert r.returncode == 2 and "no group fails the orderly check (failing: GID_mixed: lost" in r.stderr
     r = rmq_sim("shrink", "run", "--out", "small.toml", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "group GID_mixed fails the lost check" in r.stdout
@@ -124,9 +126,17 @@ def needs_the_kill(sx: SimExperiment) -> tuple[dict[str, set[str]], str | None]:
     return ({"GID_mixed": {"not-converged"}} if kill and enough else {}), None
 
 
+GC = """
+[[sim.gc]]
+target = "consumer:random"
+every = 30
+pause_s = 2
+"""
+
+
 def shrinker(budget: int = 200, lines: list[str] | None = None) -> Shrinker:
     return Shrinker(
-        tomllib.loads(MIXED),
+        tomllib.loads(MIXED + GC),
         seed=7,
         group="GID_mixed",
         kind="not-converged",
@@ -141,6 +151,7 @@ def test_the_search_keeps_the_needed_action_and_cuts_the_tail_after_it() -> None
     s = shrinker()
     doc = s.run()
     assert doc["nemesis"] == [{"action": "kill", "target": "consumer-2", "at": 80}]
+    assert "sim" not in doc  # the GC pauses went too, and the emptied [sim] table with them
     # consumer-2 must exist: two consumers of one entry (the first entry goes, then TopicA no one reads)
     assert doc["consumers"] == [{"group": "GID_mixed", "topic": "TopicB", "count": 2}]
     assert doc["topics"] == [{"name": "TopicB", "queues": 1}] and doc["workload"]["count"] == 1
@@ -162,5 +173,5 @@ def test_a_candidate_failing_another_check_is_not_kept(kind: str) -> None:
     s = shrinker()
     s.run_candidate = lambda sx: ({"GID_mixed": {kind}}, None)
     doc = s.run()
-    assert doc == tomllib.loads(MIXED)
+    assert doc == tomllib.loads(MIXED + GC)
     assert s.kept == 0

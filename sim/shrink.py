@@ -170,19 +170,7 @@ class Shrinker:
 
     @staticmethod
     def _consumers(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        entries = doc.get("consumers", [])
-        for i in range(len(entries)):
-            if len(entries) > 1:
-                d = copy.deepcopy(doc)
-                del d["consumers"][i]
-                yield d
-        for i, c in enumerate(entries):
-            n = int(c.get("count", 1))
-            for m in sorted({1, n // 2, n - 1}):
-                if 1 <= m < n:
-                    d = copy.deepcopy(doc)
-                    d["consumers"][i]["count"] = m
-                    yield d
+        return _fewer(doc, "consumers", "count", 1)
 
     @staticmethod
     def _actions(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -233,30 +221,37 @@ class Shrinker:
     @staticmethod
     def _queues(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """A topic left out (not valid while a consumer subscribes to it), then fewer queues."""
-        topics = doc.get("topics", [])
-        for i in range(len(topics) if len(topics) > 1 else 0):
-            d = copy.deepcopy(doc)
-            del d["topics"][i]
-            yield d
-        for i, t in enumerate(topics):
-            n = int(t.get("queues", 0))
-            for m in sorted({1, n // 2, n - 1}):
-                if 1 <= m < n:
-                    d = copy.deepcopy(doc)
-                    d["topics"][i]["queues"] = m
-                    yield d
+        return _fewer(doc, "topics", "queues", 0)
 
     @staticmethod
     def _messages(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
         workload = doc.get("workload")
         if not isinstance(workload, dict) or "count" not in workload:
             return
-        n = int(workload["count"])
-        for m in sorted({1, n // 4, n // 2}):
-            if 1 <= m < n:
-                d = copy.deepcopy(doc)
-                d["workload"]["count"] = m
-                yield d
+        for m in _down(int(workload["count"])):
+            d = copy.deepcopy(doc)
+            d["workload"]["count"] = m
+            yield d
+
+
+def _down(n: int) -> list[int]:
+    """Smaller sizes to try for n, the smallest first: 1, half, one less."""
+    return [m for m in sorted({1, n // 2, n - 1}) if 1 <= m < n]
+
+
+def _fewer(doc: dict[str, Any], array: str, key: str, default: int) -> Iterator[dict[str, Any]]:
+    """Variants of an array of tables: one entry left out (while more than one is left), then one
+    entry's `key` made smaller."""
+    entries = doc.get(array, [])
+    for i in range(len(entries) if len(entries) > 1 else 0):
+        d = copy.deepcopy(doc)
+        del d[array][i]
+        yield d
+    for i, entry in enumerate(entries):
+        for m in _down(int(entry.get(key, default))):
+            d = copy.deepcopy(doc)
+            d[array][i][key] = m
+            yield d
 
 
 @dataclass

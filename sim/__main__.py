@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 from chaos.experiment import ExperimentError
+from pipeline.contract import CHECKS
 from sim.experiment import SimExperiment, load, parse
 from sim.rundir import RunDirError, read_sim_run
 from sim.wire import WIRES
@@ -336,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sh.add_argument(
         "--reason",
-        choices=("lost", "orderly", "not-converged"),
+        choices=CHECKS,
         default=None,
         help="the failing check to keep (default: the run's most severe: lost, orderly, not-converged)",
     )

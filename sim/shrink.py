@@ -24,12 +24,11 @@ from typing import Any
 
 from chaos.experiment import ExperimentError
 from client.config import ConsumerConfig
+from pipeline.contract import CHECKS
 from sim.experiment import SimExperiment, parse
 from sim.rundir import read_sim_run
 from sim.sweep import to_toml
 
-# The verdict's failing checks (pipeline.contract.verdict), the first the most severe.
-KINDS = ("lost", "orderly", "not-converged")
 DEFAULT_BUDGET = 200
 _REBALANCE_WAIT_INTERVAL = next(
     f.default for f in dataclasses.fields(ConsumerConfig) if f.name == "rebalance_wait_interval"
@@ -46,6 +45,7 @@ class NothingToShrink(ShrinkError):
 
 def failing_kinds(run_dir: Path) -> dict[str, set[str]]:
     """Group -> the verdict checks it fails, from the run's event logs (plain-Python analysis)."""
+    from pipeline.contract import failing_checks
     from pipeline.reference import RunModel, load_run
 
     events, _malformed = load_run(run_dir)
@@ -53,15 +53,16 @@ def failing_kinds(run_dir: Path) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for group in sorted(model.groups):
         s = model.group_summary(group)
-        kinds = set()
-        if s["lost"] > 0:
-            kinds.add("lost")
-        if model.is_orderly(group) and (s["concurrent_consume_ms"] > 0 or s["order_violations"] > 0):
-            kinds.add("orderly")
-        if group not in model.server_assigned and any(not c["converged"] for c in s["convergence"]):
-            kinds.add("not-converged")
-        if kinds:
-            out[group] = kinds
+        failed = failing_checks(
+            lost=s["lost"],
+            orderly=model.is_orderly(group),
+            concurrent_consume_ms=s["concurrent_consume_ms"],
+            order_violations=s["order_violations"],
+            convergence=s["convergence"],
+            server_assigned=group in model.server_assigned,
+        )
+        if failed:
+            out[group] = set(failed)
     return out
 
 
@@ -79,11 +80,6 @@ def size(doc: dict[str, Any]) -> dict[str, int]:
 
 def describe(doc: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in size(doc).items())
-
-
-def _smaller(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    sa, sb = size(a), size(b)
-    return sa != sb and all(sa[k] <= sb[k] for k in sa)
 
 
 def render(doc: dict[str, Any], seed: int, origin: str) -> str:
@@ -146,11 +142,11 @@ class Shrinker:
         return ok
 
     def try_each(self, candidates: Iterator[dict[str, Any]]) -> bool:
-        """Keep the first candidate that is smaller and still fails; True when one was kept."""
+        """Keep the first candidate (each is smaller than `doc`) that still fails; True when one was kept."""
         for cand in candidates:
             if self.candidates >= self.budget:
                 return False
-            if _smaller(cand, self.doc) and self.fails(cand):
+            if self.fails(cand):
                 self.doc = cand
                 self.kept += 1
                 return True
@@ -271,7 +267,7 @@ def target_of(run_dir: Path, kind: str | None = None) -> Target:
     failing = failing_kinds(run_dir)
     if not failing:
         raise NothingToShrink(f"{run_dir}: the run's verdict did not fail: nothing to shrink")
-    wanted = [kind] if kind else list(KINDS)
+    wanted = [kind] if kind else list(CHECKS)
     for k in wanted:
         for group, kinds in failing.items():
             if k in kinds:

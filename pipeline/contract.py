@@ -170,6 +170,31 @@ def has_type(value: Any, ftype: FieldType) -> bool:
     return type(value) is list and all(type(item) is str for item in value)
 
 
+# The checks of the verdict, as failing_checks names them (the most severe first).
+CHECKS: Final = ("lost", "orderly", "not-converged")
+
+
+def failing_checks(
+    *,
+    lost: int,
+    orderly: bool,
+    concurrent_consume_ms: int,
+    order_violations: int,
+    convergence: list[dict],
+    server_assigned: bool = False,
+) -> list[str]:
+    """The checks of CHECKS one group fails. A group whose queues the broker assigns never converges in
+    the client's sense: its convergence entries are shown but do not decide."""
+    failed = []
+    if lost > 0:
+        failed.append("lost")
+    if orderly and (concurrent_consume_ms > 0 or order_violations > 0):
+        failed.append("orderly")
+    if not server_assigned and any(not entry["converged"] for entry in convergence):
+        failed.append("not-converged")
+    return failed
+
+
 def verdict(
     *,
     lost: int,
@@ -179,15 +204,16 @@ def verdict(
     convergence: list[dict],
     server_assigned: bool = False,
 ) -> str:
-    """The EVENTS.md verdict of one group. A group whose queues the broker assigns never converges in
-    the client's sense: its convergence entries are shown but do not decide."""
-    if lost > 0:
-        return "fail"
-    if orderly and (concurrent_consume_ms > 0 or order_violations > 0):
-        return "fail"
-    if not server_assigned and any(not entry["converged"] for entry in convergence):
-        return "fail"
-    return "ok"
+    """The EVENTS.md verdict of one group: "fail" when it fails any check."""
+    failed = failing_checks(
+        lost=lost,
+        orderly=orderly,
+        concurrent_consume_ms=concurrent_consume_ms,
+        order_violations=order_violations,
+        convergence=convergence,
+        server_assigned=server_assigned,
+    )
+    return "fail" if failed else "ok"
 
 
 def cause_text(event: str, client_id: str | None, node: str | None, target: str | None) -> str:

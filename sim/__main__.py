@@ -3,7 +3,8 @@
 Exit codes: ``run`` as ``rmq-chaos run`` (0 verdict ok, 1 fail, 2 bad input, 3 the run did not complete);
 ``replay`` 0 when every event file is identical, 1 when one differs, 2 on bad input; ``sweep`` 0 when
 every run passed, 1 when some run failed (listed with its replay command), 2 on bad input (a bad sweep
-file, an output folder of another sweep, no Spark), 130 when interrupted (run it again to resume).
+file, an output folder of another sweep, no Spark), 130 when interrupted (run it again to resume);
+``shrink`` 0 when the smaller experiment is written, 1 when the run did not fail, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -23,7 +23,9 @@ from importlib import resources
 from pathlib import Path
 
 from chaos.experiment import ExperimentError
+from pipeline.contract import CHECKS
 from sim.experiment import SimExperiment, load, parse
+from sim.rundir import RunDirError, read_sim_run
 from sim.wire import WIRES
 
 HASH_SEED = "0"
@@ -129,44 +131,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
-    manifest_path = run_dir / "manifest.json"
-    if not run_dir.is_dir():
-        print(f"rmq-sim: {run_dir} is not a directory", file=sys.stderr)
-        return 2
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except OSError:
-        print(f"rmq-sim: {run_dir} has no manifest.json: not a run directory", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"rmq-sim: {manifest_path}: not valid JSON ({e})", file=sys.stderr)
-        return 2
-    if not isinstance(manifest, dict) or manifest.get("mode") != "sim":
-        mode = manifest.get("mode", "real processes") if isinstance(manifest, dict) else "?"
-        print(
-            f"rmq-sim: {run_dir} is not a simulated run (its manifest says mode: {mode}); only rmq-sim runs "
-            "can be replayed",
-            file=sys.stderr,
-        )
-        return 2
-    seed = manifest.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        print(f"rmq-sim: {manifest_path}: 'seed' is not an integer: {seed!r}", file=sys.stderr)
-        return 2
-    recorded = manifest.get("experiment")
-    source = recorded.get("source") if isinstance(recorded, dict) else None
-    try:
-        sx = parse(
-            (run_dir / "experiment.toml").read_text(encoding="utf-8"),
-            # the source the run was made from, which its first event names
-            source=source if isinstance(source, str) else str(run_dir / "experiment.toml"),
-            default_name=str(manifest.get("name") or "experiment"),
-        )
-    except OSError as e:
-        print(f"rmq-sim: cannot read {run_dir / 'experiment.toml'}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    except ExperimentError as e:
-        print(e, file=sys.stderr)
+        sx, seed = read_sim_run(run_dir)
+    except RunDirError as e:
+        print(f"rmq-sim: {e}", file=sys.stderr)
         return 2
     sx = with_wire(sx, args.wire)
     original = event_files(run_dir)
@@ -248,6 +216,65 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if result.failed_runs else 0
 
 
+def cmd_shrink(args: argparse.Namespace) -> int:
+    from sim.shrink import NothingToShrink, Shrinker, ShrinkError, render, size, target_of
+
+    run_dir = Path(args.run_dir)
+    try:
+        target = target_of(run_dir, args.reason)
+    except RunDirError as e:
+        print(f"rmq-sim: {e}", file=sys.stderr)
+        return 2
+    except NothingToShrink as e:
+        print(f"rmq-sim: {e}", file=sys.stderr)
+        return 1
+    except ShrinkError as e:
+        print(f"rmq-sim: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else run_dir.parent / f"{run_dir.name}-shrunk.toml"
+    shrinker = Shrinker(
+        target.doc,
+        target.seed,
+        target.group,
+        target.kind,
+        origin=f"{run_dir.name}: seed {target.seed}, group {target.group} fails the {target.kind} check",
+        budget=args.budget,
+        say=(lambda _line: None) if args.quiet else lambda line: print(line, flush=True),
+    )
+    start = size(target.doc)
+    print(
+        f"shrinking {run_dir} (seed {target.seed}): group {target.group} fails the {target.kind} check; "
+        f"{', '.join(f'{k} {v}' for k, v in start.items())}; budget {args.budget} candidates",
+        flush=True,
+    )
+    doc = shrinker.run()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {**doc, "name": f"{target.name}-shrunk"}
+    out.write_text(render(doc, target.seed, shrinker.origin), encoding="utf-8")
+    end = size(doc)
+    print(
+        f"{shrinker.candidates} candidates simulated, {shrinker.kept} kept"
+        + (" (budget spent)" if shrinker.candidates >= args.budget else "")
+    )
+    print("before: " + ", ".join(f"{k} {v}" for k, v in start.items()))
+    print("after:  " + ", ".join(f"{k} {end[k]}" for k in start))
+    print(f"smallest failing experiment: {out}")
+    print(f"  rmq-sim run {out}")
+    if "sim" not in doc:
+        print(f"  rmq-chaos run {out}")
+    return 0
+
+
+def budget_arg(text: str) -> int:
+    try:
+        n = int(text, 10)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"the budget must be a number of candidates >= 1, got {text!r}")
+    return n
+
+
 WIRE_HELP = (
     "frames on the in-memory network: command objects (the default, faster) or bytes through the real "
     "msgpack codec; the event logs are the same (default: the file's [sim] wire)"
@@ -260,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a chaos experiment simulated: the real broker, name server and client code in one "
         "process on a virtual clock and an in-memory network, reproducible from a seed.",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="run|replay|sweep")
+    sub = p.add_subparsers(dest="command", required=True, metavar="run|replay|sweep|shrink")
     run = sub.add_parser("run", help="simulate an experiment file (or a shipped experiment by name)")
     run.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
     run.add_argument("--seed", type=seed_arg, default=None, help="seed (default: the file's 'seed')")
@@ -293,6 +320,29 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--dry-run", action="store_true", help="check the file and list the runs; run nothing")
     sw.add_argument("--quiet", action="store_true", help="no progress lines")
     sw.set_defaults(func=cmd_sweep)
+    sh = sub.add_parser(
+        "shrink",
+        help="search for a smaller experiment that still fails a failing simulated run's verdict",
+        description="Simulate smaller variants of a failing simulated run (fewer consumers, fewer nemesis "
+        "actions, a shorter duration, fewer queues and messages) with its seed, analyse each in plain "
+        "Python, keep a variant when the same check still fails, and write the smallest as an experiment "
+        "file. Exit 0 when written, 1 when the run did not fail, 2 on bad input.",
+    )
+    sh.add_argument("run_dir", metavar="RUN_DIR", help="a simulated run whose verdict failed")
+    sh.add_argument(
+        "--out", default=None, metavar="FILE", help="experiment file to write (default RUN_DIR-shrunk.toml)"
+    )
+    sh.add_argument(
+        "--budget", type=budget_arg, default=200, metavar="N", help="candidates to simulate at most (200)"
+    )
+    sh.add_argument(
+        "--reason",
+        choices=CHECKS,
+        default=None,
+        help="the failing check to keep (default: the run's most severe: lost, orderly, not-converged)",
+    )
+    sh.add_argument("--quiet", action="store_true", help="no progress lines")
+    sh.set_defaults(func=cmd_shrink)
     return p
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.contract import cause_text, join_causes, verdict
+from pipeline.contract import cause_text, failing_checks, join_causes, verdict
 from pipeline.report import PlotData, pick_bucket_ms, render_html
 from pipeline.synth import averagely
 
@@ -21,6 +21,21 @@ def test_verdict_rules() -> None:
     assert verdict(**{**ok, "orderly": True, "order_violations": 1}) == "fail"
     assert verdict(**{**ok, "convergence": [entry(True), entry(False)]}) == "fail"
     assert verdict(**{**ok, "convergence": []}) == "ok"
+    # a group whose queues the broker assigns is not judged on convergence
+    assert verdict(**{**ok, "convergence": [entry(False)], "server_assigned": True}) == "ok"
+
+
+def test_failing_checks_name_every_failed_check_most_severe_first() -> None:
+    ok = dict(lost=0, orderly=True, concurrent_consume_ms=0, order_violations=0, convergence=[entry(True)])
+    assert failing_checks(**ok) == []
+    assert failing_checks(**{**ok, "lost": 1, "order_violations": 1, "convergence": [entry(False)]}) == [
+        "lost",
+        "orderly",
+        "not-converged",
+    ]
+    assert failing_checks(**{**ok, "concurrent_consume_ms": 1}) == ["orderly"]
+    assert failing_checks(**{**ok, "orderly": False, "concurrent_consume_ms": 1}) == []
+    assert failing_checks(**{**ok, "convergence": [entry(False)], "server_assigned": True}) == []
 
 
 def test_causes() -> None:

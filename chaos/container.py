@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,15 @@ def source_digest(root: Path | None = None) -> str:
 
 def _docker_sync(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
+def _docker_control(cmd: list[str]) -> None:
+    """One control command (pause, unpause, kill); its failure is the container's state to show, and
+    the supervisor's refresh sees it."""
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30
+        )
 
 
 async def _exec(*cmd: str, timeout_s: float) -> tuple[int, str, str]:
@@ -281,7 +291,7 @@ class ContainerSupervisor(Supervisor):
         self.label = label
         self.free_ips: list[str] = []
         self.containers: list[str] = []
-        self._controls: dict[str, subprocess.Popen[bytes]] = {}
+        self._lanes: dict[str, ThreadPoolExecutor] = {}
 
     def add(self, node: str, role: str, module: str, args: list[str] | None = None, **kw: Any) -> Member:
         m = super().add(node, role, module, args, **kw)
@@ -344,24 +354,17 @@ class ContainerSupervisor(Supervisor):
             *role,
         ]
 
-    def _control(self, m: Member, *args: str, wait: bool = False) -> None:
-        """Start a ``docker`` control command for the member's container, after its previous one."""
+    def _control(self, m: Member, *args: str) -> None:
+        """Queue a ``docker`` control command for the member's container and return at once.
+
+        Each node has one lane, a single worker thread, so its commands run in the order given (pause
+        before unpause, unpause before a SIGTERM) while the caller, the runner's event loop, never waits
+        for the engine."""
         assert isinstance(m, ContainerMember)
-        prev = self._controls.get(m.node)
-        if prev is not None and prev.poll() is None:
-            # Orders pause before unpause; the previous command is almost always done by now.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                prev.wait(timeout=10)
-        proc = subprocess.Popen(
-            ["docker", *args, m.container],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self._controls[m.node] = proc
-        if wait:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+        lane = self._lanes.get(m.node)
+        if lane is None:
+            lane = self._lanes[m.node] = ThreadPoolExecutor(1, thread_name_prefix=f"docker-{m.node}")
+        lane.submit(_docker_control, ["docker", *args, m.container])
 
     def _signal(self, m: Member, sig: int) -> None:
         if m.proc is None or not isinstance(m, ContainerMember) or not m.container:
@@ -373,7 +376,7 @@ class ContainerSupervisor(Supervisor):
                 self._control(m, "unpause")
         else:
             if m.state == "paused" and sig != signal.SIGKILL:
-                self._control(m, "unpause", wait=True)  # a frozen container cannot act on SIGTERM
+                self._control(m, "unpause")  # a frozen container cannot act on SIGTERM
             self._control(m, "kill", "--signal", signal.Signals(sig).name)
 
     def remove_all(self) -> None:
@@ -387,9 +390,9 @@ class ContainerSupervisor(Supervisor):
         try:
             super().close(timeout_s)
         finally:
-            for p in self._controls.values():
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=10)
+            lanes, self._lanes = self._lanes, {}
+            for lane in lanes.values():
+                lane.shutdown(wait=True)  # every queued command has run before the containers go
             self.remove_all()
 
 

@@ -112,7 +112,10 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
     def _now_ms(self) -> int:
         return time.monotonic_ns() // 1_000_000
 
-    def _session(self, context: Any, *, create: bool = True) -> ClientSession:
+    def _session(self, context: Any, *, create: bool = True, life_sign: bool = False) -> ClientSession:
+        """The calling client's session. Only a heartbeat or settings on the telemetry stream are signs of
+        life (``life_sign``), as in RocketMQ 5's proxy, where they alone register the client's channel
+        anew (ClientActivity): a client that only receives, acks or sends is still dropped at the expiry."""
         client_id = _meta(context).get(CLIENT_ID_KEY, "")
         if not client_id:
             raise ProxyError(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_KEY} header is missing")
@@ -122,7 +125,8 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
                 raise ProxyError(Code.UNRECOGNIZED_CLIENT_TYPE, "no settings received from this client yet")
             session = ClientSession(client_id, RemotingClient(log=self.log), self._now_ms())
             self.sessions[client_id] = session
-        session.last_seen_ms = self._now_ms()
+        elif life_sign:
+            session.last_seen_ms = self._now_ms()
         return session
 
     async def _route(self, topic: str) -> TopicRouteData:
@@ -351,7 +355,7 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
 
     @answers(svc.HeartbeatResponse)
     async def Heartbeat(self, request: Any, context: Any) -> Any:
-        session = self._session(context, create=False)
+        session = self._session(context, create=False, life_sign=True)
         if session.settings is None:
             raise ProxyError(Code.UNRECOGNIZED_CLIENT_TYPE, "no settings received from this client yet")
         if session.settings.client_type in convert.CONSUMER_TYPES:
@@ -374,6 +378,7 @@ class MessagingService(MessagingServiceServicer):  # type: ignore[misc]
                     raise ProxyError(
                         Code.UNRECOGNIZED_CLIENT_TYPE, f"client type {settings.client_type} is not served"
                     )
+                session = self._session(context, life_sign=True)  # anew, if it expired meanwhile
                 session.settings = settings
                 await self._register(session)
                 answer = convert.answer_settings(settings)

@@ -469,3 +469,31 @@ async def test_routes_are_cached_and_refreshed_in_the_background(tmp_path: Any) 
             while not counts or counts[-1] != 8:
                 await count()
                 await asyncio.sleep(0.05)
+
+
+async def test_only_heartbeats_and_settings_keep_a_client_from_expiring(tmp_path: Any) -> None:
+    """RocketMQ 5's proxy registers a client's channel anew on a heartbeat or on settings
+    (ClientActivity), never on a send, receive or ack: a client that keeps sending but stopped its
+    heartbeats expires at the channel expiry, while one that keeps heartbeating stays."""
+    # 0.05: the 120 s expiry is 6 s of wall time, the 10 s scan half a second.
+    async with make_lab(tmp_path, time_scale=0.05) as lab:
+        sender, beating = "10.0.0.1@21@0@sender", "10.0.0.1@22@0@beating"
+        await lab.settings(consumer_settings(), sender)
+        await lab.settings(consumer_settings(), beating)
+
+        def expired() -> set[str]:
+            return {e["client_id"] for e in proxy_events(lab, "proxy_client_expired")}
+
+        async def keep_calling() -> None:
+            while sender not in expired():
+                await send(lab, sender, "still here")
+                hb = await lab.stub.Heartbeat(
+                    svc.HeartbeatRequest(group=pb.Resource(name="G"), client_type=pb.SIMPLE_CONSUMER),
+                    metadata=lab.meta(beating),
+                )
+                assert hb.status.code == Code.OK, hb
+                await asyncio.sleep(0.2)
+
+        await asyncio.wait_for(keep_calling(), 30)
+        assert expired() == {sender}
+        assert await lab.members("G") == [beating]

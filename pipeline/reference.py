@@ -21,11 +21,16 @@ from pipeline.contract import (
     CLIENT_NODE_EVENTS,
     CLOSING_ACTIONS,
     CONSUMER_GROUP_EVENTS,
+    INT,
+    INT64_MAX,
+    INT64_MIN,
     MEMBERS_EVENT,
     ORDERLY,
     RETRY_PREFIX,
     SERVER_ASSIGNMENT,
+    STR,
     UNPAUSING_ACTIONS,
+    FieldType,
     cause_text,
     has_type,
     join_causes,
@@ -45,18 +50,18 @@ Queue = tuple[str, str]  # (topic, "broker:queue_id")
 OwnerKey = tuple[str, str, str, str]  # (group, client_id, topic, "broker:queue_id")
 
 
-@dataclass(frozen=True)
 class Event:
-    """A well-formed line with its place in the event order."""
+    """A well-formed line with its place in the event order. Its event name is an attribute of its own:
+    every definition below tests it, many times per line."""
 
-    ts: int
-    rel: str
-    line: int
-    rec: dict[str, Any]
+    __slots__ = ("event", "line", "rec", "rel", "ts")
 
-    @property
-    def event(self) -> str:
-        return self.rec["event"]
+    def __init__(self, ts: int, rel: str, line: int, rec: dict[str, Any]) -> None:
+        self.ts, self.rel, self.line, self.rec = ts, rel, line, rec
+        self.event: str = rec["event"]
+
+    def __repr__(self) -> str:
+        return f"Event({self.rel}:{self.line} {self.event} ts={self.ts})"
 
     def get(self, name: str) -> Any:
         return self.rec.get(name)
@@ -90,12 +95,43 @@ def parse_line(text: str) -> dict[str, Any] | None:
     suspect = "\\u" in text or not text.isascii()
     if not isinstance(rec, dict) or (suspect and _has_lone_surrogate(rec)):
         return None
-    for name, ftype in required_fields(rec).items():
+    event = rec.get("event")
+    if type(event) is not str:
+        return None
+    strs, ints, others = _field_checks(event, rec)
+    for name in strs:
+        if type(rec.get(name)) is not str:  # a missing field is None, never of a type
+            return None
+    for name in ints:
+        value = rec.get(name)
+        if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
+            return None
+    for name, ftype in others:
         if name not in rec or not has_type(rec[name], ftype):
             return None
-    if rec["event"] == MEMBERS_EVENT and rebalance_members(rec) is None:
+    if event == MEMBERS_EVENT and rebalance_members(rec) is None:
         return None
     return rec
+
+
+_Checks = tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, FieldType], ...]]
+_CHECKS: dict[str, _Checks] = {}  # by event name: its required fields split by type
+
+
+def _field_checks(event: str, rec: dict[str, Any]) -> _Checks:
+    """The contract's required fields of a line (``required_fields``) as string, int and other fields;
+    cached per event name, but for nemesis lines, whose fields depend on their target's role."""
+    checks = _CHECKS.get(event)
+    if checks is None:
+        fields = required_fields(rec)
+        checks = (
+            tuple(n for n, t in fields.items() if t is STR),
+            tuple(n for n, t in fields.items() if t is INT),
+            tuple((n, t) for n, t in fields.items() if t is not STR and t is not INT),
+        )
+        if event != "nemesis":
+            _CHECKS[event] = checks
+    return checks
 
 
 def iter_lines(path: str) -> Iterator[tuple[int, str]]:
@@ -115,7 +151,7 @@ def load_files(files: Iterable[RunFile]) -> tuple[list[Event], int]:
     malformed = 0
     for run_file in files:
         for number, text in iter_lines(run_file.path):
-            if is_blank(text):
+            if text[:1] != "{" and is_blank(text):
                 continue
             rec = parse_line(text)
             if rec is None:

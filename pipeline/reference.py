@@ -82,13 +82,20 @@ def _has_lone_surrogate(value: Any) -> bool:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # json.loads would build one per line
+_SCAN = _DECODER.scan_once
+_JSON_BLANK = re.compile(r"[ \t\n\r]*")  # the whitespace json's decode() skips around a value
 
 
 def parse_line(text: str) -> dict[str, Any] | None:
     """The decoded line when it is well-formed by EVENTS.md, else None (malformed)."""
+    # json's decode() without its two wrappers: skip JSON whitespace, scan one value, allow only JSON
+    # whitespace after it (the same accepted texts, the same values)
+    start = 0 if text[:1] == "{" else _JSON_BLANK.match(text).end()  # type: ignore[union-attr]
     try:
-        rec = _DECODER.decode(text)
-    except (ValueError, RecursionError):
+        rec, end = _SCAN(text, start)
+    except (StopIteration, ValueError, RecursionError):
+        return None
+    if end != len(text) and _JSON_BLANK.match(text, end).end() != len(text):  # type: ignore[union-attr]
         return None
     # A lone surrogate in the decoded values comes from a JSON escape (backslash, u) or from a non-ASCII
     # character of the text: ASCII lines without an escape, nearly all, skip the walk over every value.
@@ -256,6 +263,7 @@ class RunModel:
         for iv in self.intervals:
             self.intervals_by_queue[(iv.group, iv.topic, iv.queue)].append(iv)
         self._converged_cache: dict[tuple[str, int], bool] = {}
+        self._consumed: dict[str, list[Event]] = {}
 
     # -- state at t ---------------------------------------------------------------------------------
 
@@ -413,12 +421,16 @@ class RunModel:
         return own | {f"{RETRY_PREFIX}{group}_{t}" for t in own if not t.startswith(RETRY_PREFIX)}
 
     def consumed_lines(self, group: str) -> list[Event]:
-        topics = self.consumption_topics(group)
-        return [
-            e
-            for e in self.events
-            if e.event == "message_consumed" and e.get("group") == group and e.get("topic") in topics
-        ]
+        """The group's consumption lines, in event order (found once: four metrics read them)."""
+        lines = self._consumed.get(group)
+        if lines is None:
+            topics = self.consumption_topics(group)
+            lines = self._consumed[group] = [
+                e
+                for e in self.events
+                if e.event == "message_consumed" and e.get("group") == group and e.get("topic") in topics
+            ]
+        return lines
 
     def concurrent_consume_ms(self, group: str) -> int:
         per_queue: dict[Queue, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
@@ -426,15 +438,9 @@ class RunModel:
             if e.get("started_ms") < e.ts:
                 queue = (e.get("topic"), queue_key(e.get("broker"), e.get("queue_id")))
                 per_queue[queue][e.get("client_id")].append((e.get("started_ms"), e.ts))
-        total = 0
-        for clients in per_queue.values():
-            unions = {c: _union(spans) for c, spans in clients.items()}
-            bounds = sorted({x for spans in unions.values() for span in spans for x in span})
-            for a, b in itertools.pairwise(bounds):
-                busy = sum(_covers(spans, a) for spans in unions.values())
-                if busy >= 2:
-                    total += b - a
-        return total
+        return sum(
+            _covered_twice([_union(spans) for spans in clients.values()]) for clients in per_queue.values()
+        )
 
     def order_violations(self, group: str) -> int:
         highest: dict[int, int] = {}
@@ -564,8 +570,21 @@ def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-def _covers(spans: list[tuple[int, int]], t: int) -> bool:
-    return any(s <= t < e for s, e in spans)
+def _covered_twice(unions: list[list[tuple[int, int]]]) -> int:
+    """Total length of the elementary segments between the spans' bounds that at least two of the unions
+    cover (each union's spans disjoint): the number covering a segment is the sum of +1 at each span's
+    start and -1 at each span's end up to the segment's start."""
+    delta: dict[int, int] = defaultdict(int)
+    for spans in unions:
+        for start, end in spans:
+            delta[start] += 1
+            delta[end] -= 1
+    total = busy = 0
+    for a, b in itertools.pairwise(sorted(delta)):
+        busy += delta[a]
+        if busy >= 2:
+            total += b - a
+    return total
 
 
 def summarize(events: list[Event], malformed: int, model: RunModel | None = None) -> dict[str, Any]:

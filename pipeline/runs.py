@@ -256,6 +256,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+MAX_TICK_LABELS = 60  # categories named under a plot of index.html; more are only counted
+
+
 def metric_plots(columns: list[str], rows: list[dict[str, Any]], limit: int = 24) -> list[tuple[str, str]]:
     """(title, png) per metric and experiment parameter that varies across runs: the metric of every
     group of every run against the parameter (numbers on an axis, other values as categories). Without
@@ -284,10 +287,14 @@ def metric_plots(columns: list[str], rows: list[dict[str, Any]], limit: int = 24
                 series[group].append((x if numeric else cats.index(str(x)), y))
             for group, xy in sorted(series.items(), key=lambda kv: str(kv[0])):
                 ax.scatter([p[0] for p in xy], [p[1] for p in xy], s=14, label=str(group), alpha=0.75)
-            if not numeric:
-                ax.set_xticks(range(len(cats)), cats, rotation=45, ha="right", fontsize=7)
             name = param.removeprefix("param.")
-            ax.set_xlabel(name)
+            if not numeric and len(cats) <= MAX_TICK_LABELS:
+                ax.set_xticks(range(len(cats)), cats, rotation=45, ha="right", fontsize=7)
+                ax.set_xlabel(name)
+            elif not numeric:  # unreadable as labels, and laying them out costs seconds per plot
+                ax.set_xlabel(f"{name} (its {len(cats)} values in sorted order)")
+            else:
+                ax.set_xlabel(name)
             ax.set_ylabel(metric)
             ax.set_title(f"{metric} by {name}", fontsize=10)
             if len(series) > 1:

@@ -10,7 +10,7 @@ import json
 import math
 import os
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -407,18 +407,27 @@ def render_index(result: RootResult, columns: list[str], rows: list[dict[str, An
 
 
 def write_outputs(
-    spark: SparkSession, result: RootResult, out: Path, *, reports: bool, title: str
+    spark: SparkSession,
+    result: RootResult,
+    out: Path,
+    *,
+    reports: bool,
+    title: str,
+    written: Collection[str] = (),
 ) -> dict[str, str]:
     """Every run's summary.json (and report.html) under out/<run>, the runs table and index.html.
-    Returns the runs whose report could not be written, with why (their summaries are written)."""
+    Returns the runs whose report could not be written, with why (their summaries are written).
+    `written`: runs whose summary.json is in out/<run> already, as this would write it (a sweep's
+    tasks write theirs)."""
     from pipeline.report import write_report
 
     failures: dict[str, str] = {}
     for run in result.runs:
         run_out = out / run.rel
-        run_out.mkdir(parents=True, exist_ok=True)
         summary = result.summaries[run.rel]
-        (run_out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        if run.rel not in written:
+            run_out.mkdir(parents=True, exist_ok=True)
+            (run_out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         if reports:
             try:
                 write_report(

@@ -43,6 +43,7 @@ from pipeline.contract import (
 )
 from pipeline.discover import RunFile, discover
 
+_MODEL_EVENTS = frozenset((*CLIENT_NODE_EVENTS, SERVER_ASSIGNMENT))  # the lines RunModel's index reads
 _BLANK = re.compile(r"[ \t\n\x0b\x0c\r]*")
 _INF = 2**62
 
@@ -232,24 +233,30 @@ class RunModel:
         self.server_assigned: set[str] = set()
         self.pop_assigned: set[str] = set()
         for e in events:
-            if e.event in CONSUMER_GROUP_EVENTS:
-                self.groups.add(e.get("group"))
-                self.group_clients[e.get("group")].add(e.get("client_id"))
-            if e.event in CLIENT_NODE_EVENTS:
-                self.client_nodes[e.get("client_id")].add(e.rec["node"])
-            if e.event == "rebalance":
-                self.group_topics[e.get("group")].add(e.get("topic"))
-            if e.event == SERVER_ASSIGNMENT:
-                self.group_topics[e.get("group")].add(e.get("topic"))
-                self.server_assigned.add(e.get("group"))
-                if e.get("pop") and not e.get("topic").startswith(RETRY_PREFIX):
-                    self.pop_assigned.add(e.get("group"))
-            if e.event == "topic_route":
-                topic_queues[e.get("topic")].update(e.get("queues"))
+            ev = e.event
+            if ev not in _MODEL_EVENTS:  # most lines (sends, pulls, offsets) name no member or queue
+                continue
+            get = e.rec.get
+            if ev in CONSUMER_GROUP_EVENTS:
+                self.groups.add(get("group"))
+                self.group_clients[get("group")].add(get("client_id"))
+            if ev in CLIENT_NODE_EVENTS:
+                self.client_nodes[get("client_id")].add(e.rec["node"])
+            if ev == "rebalance":
+                self.group_topics[get("group")].add(get("topic"))
+            if ev == SERVER_ASSIGNMENT:
+                self.group_topics[get("group")].add(get("topic"))
+                self.server_assigned.add(get("group"))
+                if get("pop") and not get("topic").startswith(RETRY_PREFIX):
+                    self.pop_assigned.add(get("group"))
+            if ev == "topic_route":
+                topic_queues[get("topic")].update(get("queues"))
         added: dict[str, set[Queue]] = defaultdict(set)
         for e in events:
-            if e.event == "mq_added" and e.get("topic") in self.group_topics[e.get("group")]:
-                added[e.get("group")].add((e.get("topic"), queue_key(e.get("broker"), e.get("queue_id"))))
+            if e.event == "mq_added":
+                get = e.rec.get
+                if get("topic") in self.group_topics[get("group")]:
+                    added[get("group")].add((get("topic"), queue_key(get("broker"), get("queue_id"))))
         self.universe: dict[str, set[Queue]] = {
             g: added[g]
             if g in self.server_assigned

@@ -21,11 +21,16 @@ from pipeline.contract import (
     CLIENT_NODE_EVENTS,
     CLOSING_ACTIONS,
     CONSUMER_GROUP_EVENTS,
+    INT,
+    INT64_MAX,
+    INT64_MIN,
     MEMBERS_EVENT,
     ORDERLY,
     RETRY_PREFIX,
     SERVER_ASSIGNMENT,
+    STR,
     UNPAUSING_ACTIONS,
+    FieldType,
     cause_text,
     has_type,
     join_causes,
@@ -38,6 +43,7 @@ from pipeline.contract import (
 )
 from pipeline.discover import RunFile, discover
 
+_MODEL_EVENTS = frozenset((*CLIENT_NODE_EVENTS, SERVER_ASSIGNMENT))  # the lines RunModel's index reads
 _BLANK = re.compile(r"[ \t\n\x0b\x0c\r]*")
 _INF = 2**62
 
@@ -45,18 +51,18 @@ Queue = tuple[str, str]  # (topic, "broker:queue_id")
 OwnerKey = tuple[str, str, str, str]  # (group, client_id, topic, "broker:queue_id")
 
 
-@dataclass(frozen=True)
 class Event:
-    """A well-formed line with its place in the event order."""
+    """A well-formed line with its place in the event order. Its event name is an attribute of its own:
+    every definition below tests it, many times per line."""
 
-    ts: int
-    rel: str
-    line: int
-    rec: dict[str, Any]
+    __slots__ = ("event", "line", "rec", "rel", "ts")
 
-    @property
-    def event(self) -> str:
-        return self.rec["event"]
+    def __init__(self, ts: int, rel: str, line: int, rec: dict[str, Any]) -> None:
+        self.ts, self.rel, self.line, self.rec = ts, rel, line, rec
+        self.event: str = rec["event"]
+
+    def __repr__(self) -> str:
+        return f"Event({self.rel}:{self.line} {self.event} ts={self.ts})"
 
     def get(self, name: str) -> Any:
         return self.rec.get(name)
@@ -77,25 +83,63 @@ def _has_lone_surrogate(value: Any) -> bool:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # json.loads would build one per line
+_SCAN = _DECODER.scan_once
+_JSON_BLANK = re.compile(r"[ \t\n\r]*")  # the whitespace json's decode() skips around a value
 
 
 def parse_line(text: str) -> dict[str, Any] | None:
     """The decoded line when it is well-formed by EVENTS.md, else None (malformed)."""
+    # json's decode() without its two wrappers: skip JSON whitespace, scan one value, allow only JSON
+    # whitespace after it (the same accepted texts, the same values)
+    start = 0 if text[:1] == "{" else _JSON_BLANK.match(text).end()  # type: ignore[union-attr]
     try:
-        rec = _DECODER.decode(text)
-    except (ValueError, RecursionError):
+        rec, end = _SCAN(text, start)
+    except (StopIteration, ValueError, RecursionError):
+        return None
+    if end != len(text) and _JSON_BLANK.match(text, end).end() != len(text):  # type: ignore[union-attr]
         return None
     # A lone surrogate in the decoded values comes from a JSON escape (backslash, u) or from a non-ASCII
     # character of the text: ASCII lines without an escape, nearly all, skip the walk over every value.
     suspect = "\\u" in text or not text.isascii()
     if not isinstance(rec, dict) or (suspect and _has_lone_surrogate(rec)):
         return None
-    for name, ftype in required_fields(rec).items():
+    event = rec.get("event")
+    if type(event) is not str:
+        return None
+    strs, ints, others = _field_checks(event, rec)
+    for name in strs:
+        if type(rec.get(name)) is not str:  # a missing field is None, never of a type
+            return None
+    for name in ints:
+        value = rec.get(name)
+        if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
+            return None
+    for name, ftype in others:
         if name not in rec or not has_type(rec[name], ftype):
             return None
-    if rec["event"] == MEMBERS_EVENT and rebalance_members(rec) is None:
+    if event == MEMBERS_EVENT and rebalance_members(rec) is None:
         return None
     return rec
+
+
+_Checks = tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, FieldType], ...]]
+_CHECKS: dict[str, _Checks] = {}  # by event name: its required fields split by type
+
+
+def _field_checks(event: str, rec: dict[str, Any]) -> _Checks:
+    """The contract's required fields of a line (``required_fields``) as string, int and other fields;
+    cached per event name, but for nemesis lines, whose fields depend on their target's role."""
+    checks = _CHECKS.get(event)
+    if checks is None:
+        fields = required_fields(rec)
+        checks = (
+            tuple(n for n, t in fields.items() if t is STR),
+            tuple(n for n, t in fields.items() if t is INT),
+            tuple((n, t) for n, t in fields.items() if t is not STR and t is not INT),
+        )
+        if event != "nemesis":
+            _CHECKS[event] = checks
+    return checks
 
 
 def iter_lines(path: str) -> Iterator[tuple[int, str]]:
@@ -115,7 +159,7 @@ def load_files(files: Iterable[RunFile]) -> tuple[list[Event], int]:
     malformed = 0
     for run_file in files:
         for number, text in iter_lines(run_file.path):
-            if is_blank(text):
+            if text[:1] != "{" and is_blank(text):
                 continue
             rec = parse_line(text)
             if rec is None:
@@ -189,24 +233,30 @@ class RunModel:
         self.server_assigned: set[str] = set()
         self.pop_assigned: set[str] = set()
         for e in events:
-            if e.event in CONSUMER_GROUP_EVENTS:
-                self.groups.add(e.get("group"))
-                self.group_clients[e.get("group")].add(e.get("client_id"))
-            if e.event in CLIENT_NODE_EVENTS:
-                self.client_nodes[e.get("client_id")].add(e.rec["node"])
-            if e.event == "rebalance":
-                self.group_topics[e.get("group")].add(e.get("topic"))
-            if e.event == SERVER_ASSIGNMENT:
-                self.group_topics[e.get("group")].add(e.get("topic"))
-                self.server_assigned.add(e.get("group"))
-                if e.get("pop") and not e.get("topic").startswith(RETRY_PREFIX):
-                    self.pop_assigned.add(e.get("group"))
-            if e.event == "topic_route":
-                topic_queues[e.get("topic")].update(e.get("queues"))
+            ev = e.event
+            if ev not in _MODEL_EVENTS:  # most lines (sends, pulls, offsets) name no member or queue
+                continue
+            get = e.rec.get
+            if ev in CONSUMER_GROUP_EVENTS:
+                self.groups.add(get("group"))
+                self.group_clients[get("group")].add(get("client_id"))
+            if ev in CLIENT_NODE_EVENTS:
+                self.client_nodes[get("client_id")].add(e.rec["node"])
+            if ev == "rebalance":
+                self.group_topics[get("group")].add(get("topic"))
+            if ev == SERVER_ASSIGNMENT:
+                self.group_topics[get("group")].add(get("topic"))
+                self.server_assigned.add(get("group"))
+                if get("pop") and not get("topic").startswith(RETRY_PREFIX):
+                    self.pop_assigned.add(get("group"))
+            if ev == "topic_route":
+                topic_queues[get("topic")].update(get("queues"))
         added: dict[str, set[Queue]] = defaultdict(set)
         for e in events:
-            if e.event == "mq_added" and e.get("topic") in self.group_topics[e.get("group")]:
-                added[e.get("group")].add((e.get("topic"), queue_key(e.get("broker"), e.get("queue_id"))))
+            if e.event == "mq_added":
+                get = e.rec.get
+                if get("topic") in self.group_topics[get("group")]:
+                    added[get("group")].add((get("topic"), queue_key(get("broker"), get("queue_id"))))
         self.universe: dict[str, set[Queue]] = {
             g: added[g]
             if g in self.server_assigned
@@ -220,6 +270,7 @@ class RunModel:
         for iv in self.intervals:
             self.intervals_by_queue[(iv.group, iv.topic, iv.queue)].append(iv)
         self._converged_cache: dict[tuple[str, int], bool] = {}
+        self._consumed: dict[str, list[Event]] = {}
 
     # -- state at t ---------------------------------------------------------------------------------
 
@@ -377,12 +428,16 @@ class RunModel:
         return own | {f"{RETRY_PREFIX}{group}_{t}" for t in own if not t.startswith(RETRY_PREFIX)}
 
     def consumed_lines(self, group: str) -> list[Event]:
-        topics = self.consumption_topics(group)
-        return [
-            e
-            for e in self.events
-            if e.event == "message_consumed" and e.get("group") == group and e.get("topic") in topics
-        ]
+        """The group's consumption lines, in event order (found once: four metrics read them)."""
+        lines = self._consumed.get(group)
+        if lines is None:
+            topics = self.consumption_topics(group)
+            lines = self._consumed[group] = [
+                e
+                for e in self.events
+                if e.event == "message_consumed" and e.get("group") == group and e.get("topic") in topics
+            ]
+        return lines
 
     def concurrent_consume_ms(self, group: str) -> int:
         per_queue: dict[Queue, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
@@ -390,15 +445,9 @@ class RunModel:
             if e.get("started_ms") < e.ts:
                 queue = (e.get("topic"), queue_key(e.get("broker"), e.get("queue_id")))
                 per_queue[queue][e.get("client_id")].append((e.get("started_ms"), e.ts))
-        total = 0
-        for clients in per_queue.values():
-            unions = {c: _union(spans) for c, spans in clients.items()}
-            bounds = sorted({x for spans in unions.values() for span in spans for x in span})
-            for a, b in itertools.pairwise(bounds):
-                busy = sum(_covers(spans, a) for spans in unions.values())
-                if busy >= 2:
-                    total += b - a
-        return total
+        return sum(
+            _covered_twice([_union(spans) for spans in clients.values()]) for clients in per_queue.values()
+        )
 
     def order_violations(self, group: str) -> int:
         highest: dict[int, int] = {}
@@ -528,8 +577,21 @@ def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-def _covers(spans: list[tuple[int, int]], t: int) -> bool:
-    return any(s <= t < e for s, e in spans)
+def _covered_twice(unions: list[list[tuple[int, int]]]) -> int:
+    """Total length of the elementary segments between the spans' bounds that at least two of the unions
+    cover (each union's spans disjoint): the number covering a segment is the sum of +1 at each span's
+    start and -1 at each span's end up to the segment's start."""
+    delta: dict[int, int] = defaultdict(int)
+    for spans in unions:
+        for start, end in spans:
+            delta[start] += 1
+            delta[end] -= 1
+    total = busy = 0
+    for a, b in itertools.pairwise(sorted(delta)):
+        busy += delta[a]
+        if busy >= 2:
+            total += b - a
+    return total
 
 
 def summarize(events: list[Event], malformed: int, model: RunModel | None = None) -> dict[str, Any]:

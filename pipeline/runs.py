@@ -10,7 +10,7 @@ import json
 import math
 import os
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -256,6 +256,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+MAX_TICK_LABELS = 60  # categories named under a plot of index.html; more are only counted
+
+
 def metric_plots(columns: list[str], rows: list[dict[str, Any]], limit: int = 24) -> list[tuple[str, str]]:
     """(title, png) per metric and experiment parameter that varies across runs: the metric of every
     group of every run against the parameter (numbers on an axis, other values as categories). Without
@@ -284,10 +287,14 @@ def metric_plots(columns: list[str], rows: list[dict[str, Any]], limit: int = 24
                 series[group].append((x if numeric else cats.index(str(x)), y))
             for group, xy in sorted(series.items(), key=lambda kv: str(kv[0])):
                 ax.scatter([p[0] for p in xy], [p[1] for p in xy], s=14, label=str(group), alpha=0.75)
-            if not numeric:
-                ax.set_xticks(range(len(cats)), cats, rotation=45, ha="right", fontsize=7)
             name = param.removeprefix("param.")
-            ax.set_xlabel(name)
+            if not numeric and len(cats) <= MAX_TICK_LABELS:
+                ax.set_xticks(range(len(cats)), cats, rotation=45, ha="right", fontsize=7)
+                ax.set_xlabel(name)
+            elif not numeric:  # unreadable as labels, and laying them out costs seconds per plot
+                ax.set_xlabel(f"{name} (its {len(cats)} values in sorted order)")
+            else:
+                ax.set_xlabel(name)
             ax.set_ylabel(metric)
             ax.set_title(f"{metric} by {name}", fontsize=10)
             if len(series) > 1:
@@ -400,18 +407,27 @@ def render_index(result: RootResult, columns: list[str], rows: list[dict[str, An
 
 
 def write_outputs(
-    spark: SparkSession, result: RootResult, out: Path, *, reports: bool, title: str
+    spark: SparkSession,
+    result: RootResult,
+    out: Path,
+    *,
+    reports: bool,
+    title: str,
+    written: Collection[str] = (),
 ) -> dict[str, str]:
     """Every run's summary.json (and report.html) under out/<run>, the runs table and index.html.
-    Returns the runs whose report could not be written, with why (their summaries are written)."""
+    Returns the runs whose report could not be written, with why (their summaries are written).
+    `written`: runs whose summary.json is in out/<run> already, as this would write it (a sweep's
+    tasks write theirs)."""
     from pipeline.report import write_report
 
     failures: dict[str, str] = {}
     for run in result.runs:
         run_out = out / run.rel
-        run_out.mkdir(parents=True, exist_ok=True)
         summary = result.summaries[run.rel]
-        (run_out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        if run.rel not in written:
+            run_out.mkdir(parents=True, exist_ok=True)
+            (run_out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         if reports:
             try:
                 write_report(

@@ -153,7 +153,10 @@ def analyse_sweep(
         rel_of = {run_prefix(i): run.rel for i, run in enumerate(in_spark)}
         moves.update(((rel_of[p], g), n) for (p, g), n in (by_spark.extra or {}).items())
     with progress.stage("runs table"):
-        write_outputs(spark, result, out, reports=False, title=f"Runs of sweep {sweep['name']}")
+        written = set(result.summaries) - {run.rel for run in in_spark}  # read from the tasks' files
+        write_outputs(
+            spark, result, out, reports=False, title=f"Runs of sweep {sweep['name']}", written=written
+        )
     _columns, rows = table_rows(result)
     for r in rows:
         if r["group"] is None:

@@ -12,8 +12,12 @@ process (the simulation alone), and ``rmq-analyze`` on the sweep's output (the S
 runs, which the sweep used for every run before its tasks analysed their own runs; skip it with
 ``--no-spark-baseline``).
 
+The driver's share at 1,000 runs is measured, not extrapolated (``--driver-runs``, default 1,000): the
+sweep's first run is copied (hard links, a marker per copy) into a tree of that many finished runs, and
+``rmq-sim sweep`` on it only starts Spark, gathers the tasks' summaries and writes the tables.
+
     python scripts/bench/sweep.py                 # 1,000 runs
-    python scripts/bench/sweep.py --runs 40       # fewer, extrapolated
+    python scripts/bench/sweep.py --runs 40       # fewer, extrapolated (and the driver's part at 1,000)
     python scripts/bench/sweep.py --sweep sweeps/broker-policies.toml   # time any sweep file
 """
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -153,6 +158,36 @@ def run_sweep(path: Path, out: Path) -> dict[str, Any]:
     }
 
 
+def driver_only(out: Path, tmp: Path, runs: int) -> dict[str, Any]:
+    """rmq-sim sweep over `runs` finished copies of the sweep's first run: Spark's start and the driver's
+    gathering and tables, without a simulation."""
+    from sim.sweep import COMPLETE, parse_sweep
+    from sim.sweep_run import prepare
+
+    first = min(out.glob(f"*/seed-*/{COMPLETE}")).parent
+    marker = json.loads((first / COMPLETE).read_text())
+    root, path = tmp / "driver", tmp / "driver.toml"
+    path.write_text(sweep_file(runs))
+    sweep = parse_sweep(path.read_text(), str(path))
+    prepare(sweep, root)
+    for spec in sweep.runs():
+        copy = root / spec.rel
+        shutil.copytree(first, copy, copy_function=os.link, ignore=shutil.ignore_patterns(COMPLETE))
+        (copy / COMPLETE).write_text(json.dumps({**marker, "run": spec.rel, "seed": spec.seed}))
+    got = _timed([sys.executable, "-m", "sim", "sweep", str(path), "--out", str(root)], "analysed in their")
+    start = got.get("at", got["wall_s"])
+    return {
+        "runs": runs,
+        "exit": got["exit"],
+        "wall_s": round(got["wall_s"], 1),
+        "cpu_s": got["cpu_s"],
+        "spark_start_wall_s": round(start, 1),
+        "spark_start_cpu_s": got.get("cpu_at"),
+        "tables_wall_s": round(got["wall_s"] - start, 1),
+        "tables_cpu_s": round(got["cpu_s"] - got.get("cpu_at", got["cpu_s"]), 2),
+    }
+
+
 def spark_analysis(out: Path, tmp: Path) -> dict[str, Any]:
     """rmq-analyze on the sweep's output: the Spark analysis of many runs, timed the same way."""
     got = _timed([sys.executable, "-m", "pipeline", str(out), "--out", str(tmp / "spark"), "--no-report"])
@@ -184,6 +219,12 @@ def main() -> int:
     p.add_argument(
         "--no-spark-baseline", action="store_true", help="do not time rmq-analyze on the sweep's output"
     )
+    p.add_argument(
+        "--driver-runs",
+        type=int,
+        default=1000,
+        help="time the driver's part over this many finished copies of a run (0: skip; default 1000)",
+    )
     args = p.parse_args()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="rmq-bench-sweep-") as tmp_name:
@@ -198,6 +239,7 @@ def main() -> int:
         measured = run_sweep(path, out)
         load_after = os.getloadavg()
         spark = None if args.no_spark_baseline else spark_analysis(out, tmp)
+        driver = driver_only(out, tmp, args.driver_runs) if args.driver_runs and args.sweep is None else None
     result: dict[str, Any] = {
         "benchmark": "rmq-sim sweep, local mode",
         "sweep": str(args.sweep) if args.sweep else "one point: 10 consumers, 600 s RocketMQ time, N seeds",
@@ -208,6 +250,7 @@ def main() -> int:
         **measured,
         "baseline_one_run_rmq_sim_run": base,
         "baseline_rmq_analyze_of_the_sweep_output": spark,
+        "driver_only": driver,
     }
     if runs and measured["exit"] in (0, 1):
         tasks = measured["simulation_cpu_s_in_tasks"] + measured["analysis_cpu_s_in_tasks"]
@@ -228,10 +271,21 @@ def main() -> int:
         result["lower_bound_1000_runs_wall_s_idle_cores"] = round(
             tasks * 1000 / runs / (os.cpu_count() or 1), 0
         )
+        if driver is not None and driver["exit"] == 0 and measured["tasks_cpu_s"] is not None:
+            # the task phase less Spark's start (measured in the driver-only run) grows with the runs;
+            # the driver-only run is Spark's start and the tables at its number of runs
+            per_run = (measured["tasks_cpu_s"] - (driver["spark_start_cpu_s"] or 0)) / runs
+            result["task_phase_cpu_s_per_run"] = round(per_run, 3)
+            estimate = driver["cpu_s"] + per_run * driver["runs"]
+            result[f"estimated_{driver['runs']}_runs_cpu_s"] = round(estimate, 0)
+            result[f"estimated_{driver['runs']}_runs_wall_s_idle_cores"] = round(
+                estimate / (os.cpu_count() or 1), 0
+            )
         result["extrapolation_note"] = (
             "linear in the runs; an upper bound, as Spark's start and warm-up do not grow with the runs. "
             "Under load, the CPU figures are the ones to compare; the lower bound is the tasks' own CPU "
-            "(simulation and analysis) on idle cores"
+            "(simulation and analysis) on idle cores; the estimate adds the task phase's measured CPU "
+            "per run (Spark's start taken out) to the driver-only run at that many runs"
         )
     result["goal"] = "1,000 runs simulated and analysed in under 600 s on 2 cores"
     print(json.dumps(result, indent=2))

@@ -68,3 +68,28 @@ def test_the_question_and_source_are_text_beside_the_run_not_parameters(tmp_path
     # no parameter varies (the consumers' count is in a list): the metrics are plotted by run
     titles = [t for t, _png in metric_plots(columns, rows)]
     assert titles == ["sent by run", "consumed_unique by run", "lost by run"]
+
+
+def test_a_plot_by_run_names_its_runs_only_when_they_are_few(monkeypatch: Any) -> None:
+    from matplotlib.axes import Axes
+
+    from pipeline.runs import MAX_TICK_LABELS
+
+    labelled: list[int] = []
+    set_xticks = Axes.set_xticks
+
+    def spy(self: Axes, ticks: Any, labels: Any = None, **kw: Any) -> Any:
+        labelled.append(len(labels or []))
+        return set_xticks(self, ticks, labels, **kw)
+
+    monkeypatch.setattr(Axes, "set_xticks", spy)
+    columns = ["run", "group", *GROUP_METRICS, "max_convergence_ms"]
+
+    def rows(n: int) -> list[dict[str, Any]]:
+        return [{c: None for c in columns} | {"run": f"r{i}", "group": "G", "lost": i} for i in range(n)]
+
+    assert [t for t, _ in metric_plots(columns, rows(3))] == ["lost by run"]
+    assert labelled == [3]
+    # a thousand runs (a sweep of one point): no tick labels, whose layout cost seconds per plot
+    assert [t for t, _ in metric_plots(columns, rows(MAX_TICK_LABELS + 1))] == ["lost by run"]
+    assert labelled == [3]

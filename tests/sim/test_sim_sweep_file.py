@@ -15,7 +15,7 @@ from chaos.experiment import ExperimentError
 from sim.__main__ import main
 from sim.experiment import parse
 from sim.sweep import load_sweep, parse_sweep, to_toml
-from sim.sweep_run import Progress, SweepMismatch, prepare
+from sim.sweep_run import Progress, SweepMismatch, prepare, task_batches
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -259,3 +259,17 @@ def test_progress_counts_runs_and_weighs_the_time_left_by_cost() -> None:
     assert out.getvalue() == (
         "[rmq-sim sweep] 6/10 runs done (2 failed, 2 from before), 100 s elapsed, about 11 s left\n"
     )
+
+
+def test_runs_share_spark_tasks_long_ones_first_single_runs_last() -> None:
+    sweep = parse_sweep(SWEEP.replace("seeds = [5, 9]", "seeds = 50"), "many.toml")
+    runs = sweep.runs()  # 2 points x 50 seeds
+    costs = {r.rel: (10.0 if r.point == 1 else 1.0) for r in runs}
+    ordered = sorted(runs, key=lambda r: -costs[r.rel])
+    batches = task_batches(ordered, costs, slots=2)
+    assert [r for b in batches for r in b] == ordered  # every run once, costliest first
+    assert len(batches) < len(runs) / 4  # far fewer tasks than runs
+    cost = [sum(costs[r.rel] for r in b) for b in batches]
+    assert cost[0] <= sum(cost) / 4  # a quarter of the cost at most: both cores share the start
+    assert cost == sorted(cost, reverse=True) and [len(b) for b in batches[-3:]] == [1, 1, 1]
+    assert task_batches(ordered[:1], costs, slots=8) == [ordered[:1]]

@@ -14,7 +14,7 @@ import asyncio
 import contextvars
 import heapq
 import itertools
-from asyncio import base_events
+from asyncio import base_events, format_helpers
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -60,27 +60,83 @@ class VirtualProcess:
 CURRENT: contextvars.ContextVar[VirtualProcess | None] = contextvars.ContextVar("sim_process", default=None)
 
 
-def _gate(handle: Any, run: Callable[[], None]) -> None:
-    proc: VirtualProcess | None = handle._process
-    if proc is None or proc.state == "running":
-        run()
-    elif proc.state == "paused":
-        proc.held.append(handle)
-    # killed or exited: the callback is dropped, as the process's memory is gone
+def _report(handle: asyncio.Handle, exc: BaseException) -> None:
+    """A callback raised: to the loop's exception handler, as ``asyncio.Handle._run`` reports it."""
+    cb = format_helpers._format_callback_source(handle._callback, handle._args)  # type: ignore[attr-defined]
+    handle._loop.call_exception_handler(  # type: ignore[attr-defined]
+        {"message": f"Exception in callback {cb}", "exception": exc, "handle": handle}
+    )
 
 
 class _ProcessHandle(asyncio.Handle):
+    """A callback of one process. Built without ``Handle.__init__``'s debug-mode check (this loop never
+    runs in debug mode) and run by ``VirtualLoop._run_once`` itself: these two are on every callback."""
+
     __slots__ = ("_process",)
 
+    def __init__(
+        self,
+        callback: Callable[..., Any],
+        args: tuple[Any, ...],
+        loop: VirtualLoop,
+        context: contextvars.Context,
+        process: VirtualProcess | None,
+    ) -> None:
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._loop = loop
+        self._context = context
+        self._repr = None
+        self._source_traceback = None
+        self._process = process
+
     def _run(self) -> None:
-        _gate(self, super()._run)
+        _run_gated(self)
 
 
 class _ProcessTimerHandle(asyncio.TimerHandle):
     __slots__ = ("_io", "_process")
 
+    def __init__(
+        self,
+        when: float,
+        callback: Callable[..., Any],
+        args: tuple[Any, ...],
+        loop: VirtualLoop,
+        context: contextvars.Context,
+        process: VirtualProcess | None,
+        io: bool,
+    ) -> None:
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._loop = loop
+        self._context = context
+        self._repr = None
+        self._source_traceback = None
+        self._when = when
+        self._scheduled = False
+        self._process = process
+        self._io = io
+
     def _run(self) -> None:
-        _gate(self, super()._run)
+        _run_gated(self)
+
+
+def _run_gated(handle: Any) -> None:
+    """Run a callback if its process runs; hold it while paused; drop it once killed or exited (the
+    process's memory is gone)."""
+    proc: VirtualProcess | None = handle._process
+    if proc is None or proc.state == "running":
+        try:
+            handle._context.run(handle._callback, *handle._args)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            _report(handle, exc)
+    elif proc.state == "paused":
+        proc.held.append(handle)
 
 
 class VirtualLoop(asyncio.BaseEventLoop):
@@ -91,7 +147,6 @@ class VirtualLoop(asyncio.BaseEventLoop):
         self._now = 0.0
         self.network: Any = None
         self._timer_seq = itertools.count()
-        self.steps = 0
         self.set_exception_handler(self._exception_handler)
         self.errors: list[str] = []
 
@@ -107,11 +162,12 @@ class VirtualLoop(asyncio.BaseEventLoop):
     def call_soon(
         self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
     ) -> asyncio.Handle:  # type: ignore[override]
-        self._check_closed()
-        handle = _ProcessHandle(callback, args, self, context)
-        handle._process = self._owner(context)  # type: ignore[attr-defined]
+        if self._closed:  # type: ignore[attr-defined]
+            raise RuntimeError("Event loop is closed")
+        if context is None:
+            context = contextvars.copy_context()
+        handle = _ProcessHandle(callback, args, self, context, context.get(CURRENT))
         self._ready.append(handle)  # type: ignore[attr-defined]
-        self.steps += 1
         return handle
 
     def call_at(
@@ -121,15 +177,26 @@ class VirtualLoop(asyncio.BaseEventLoop):
         *args: Any,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:  # type: ignore[override]
-        self._check_closed()
-        timer = _ProcessTimerHandle(when, callback, args, self, context)
-        timer._process = self._owner(context)  # type: ignore[attr-defined]
-        timer._io = False  # type: ignore[attr-defined]
+        return self._call_at(when, callback, args, context, False)
+
+    def _call_at(
+        self,
+        when: float,
+        callback: Callable[..., Any],
+        args: tuple[Any, ...],
+        context: contextvars.Context | None,
+        io: bool,
+    ) -> asyncio.TimerHandle:
+        if self._closed:  # type: ignore[attr-defined]
+            raise RuntimeError("Event loop is closed")
+        if context is None:
+            context = contextvars.copy_context()
+        timer = _ProcessTimerHandle(when, callback, args, self, context, context.get(CURRENT), io)
         # (when, sequence, handle): the heap compares in C, and timers due at the same virtual instant
         # fire in the order they were set. By `when` alone (asyncio's order) a tie went whichever way
         # the heap's shape said, so a cancelled timer elsewhere could reorder two events of a run.
         heapq.heappush(self._scheduled, (when, next(self._timer_seq), timer))  # type: ignore[attr-defined]
-        timer._scheduled = True  # type: ignore[attr-defined]
+        timer._scheduled = True
         return timer
 
     def call_soon_threadsafe(
@@ -144,7 +211,12 @@ class VirtualLoop(asyncio.BaseEventLoop):
         name: str | None = None,
         context: contextvars.Context | None = None,
     ) -> asyncio.Task[Any]:  # type: ignore[override]
-        task = super().create_task(coro, name=name, context=context)
+        if self._task_factory is not None:  # type: ignore[attr-defined]
+            task = super().create_task(coro, name=name, context=context)
+        else:  # BaseEventLoop.create_task without its debug-mode and renaming steps
+            if self._closed:  # type: ignore[attr-defined]
+                raise RuntimeError("Event loop is closed")
+            task = asyncio.Task(coro, loop=self, name=name, context=context)
         proc = self._owner(context)
         if proc is not None:
             proc.tasks.append(task)
@@ -171,9 +243,7 @@ class VirtualLoop(asyncio.BaseEventLoop):
         self, when: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context
     ) -> asyncio.TimerHandle:
         """A delivery from the network: like call_at, but a resumed process sees it before its timers."""
-        timer = self.call_at(when, callback, *args, context=context)
-        timer._io = True  # type: ignore[attr-defined]
-        return timer
+        return self._call_at(when, callback, args, context, True)
 
     def _run_once(self) -> None:
         """BaseEventLoop._run_once over the (when, sequence, handle) heap, the wait replaced by a jump of
@@ -208,10 +278,22 @@ class VirtualLoop(asyncio.BaseEventLoop):
             handle = heapq.heappop(scheduled)[2]
             handle._scheduled = False  # type: ignore[attr-defined]
             ready.append(handle)
+        popleft = ready.popleft
         for _ in range(len(ready)):
-            handle = ready.popleft()
-            if not handle._cancelled:
-                handle._run()
+            handle = popleft()
+            if handle._cancelled:
+                continue
+            # _run_gated, inline: this is every callback of the simulation
+            proc = handle._process
+            if proc is None or proc.state == "running":
+                try:
+                    handle._context.run(handle._callback, *handle._args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    _report(handle, exc)
+            elif proc.state == "paused":
+                proc.held.append(handle)
 
     # -- no threads, no OS ------------------------------------------------------------------------
     def _process_events(self, event_list: list[Any]) -> None:

@@ -247,53 +247,62 @@ class VirtualLoop(asyncio.BaseEventLoop):
 
     def _run_once(self) -> None:
         """BaseEventLoop._run_once over the (when, sequence, handle) heap, the wait replaced by a jump of
-        the clock: the same steps in the same order (debug-mode timing of slow callbacks left out)."""
+        the clock: the same steps in the same order (debug-mode timing of slow callbacks left out).
+
+        One call runs iterations until the loop is told to stop, which is when ``run_forever`` (the
+        caller) would stop calling: the same iterations without a call and the lookups per iteration."""
         scheduled: list[tuple[float, int, asyncio.TimerHandle]] = self._scheduled  # type: ignore[attr-defined]
-        count = len(scheduled)
-        if count > _MIN_SCHEDULED and self._timer_cancelled_count / count > _MIN_CANCELLED_FRACTION:  # type: ignore[attr-defined]
-            kept = []
-            for entry in scheduled:
-                if entry[2]._cancelled:  # type: ignore[attr-defined]
-                    entry[2]._scheduled = False  # type: ignore[attr-defined]
-                else:
-                    kept.append(entry)
-            heapq.heapify(kept)
-            self._scheduled = scheduled = kept
-            self._timer_cancelled_count = 0
-        else:
-            while scheduled and scheduled[0][2]._cancelled:  # type: ignore[attr-defined]
-                self._timer_cancelled_count -= 1
-                heapq.heappop(scheduled)[2]._scheduled = False  # type: ignore[attr-defined]
         ready = self._ready  # type: ignore[attr-defined]
-        if not ready and not self._stopping:  # type: ignore[attr-defined]
-            if not scheduled:
-                raise SimDeadlock("no callback is ready and no timer is set")
-            timeout = min(max(0, scheduled[0][0] - self._now), _MAX_SELECT_TIMEOUT)
-            if timeout > 0:
-                self._now += timeout
-        end_time = self._now + self._clock_resolution
-        while scheduled:
-            if scheduled[0][0] >= end_time:
-                break
-            handle = heapq.heappop(scheduled)[2]
-            handle._scheduled = False  # type: ignore[attr-defined]
-            ready.append(handle)
         popleft = ready.popleft
-        for _ in range(len(ready)):
-            handle = popleft()
-            if handle._cancelled:
-                continue
-            # _run_gated, inline: this is every callback of the simulation
-            proc = handle._process
-            if proc is None or proc.state == "running":
-                try:
-                    handle._context.run(handle._callback, *handle._args)
-                except (SystemExit, KeyboardInterrupt):
-                    raise
-                except BaseException as exc:
-                    _report(handle, exc)
-            elif proc.state == "paused":
-                proc.held.append(handle)
+        append = ready.append
+        heappop = heapq.heappop
+        resolution = self._clock_resolution
+        while True:
+            count = len(scheduled)
+            if count > _MIN_SCHEDULED and self._timer_cancelled_count / count > _MIN_CANCELLED_FRACTION:  # type: ignore[attr-defined]
+                kept = []
+                for entry in scheduled:
+                    if entry[2]._cancelled:  # type: ignore[attr-defined]
+                        entry[2]._scheduled = False  # type: ignore[attr-defined]
+                    else:
+                        kept.append(entry)
+                heapq.heapify(kept)
+                self._scheduled = scheduled = kept
+                self._timer_cancelled_count = 0
+            else:
+                while scheduled and scheduled[0][2]._cancelled:  # type: ignore[attr-defined]
+                    self._timer_cancelled_count -= 1
+                    heappop(scheduled)[2]._scheduled = False  # type: ignore[attr-defined]
+            if not ready and not self._stopping:  # type: ignore[attr-defined]
+                if not scheduled:
+                    raise SimDeadlock("no callback is ready and no timer is set")
+                timeout = min(max(0, scheduled[0][0] - self._now), _MAX_SELECT_TIMEOUT)
+                if timeout > 0:
+                    self._now += timeout
+            end_time = self._now + resolution
+            while scheduled:
+                if scheduled[0][0] >= end_time:
+                    break
+                handle = heappop(scheduled)[2]
+                handle._scheduled = False  # type: ignore[attr-defined]
+                append(handle)
+            for _ in range(len(ready)):
+                handle = popleft()
+                if handle._cancelled:
+                    continue
+                # _run_gated, inline: this is every callback of the simulation
+                proc = handle._process
+                if proc is None or proc.state == "running":
+                    try:
+                        handle._context.run(handle._callback, *handle._args)
+                    except (SystemExit, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:
+                        _report(handle, exc)
+                elif proc.state == "paused":
+                    proc.held.append(handle)
+            if self._stopping:  # type: ignore[attr-defined]
+                return
 
     # -- no threads, no OS ------------------------------------------------------------------------
     def _process_events(self, event_list: list[Any]) -> None:

@@ -677,9 +677,15 @@ class RemotingClient:
                 _log.exception("connection-opened callback failed")
         return conn
 
+    def _open(self, addr: str) -> Connection | None:
+        """The open connection to ``addr`` if there is one: what ``connection`` returns at once, without
+        making a coroutine for it (every request asks)."""
+        conn = self._conns.get(addr)
+        return conn if conn is not None and not conn.closed and not self._shut else None
+
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """invokeSync: a timeout closes the connection when ``close_socket_if_timeout`` is on."""
-        conn = await self.connection(addr)
+        conn = self._open(addr) or await self.connection(addr)
         try:
             return await conn.invoke(cmd, timeout_s)
         except RemotingTimeoutError:
@@ -689,7 +695,7 @@ class RemotingClient:
 
     async def invoke_async(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """invokeAsync: a timeout fails only this call; the connection stays open."""
-        conn = await self.connection(addr)
+        conn = self._open(addr) or await self.connection(addr)
         return await conn.invoke(cmd, timeout_s)
 
     def _close_channel(self, addr: str, conn: Connection) -> None:
@@ -700,7 +706,7 @@ class RemotingClient:
         conn.abort()
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> None:
-        conn = await self.connection(addr)
+        conn = self._open(addr) or await self.connection(addr)
         await conn.invoke_oneway(cmd, timeout_s)
 
     def close_connection(self, addr: str) -> None:

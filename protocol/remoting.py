@@ -205,7 +205,9 @@ class Connection(asyncio.Protocol):
             self._warn("closing connection: the codec failed", reason=f"{type(exc).__name__}: {exc}")
             self.close()
             return
-        if self._partial_timeout_s is not None:
+        if self._partial_timeout_s is not None and (
+            self._partial_timer is not None or getattr(self.codec, "buffered", 0)
+        ):  # no frame half-received now or before: nothing to watch (nearly every frame)
             self._watch_partial_frame(bool(commands))
         for cmd in commands:
             if cmd.is_response:

@@ -94,6 +94,12 @@ class _ProcessHandle(asyncio.Handle):
     def _run(self) -> None:
         _run_gated(self)
 
+    def cancel(self) -> None:  # Handle.cancel without its debug-mode check
+        if not self._cancelled:
+            self._cancelled = True
+            self._callback = None  # type: ignore[assignment]
+            self._args = None  # type: ignore[assignment]
+
 
 class _ProcessTimerHandle(asyncio.TimerHandle):
     __slots__ = ("_io", "_process")
@@ -122,6 +128,14 @@ class _ProcessTimerHandle(asyncio.TimerHandle):
 
     def _run(self) -> None:
         _run_gated(self)
+
+    def cancel(self) -> None:  # TimerHandle.cancel without the calls and the debug-mode check
+        if not self._cancelled:
+            if self._scheduled:  # BaseEventLoop._timer_handle_cancelled
+                self._loop._timer_cancelled_count += 1  # type: ignore[attr-defined]
+            self._cancelled = True
+            self._callback = None  # type: ignore[assignment]
+            self._args = None  # type: ignore[assignment]
 
 
 def _run_gated(handle: Any) -> None:

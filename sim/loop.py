@@ -161,7 +161,7 @@ class VirtualLoop(asyncio.BaseEventLoop):
         self._now = 0.0
         self.network: Any = None
         self._timer_seq = itertools.count()
-        self.set_exception_handler(self._exception_handler)
+        self.set_exception_handler(self._on_exception)
         self.errors: list[str] = []
 
     # -- time ------------------------------------------------------------------------------------
@@ -358,7 +358,7 @@ class VirtualLoop(asyncio.BaseEventLoop):
         serving = bool(kw.get("start_serving", True))
         return self.network.listen(protocol_factory, str(host), int(port or 0), serving)
 
-    def _exception_handler(self, loop: asyncio.AbstractEventLoop, ctx: dict[str, Any]) -> None:
+    def _on_exception(self, loop: asyncio.AbstractEventLoop, ctx: dict[str, Any]) -> None:
         msg = str(ctx.get("message", ""))
         if msg.startswith("Task was destroyed but it is pending"):
             return  # a killed process's tasks: they never run again, by design

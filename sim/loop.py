@@ -25,6 +25,8 @@ _MIN_SCHEDULED = base_events._MIN_SCHEDULED_TIMER_HANDLES
 _MIN_CANCELLED_FRACTION = base_events._MIN_CANCELLED_TIMER_HANDLES_FRACTION
 _MAX_SELECT_TIMEOUT = base_events.MAXIMUM_SELECT_TIMEOUT
 
+_Task = asyncio.Task  # the C task: one lookup fewer for every task made
+
 # Virtual epoch: 2026-01-01T00:00:00Z, so timestamps look like wall-clock epoch ms and never depend on now.
 EPOCH_MS = 1_767_225_600_000
 
@@ -230,12 +232,13 @@ class VirtualLoop(asyncio.BaseEventLoop):
         else:  # BaseEventLoop.create_task without its debug-mode and renaming steps
             if self._closed:  # type: ignore[attr-defined]
                 raise RuntimeError("Event loop is closed")
-            task = asyncio.Task(coro, loop=self, name=name, context=context)
-        proc = self._owner(context)
+            task = _Task(coro, loop=self, name=name, context=context)
+        proc = CURRENT.get() if context is None else context.get(CURRENT)
         if proc is not None:
-            proc.tasks.append(task)
-            if len(proc.tasks) > proc.prune_at:  # keep only live tasks; a killed process's stay referenced
-                proc.tasks = [t for t in proc.tasks if not t.done()]
+            tasks = proc.tasks
+            tasks.append(task)
+            if len(tasks) > proc.prune_at:  # keep only live tasks; a killed process's stay referenced
+                proc.tasks = [t for t in tasks if not t.done()]
                 proc.prune_at = 2 * len(proc.tasks) + 256
         return task
 

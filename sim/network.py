@@ -143,10 +143,11 @@ class SimTransport(asyncio.Transport):
     def deliver(self, data: bytes) -> None:
         if self.lost:
             return
-        if self._reading_paused or self.protocol is None:
+        protocol = self.protocol
+        if self._reading_paused or protocol is None:
             self._inbox.append(data)
             return
-        self._deliver(data)
+        protocol.data_received(data)  # type: ignore[attr-defined]
 
     def _deliver(self, data: bytes) -> None:
         if not self.lost and self.protocol is not None:

@@ -171,10 +171,6 @@ class VirtualLoop(asyncio.BaseEventLoop):
         return self._now
 
     # -- scheduling: every handle remembers the process it belongs to ----------------------------
-    @staticmethod
-    def _owner(context: contextvars.Context | None) -> VirtualProcess | None:
-        return CURRENT.get() if context is None else context.get(CURRENT)
-
     def call_soon(
         self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
     ) -> asyncio.Handle:  # type: ignore[override]

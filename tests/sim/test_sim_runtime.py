@@ -71,6 +71,29 @@ def test_timers_due_at_one_instant_fire_in_the_order_they_were_set() -> None:
     assert run(main) == list(range(20))
 
 
+def test_deliveries_and_timers_fire_in_one_order_by_time_then_by_when_they_were_set() -> None:
+    """The network's deliveries wait apart from the other timers; merged, they keep the order of one
+    heap: by due time, and at one instant by the order they were set, whichever kind."""
+
+    async def main(loop: VirtualLoop, _: Network) -> list[str]:
+        fired: list[str] = []
+        ctx = CURRENT.get().context  # type: ignore[union-attr]
+        t0 = loop.time()
+        for i in range(12):
+            when = t0 + 1.0 + (i % 3) / 10  # three instants, four timers each, the kinds interleaved
+            if i % 2:
+                loop.call_io_at(when, fired.append, f"io{i}", context=ctx)
+            else:
+                loop.call_at(when, fired.append, f"timer{i}")
+        loop.call_io_at(t0 + 0.5, fired.append, "io-first", context=ctx)
+        loop.call_at(t0 + 2.0, fired.append, "timer-last")
+        await asyncio.sleep(3)
+        return fired
+
+    by_instant = [[f"{'io' if i % 2 else 'timer'}{i}" for i in range(12) if i % 3 == k] for k in range(3)]
+    assert run(main) == ["io-first", *by_instant[0], *by_instant[1], *by_instant[2], "timer-last"]
+
+
 def test_timeout_fires_in_virtual_time() -> None:
     async def main(loop: VirtualLoop, _: Network) -> float:
         with pytest.raises(TimeoutError):

@@ -164,9 +164,9 @@ class VirtualLoop(asyncio.BaseEventLoop):
         self.network: Any = None
         self._timer_seq = itertools.count()
         # The network's deliveries wait in a heap of their own: thousands of frames a second each pay
-        # a push and a pop, which on the one heap of every timer (at 1,000 consumers tens of thousands,
-        # most of them cancelled request timeouts) cost a path through all of it. Both heaps share the
-        # sequence, so taking the smaller (when, sequence) head gives the one heap's order exactly.
+        # a push and a pop, which on the one heap of every timer (request timeouts and their cancelled
+        # leftovers included) cost a path through all of it. Both heaps share the sequence, so taking
+        # the smaller (when, sequence) head gives the one heap's order exactly.
         self._io_scheduled: list[tuple[float, int, asyncio.TimerHandle]] = []
         self.set_exception_handler(self._on_exception)
         self.errors: list[str] = []

@@ -205,7 +205,9 @@ class Connection(asyncio.Protocol):
             self._warn("closing connection: the codec failed", reason=f"{type(exc).__name__}: {exc}")
             self.close()
             return
-        if self._partial_timeout_s is not None:
+        if self._partial_timeout_s is not None and (
+            self._partial_timer is not None or getattr(self.codec, "buffered", 0)
+        ):  # no frame half-received now or before: nothing to watch (nearly every frame)
             self._watch_partial_frame(bool(commands))
         for cmd in commands:
             if cmd.is_response:
@@ -291,12 +293,7 @@ class Connection(asyncio.Protocol):
             self._sync_reading()
             return
         self._inflight += 1
-        task = asyncio.get_running_loop().create_task(self._run_request(cmd))
-        self._tasks[task] = None
-        task.add_done_callback(self._forget_task)
-
-    def _forget_task(self, task: asyncio.Task[None]) -> None:
-        self._tasks.pop(task, None)
+        self._tasks[self._loop.create_task(self._run_request(cmd))] = None
 
     async def _run_request(self, cmd: RemotingCommand) -> None:
         try:
@@ -307,6 +304,8 @@ class Connection(asyncio.Protocol):
             if resp is not None and not cmd.is_oneway:
                 self.send_response(resp)
         finally:
+            # the task forgets itself here rather than in a done callback: one callback fewer per request
+            self._tasks.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
             self._inflight -= 1
             if self._backlog and not self.closed:
                 self._start_request(self._backlog.popleft())
@@ -359,24 +358,44 @@ class Connection(asyncio.Protocol):
 
     async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send a request and wait for its response."""
-        cmd.opaque = self._next_opaque()
+        cmd.opaque = opaque = self._next_opaque()
         cmd.flag = cmd.flag & ~(_ONEWAY | _RESPONSE)
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        self._pending[cmd.opaque] = fut
+        loop = self._loop
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        self._pending[opaque] = fut
+        # The one timer asyncio.timeout would arm, set the same way, but it fails the response future
+        # instead of cancelling the caller: as cheap as a request can wait (RocketMQ's invokeSync waits
+        # on its ResponseFuture for the timeout, and a response already in wins).
+        if timeout_s > 0:
+            timer = loop.call_at(loop.time() + timeout_s, self._expire, fut, cmd, timeout_s)
+        else:
+            timer = loop.call_soon(self._expire, fut, cmd, timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
+            self._write(cmd)
+            if self._write_paused and not self.closed:
                 # Waiting for a full write buffer counts against the timeout: a peer that stopped
                 # reading (SIGSTOP) must not block the caller forever.
-                self._write(cmd)
-                await self._drain()
-                return await fut
-        except TimeoutError:
-            raise RemotingTimeoutError(
-                f"{code_name(cmd.code, response=False)} to {self.remote_addr} "
-                f"timed out after {timeout_s:.3f}s"
-            ) from None
+                await self._drain_until(fut)
+            return await fut
         finally:
-            self._pending.pop(cmd.opaque, None)
+            timer.cancel()
+            self._pending.pop(opaque, None)
+
+    def _expire(self, fut: asyncio.Future[RemotingCommand], cmd: RemotingCommand, timeout_s: float) -> None:
+        if not fut.done():
+            fut.set_exception(
+                RemotingTimeoutError(
+                    f"{code_name(cmd.code, response=False)} to {self.remote_addr} "
+                    f"timed out after {timeout_s:.3f}s"
+                )
+            )
+
+    async def _drain_until(self, fut: asyncio.Future[Any]) -> None:
+        """Wait until the write buffer drains, or ``fut`` is done (the response came, or time is up)."""
+        w: asyncio.Future[None] = self._loop.create_future()
+        self._drain_waiters.append(w)
+        fut.add_done_callback(lambda _: w.done() or w.set_result(None))
+        await w
 
     async def invoke_oneway(self, cmd: RemotingCommand, timeout_s: float = 3.0) -> None:
         cmd.opaque = self._next_opaque()
@@ -660,9 +679,15 @@ class RemotingClient:
                 _log.exception("connection-opened callback failed")
         return conn
 
+    def _open(self, addr: str) -> Connection | None:
+        """The open connection to ``addr`` if there is one: what ``connection`` returns at once, without
+        making a coroutine for it (every request asks)."""
+        conn = self._conns.get(addr)
+        return conn if conn is not None and not conn.closed and not self._shut else None
+
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """invokeSync: a timeout closes the connection when ``close_socket_if_timeout`` is on."""
-        conn = await self.connection(addr)
+        conn = self._open(addr) or await self.connection(addr)
         try:
             return await conn.invoke(cmd, timeout_s)
         except RemotingTimeoutError:
@@ -672,7 +697,7 @@ class RemotingClient:
 
     async def invoke_async(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """invokeAsync: a timeout fails only this call; the connection stays open."""
-        conn = await self.connection(addr)
+        conn = self._open(addr) or await self.connection(addr)
         return await conn.invoke(cmd, timeout_s)
 
     def _close_channel(self, addr: str, conn: Connection) -> None:
@@ -683,7 +708,7 @@ class RemotingClient:
         conn.abort()
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> None:
-        conn = await self.connection(addr)
+        conn = self._open(addr) or await self.connection(addr)
         await conn.invoke_oneway(cmd, timeout_s)
 
     def close_connection(self, addr: str) -> None:

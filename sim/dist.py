@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,18 @@ class Distribution:
         if self.kind == "lognormal":
             return rng.lognormvariate(math.log(p[0]), p[1])
         return rng.expovariate(1.0 / p[0]) if p[0] > 0 else 0.0
+
+    def sampler(self) -> Callable[[random.Random], float]:
+        """``sample`` as one function, its parameters bound: the same draws from ``rng`` and the same
+        values, for a caller that samples on every frame."""
+        p = self.params
+        if self.kind == "constant":
+            value = p[0]
+            return lambda rng: value
+        if self.kind == "uniform":
+            low, span = p[0], p[1] - p[0]  # random.uniform(a, b) is a + (b - a) * random()
+            return lambda rng: low + span * rng.random()
+        return self.sample
 
     @property
     def mean(self) -> float:

@@ -84,6 +84,7 @@ class SimTransport(asyncio.Transport):
         self._local = local
         self._remote = remote
         self.peer: SimTransport | None = None
+        self.link: _Link | None = None  # this end to the peer's: fixed, as both ends' nodes are
         self.protocol: asyncio.Protocol | None = None
         self._closing = False
         self.lost = False
@@ -142,10 +143,11 @@ class SimTransport(asyncio.Transport):
     def deliver(self, data: bytes) -> None:
         if self.lost:
             return
-        if self._reading_paused or self.protocol is None:
+        protocol = self.protocol
+        if self._reading_paused or protocol is None:
             self._inbox.append(data)
             return
-        self._deliver(data)
+        protocol.data_received(data)  # type: ignore[attr-defined]
 
     def _deliver(self, data: bytes) -> None:
         if not self.lost and self.protocol is not None:
@@ -204,6 +206,7 @@ class Network:
         self.wire = wire
         self.seed = seed
         self.latency = latency
+        self._sample = latency.sampler()
         self.listeners: dict[tuple[str, int], tuple[VirtualProcess, Callable[[], Any], SimServer]] = {}
         self.transports: dict[int, SimTransport] = {}
         self.transport_ids = itertools.count(1)
@@ -291,6 +294,7 @@ class Network:
         client = SimTransport(self, proc, local, (host, port))
         server = SimTransport(self, sproc, (host, port), local)
         client.peer, server.peer = server, client
+        client.link, server.link = self._link(src, dst), self._link(dst, src)
         self.transports[client.id] = client
         self.transports[server.id] = server
 
@@ -320,7 +324,7 @@ class Network:
     # -- frames --------------------------------------------------------------------------------------
     def _delay(self, src: str, dst: str, first_rto_s: float = RTO_MIN_S) -> float:
         link = self._link(src, dst)
-        ms = self.latency.sample(link.rng)
+        ms = self._sample(link.rng)
         r = self.rules.get((src, dst))
         if r is None:
             return max(0.0, ms) / 1000.0
@@ -351,8 +355,19 @@ class Network:
     def send(self, sender: SimTransport, data: bytes) -> None:
         self.frames += 1
         peer = sender.peer
-        if peer is not None:
+        if peer is None:
+            return
+        link = sender.link
+        if self.rules or link is None:
             self._schedule(sender, peer.deliver, data, frame=True)
+            return
+        # No nemesis on any link: _schedule's steps for a plain frame, with the link known
+        loop = self.loop
+        when = loop._now + max(0.0, self._sample(link.rng)) / 1000.0
+        if when < link.last + _EPS:
+            when = link.last + _EPS
+        link.last = when
+        loop.call_io_at(when, peer.deliver, data, context=peer.proc.context)
 
     def close(self, t: SimTransport) -> None:
         """An orderly close: the peer reads to the end of what was sent, then sees the stream end."""

@@ -41,11 +41,15 @@ def wire_copy(value: Any) -> Any:
         # map() runs in C: a flat map (ext headers, most bodies) costs two scans and one copy
         if _SAME.issuperset(map(type, value.values())) and _SAME.issuperset(map(type, value)):
             return dict(value)
-        return {wire_copy(k): wire_copy(v) for k, v in value.items()}
+        # nested: the scalars inside are taken as they are, without a call each
+        return {
+            (k if type(k) is str else wire_copy(k)): (v if type(v) in _SAME else wire_copy(v))
+            for k, v in value.items()
+        }
     if t is list or t is tuple:
         if _SAME.issuperset(map(type, value)):
             return list(value)
-        return [wire_copy(v) for v in value]
+        return [v if type(v) in _SAME else wire_copy(v) for v in value]
     return _round_trip(value)
 
 

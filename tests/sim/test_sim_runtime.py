@@ -71,6 +71,29 @@ def test_timers_due_at_one_instant_fire_in_the_order_they_were_set() -> None:
     assert run(main) == list(range(20))
 
 
+def test_deliveries_and_timers_fire_in_one_order_by_time_then_by_when_they_were_set() -> None:
+    """The network's deliveries wait apart from the other timers; merged, they keep the order of one
+    heap: by due time, and at one instant by the order they were set, whichever kind."""
+
+    async def main(loop: VirtualLoop, _: Network) -> list[str]:
+        fired: list[str] = []
+        ctx = CURRENT.get().context  # type: ignore[union-attr]
+        t0 = loop.time()
+        for i in range(12):
+            when = t0 + 1.0 + (i % 3) / 10  # three instants, four timers each, the kinds interleaved
+            if i % 2:
+                loop.call_io_at(when, fired.append, f"io{i}", context=ctx)
+            else:
+                loop.call_at(when, fired.append, f"timer{i}")
+        loop.call_io_at(t0 + 0.5, fired.append, "io-first", context=ctx)
+        loop.call_at(t0 + 2.0, fired.append, "timer-last")
+        await asyncio.sleep(3)
+        return fired
+
+    by_instant = [[f"{'io' if i % 2 else 'timer'}{i}" for i in range(12) if i % 3 == k] for k in range(3)]
+    assert run(main) == ["io-first", *by_instant[0], *by_instant[1], *by_instant[2], "timer-last"]
+
+
 def test_timeout_fires_in_virtual_time() -> None:
     async def main(loop: VirtualLoop, _: Network) -> float:
         with pytest.raises(TimeoutError):
@@ -285,3 +308,194 @@ def test_a_paused_server_queues_bytes_and_answers_on_resume() -> None:
 
     remark, took = run(main)
     assert remark == "1" and took == pytest.approx(10.001, abs=0.001)
+
+
+# -- what each request and callback costs: the cheap paths keep asyncio's semantics ---------------------
+
+
+def test_a_request_ends_at_its_deadline_and_leaves_no_timer_behind() -> None:
+    """A request's timeout is one timer: it fails the call at the deadline (the late answer is dropped
+    and the connection serves the next call); an answered or cancelled call cancels it, so once nothing
+    else is waited for the loop has nothing left to jump to."""
+
+    async def slow_server(net: Network, addr: list[str]) -> None:
+        server = RemotingServer(net.ip_of("server"), 10911)
+
+        async def slow(_conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+            await asyncio.sleep(float(cmd.remark or 0))
+            return cmd.response(ResponseCode.SUCCESS, cmd.remark)
+
+        server.register(RequestCode.HEART_BEAT, slow)
+        await server.start()
+        addr.append(server.address)
+        await asyncio.Event().wait()
+
+    def req(delay_s: float) -> RemotingCommand:
+        cmd = RemotingCommand.request(RequestCode.HEART_BEAT)
+        cmd.remark = str(delay_s)
+        return cmd
+
+    times: dict[str, float] = {}
+
+    async def main(loop: VirtualLoop, net: Network) -> None:
+        addr: list[str] = []
+        spawn(loop, "server", slow_server(net, addr))
+        await asyncio.sleep(0)
+        client = RemotingClient()
+        await client.invoke(addr[0], req(0), 5)
+        start = loop.time()
+        with pytest.raises(RemotingTimeoutError, match=r"timed out after 1\.000s"):
+            await client.invoke_async(addr[0], req(2), 1.0)
+        times["timed_out"] = loop.time() - start
+        answer = await client.invoke_async(addr[0], req(3), 60)  # the first one's answer comes meanwhile
+        times["answer"] = float(answer.remark or 0)
+        cancelled = asyncio.ensure_future(client.invoke_async(addr[0], req(1), 500))
+        await asyncio.sleep(0.5)
+        cancelled.cancel()
+        await asyncio.sleep(2)  # the cancelled call's answer comes and is dropped
+        times["quiet_from"] = loop.time()
+        await asyncio.Event().wait()
+
+    loop = VirtualLoop()
+    net = Network(loop, 7, Distribution("constant", (1.0,)))
+    try:
+        with pytest.raises(SimDeadlock):
+            loop.run_until_complete(
+                loop.create_task(main(loop, net), context=VirtualProcess("driver").context)
+            )
+        assert times["timed_out"] == pytest.approx(1.0)
+        assert times["answer"] == 3.0
+        # neither the answered calls' timers (5 s, 60 s) nor the cancelled one's (500 s) moved the clock
+        assert loop.time() == times["quiet_from"]
+    finally:
+        loop.close()
+
+
+def test_a_timeout_of_zero_fails_the_request_once_it_is_written() -> None:
+    async def main(loop: VirtualLoop, net: Network) -> tuple[float, int]:
+        addr: list[str] = []
+        spawn(loop, "server", echo_server(net, addr))
+        await asyncio.sleep(0)
+        client = RemotingClient(close_socket_if_timeout=False)
+        await client.invoke(addr[0], _req(0), 5)
+        start, frames = loop.time(), net.frames
+        with pytest.raises(RemotingTimeoutError):
+            await client.invoke(addr[0], _req(1), 0)
+        return loop.time() - start, net.frames - frames
+
+    took, frames = run(main)
+    assert took == 0 and frames == 1
+
+
+def test_stop_ends_the_run_after_the_iteration_that_called_it() -> None:
+    """asyncio's rule: what was ready when stop() ran still runs; what it scheduled waits for the next
+    run_forever."""
+    loop = VirtualLoop()
+    order: list[str] = []
+
+    def first() -> None:
+        order.append("first")
+        loop.call_soon(lambda: (order.append("next run"), loop.stop()))
+        loop.stop()
+
+    try:
+        loop.call_soon(first)
+        loop.call_soon(order.append, "same iteration")
+        loop.run_forever()
+        assert order == ["first", "same iteration"]
+        loop.run_forever()
+        assert order == ["first", "same iteration", "next run"]
+    finally:
+        loop.close()
+
+
+def test_a_callback_that_raises_is_reported_and_the_loop_goes_on() -> None:
+    loop = VirtualLoop()
+    order: list[str] = []
+
+    def bad() -> None:
+        raise ValueError("boom")
+
+    try:
+        loop.call_soon(bad)
+        loop.call_at(1.0, order.append, "timer")
+        loop.call_at(2.0, bad)
+        loop.call_at(3.0, loop.stop)
+        loop.run_forever()
+        assert order == ["timer"]
+        assert len(loop.errors) == 2
+        assert all(e.startswith("Exception in callback") and "ValueError('boom')" in e for e in loop.errors)
+    finally:
+        loop.close()
+
+
+def test_cancelled_timers_never_run_and_are_swept_from_the_heap() -> None:
+    loop = VirtualLoop()
+    fired: list[int] = []
+    try:
+        timers = [loop.call_at(1.0 + i / 1000, fired.append, i) for i in range(400)]
+        for i, t in enumerate(timers):
+            if i % 4:
+                t.cancel()
+                t.cancel()  # twice counts once
+        loop.call_at(0.5, loop.stop)
+        loop.run_forever()  # the sweep runs here: 300 of 400 cancelled
+        assert len(loop._scheduled) == 100  # type: ignore[attr-defined]
+        loop.call_at(5.0, loop.stop)
+        loop.run_forever()
+        assert fired == list(range(0, 400, 4))
+    finally:
+        loop.close()
+
+
+def test_frames_take_the_same_times_with_or_without_a_rule_elsewhere() -> None:
+    """A frame on a link without nemesis takes the network's short path; any rule anywhere sends every
+    frame the long way. Both give the same arrival times."""
+
+    def arrivals(rule_elsewhere: bool) -> list[float]:
+        async def main(loop: VirtualLoop, net: Network) -> list[float]:
+            if rule_elsewhere:
+                net.rule("x", "y").latency_ms = 0.0  # an idle rule between two other nodes
+            addr: list[str] = []
+            spawn(loop, "server", echo_server(net, addr))
+            await asyncio.sleep(0)
+            client = RemotingClient()
+            done: list[float] = []
+
+            async def one(i: int) -> None:
+                await asyncio.sleep((i // 3) / 20_000)  # sends in threes, closer than the latency spread
+                await client.invoke(addr[0], _req(i), 5)
+                done.append(loop.time())
+
+            await asyncio.gather(*(one(i) for i in range(60)))
+            return done
+
+        loop = VirtualLoop()
+        net = Network(loop, 11, Distribution("uniform", (0.05, 0.2)))
+        try:
+            return loop.run_until_complete(
+                loop.create_task(main(loop, net), context=VirtualProcess("driver").context)
+            )
+        finally:
+            loop.close()
+
+    assert arrivals(False) == arrivals(True)
+
+
+@pytest.mark.parametrize(
+    "dist",
+    [
+        {"dist": "uniform", "low": 0.05, "high": 0.2},
+        {"dist": "normal", "mean": 5, "sd": 2},
+        {"dist": "lognormal", "median": 5, "sigma": 0.5},
+        {"dist": "exponential", "mean": 3},
+        2.5,
+    ],
+)
+def test_a_bound_sampler_draws_what_sample_draws(dist: Any) -> None:
+    import random
+
+    d = parse_distribution(dist)
+    a, b = random.Random(5), random.Random(5)
+    draw = d.sampler()
+    assert [draw(a) for _ in range(200)] == [d.sample(b) for _ in range(200)]

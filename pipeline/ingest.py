@@ -117,14 +117,19 @@ def _exact_type_check(name: str, ftype: FieldType) -> str:
     return f"coalesce({kind} IN ({names}), false)"
 
 
+def _fast_column(name: str) -> str:
+    """The column of field `name` as Spark's JSON reader read it (the fast path)."""
+    return f"`j_{name}`"
+
+
 def _fast_type_check(name: str, ftype: FieldType) -> str:
     """SQL: field `name` of struct `j` (from_json with the contract types) is present and not null.
 
     On the fast path that is the whole check: Spark's JSON reader is strict for ints and bools (a
     string, `5.0`, `true` or an out-of-range number gives null), and lines whose string fields could
-    be the text of some other JSON value were routed to the exact path (see _LOOKS_NON_STRING).
+    be the text of some other JSON value were routed to the exact path (see _ANY_LOOKS_NON_STRING).
     """
-    return f"(j.`{name}` IS NOT NULL)"
+    return f"({_fast_column(name)} IS NOT NULL)"
 
 
 def _member_field_ok(check: Any, name: str) -> str:
@@ -136,8 +141,33 @@ def _member_field_ok(check: Any, name: str) -> str:
     return f"({check(CID_ALL_DIGEST, STR)} AND {value} RLIKE '{DIGEST_PATTERN}')"
 
 
+# Event names by number: the fast path tests a line's event as a number (`ev_id`, 0 for events outside the
+# table), which keeps its generated code small; the exact path tests the name (`ev`).
+_EVENT_IDS = {name: i for i, name in enumerate(EVENT_FIELDS, start=1)}
+
+
+def _is_event(check: Any, *names: str) -> str:
+    """SQL: the line's event is one of `names` (read the way `check` reads the line)."""
+    if not names:
+        return "false"
+    if check is _fast_type_check:
+        return f"ev_id IN ({', '.join(str(_EVENT_IDS[n]) for n in names)})"
+    return f"ev IN ({', '.join(_sql_str(n) for n in names)})"
+
+
+def _event_id(event: Any) -> Any:
+    """The number of the fast path's event name (`_EVENT_IDS`), 0 when it is not in the table."""
+    import pyspark.sql.functions as F
+
+    number = F.lit(0)
+    for name, i in reversed(_EVENT_IDS.items()):
+        number = F.when(event == name, i).otherwise(number)
+    return number
+
+
 def _validity_sql(check: Any) -> str:
-    """Well-formedness of a line by EVENTS.md, given a per-field check (columns `ev`, `role_is_consumer`)."""
+    """Well-formedness of a line by EVENTS.md, given a per-field check (columns `ev` or `ev_id`,
+    `role_is_consumer`)."""
     common = " AND ".join(check(n, t) for n, t in COMMON_FIELDS.items())
     cases = []
     for name, fields in EVENT_FIELDS.items():
@@ -148,34 +178,29 @@ def _validity_sql(check: Any) -> str:
             checks.append(
                 f"({_member_field_ok(check, CID_ALL)} OR {_member_field_ok(check, CID_ALL_DIGEST)})"
             )
-        cases.append(f"WHEN ev = {_sql_str(name)} THEN {' AND '.join(checks)}")
+        cases.append(f"WHEN {_is_event(check, name)} THEN {' AND '.join(checks)}")
     return f"({common} AND CASE {' '.join(cases)} ELSE true END)"
 
 
 def _value(check: Any, name: str, ftype: FieldType) -> str:
     """SQL for a field's typed value, read the way `check` reads the line."""
     if check is _fast_type_check:
-        return f"j.`{name}`"
+        return _fast_column(name)
     return f"try_variant_get(v, '$.{name}', '{_SPARK_TYPES[ftype]}')"
 
 
-def _value_sql(name: str, ftype: FieldType) -> str:
-    """The typed value of a field, only for events that require it (other fields on a line are ignored)."""
-    value = (
-        f"CASE WHEN fast THEN {_value(_fast_type_check, name, ftype)} ELSE {_value(None, name, ftype)} END"
-    )
+def _value_sql(check: Any, name: str, ftype: FieldType) -> str:
+    """The typed value of a field read the way `check` reads the line, only for events that require
+    it (other fields on a line are ignored)."""
+    value = _value(check, name, ftype)
     if name in COMMON_FIELDS:
         return value
     if name in (CID_ALL, CID_ALL_DIGEST):
-        usable = (
-            f"CASE WHEN fast THEN {_member_field_ok(_fast_type_check, name)} "
-            f"ELSE {_member_field_ok(_exact_type_check, name)} END"
-        )
-        return f"CASE WHEN ev = {_sql_str(MEMBERS_EVENT)} AND {usable} THEN {value} END"
-    events = [e for e, fields in EVENT_FIELDS.items() if name in fields]
-    cond = f"ev IN ({', '.join(_sql_str(e) for e in events)})" if events else "false"
+        members = _is_event(check, MEMBERS_EVENT)
+        return f"CASE WHEN {members} AND {_member_field_ok(check, name)} THEN {value} END"
+    cond = _is_event(check, *[e for e, fields in EVENT_FIELDS.items() if name in fields])
     if name == "group":
-        cond = f"({cond} OR (ev = 'nemesis' AND role_is_consumer))"
+        cond = f"({cond} OR ({_is_event(check, 'nemesis')} AND role_is_consumer))"
     return f"CASE WHEN {cond} THEN {value} END"
 
 
@@ -200,28 +225,27 @@ _FAST_SCHEMA = (
 # expected. Text of that shape (a JSON number, true, false, starting with '{' or '[', or with '"' as
 # Infinity is written) is therefore ambiguous, and such lines take the exact path. Real strings
 # rarely look like that (hex msg ids with leading zeros or letters are not JSON numbers).
-# (Backslashes doubled for the SQL string literal.)
-_LOOKS_NON_STRING = r'^(-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|["\\[{].*)$'
+_JSON_NUMBER = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
+# Every string field and list element of a line, joined by NUL after a leading NUL, a null list element
+# written as \x01 (neither can be in a string of a line on the fast path: raw control characters are
+# not valid JSON, and escaped ones are \u escapes): a null element, or a field or element that is a JSON
+# number, true or false, or that starts like a string, list or object. One regex over one joined
+# string, not a check per field, keeps the line's checks small methods for the JIT.
+_ANY_LOOKS_NON_STRING = "\x01|\x00(" + _JSON_NUMBER + '|true|false)(\x00|$)|\x00["\\[{]'
 
 
-# First characters of the text of a JSON number, true, false, an object, an array or a string (-, 0-9,
-# t, f, {, [, "): only strings starting with one of them are matched against _LOOKS_NON_STRING.
-_NON_STRING_STARTS = "45, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 116, 102, 123, 91, 34"
+def _ambiguous(j: Any) -> Any:
+    """Some string field of struct `j` (the JSON reader's) could be the text of a non-string JSON value."""
+    import pyspark.sql.functions as F
 
-
-def _looks_non_string(x: str) -> str:
-    return f"(ascii({x}) IN ({_NON_STRING_STARTS}) AND {x} RLIKE '{_LOOKS_NON_STRING}')"
-
-
-def _ambiguous_sql() -> str:
-    """SQL: some string field of `j` could be the text of a non-string JSON value."""
     parts = []
     for name, ftype in ALL_FIELDS.items():
         if ftype is STR:
-            parts.append(f"coalesce({_looks_non_string(f'j.`{name}`')}, false)")
+            parts.append(j.getField(name))
         elif ftype is STR_LIST:
-            parts.append(f"coalesce(exists(j.`{name}`, x -> x IS NULL OR {_looks_non_string('x')}), false)")
-    return "(" + " OR ".join(parts) + ")"
+            parts.append(F.array_join(j.getField(name), "\x00", "\x01"))
+    # concat_ws skips null fields; the leading '' puts a NUL before the first field.
+    return F.coalesce(F.concat_ws("\x00", F.lit(""), *parts).rlike(_ANY_LOOKS_NON_STRING), F.lit(False))
 
 
 # Strict JSON: no single quotes, no NaN/Infinity (Python's json and parse_json reject them too).
@@ -258,18 +282,86 @@ def _spellings(uri: str) -> list[str]:
     return [f"{scheme}:{slashes}{bare}" for slashes in ("", "/", "//", "///")]
 
 
-def parse_lines(
+def _run_prefix() -> Any:
+    """The column `run_prefix`: the prefix of the names of the line's run (see RUN_SEP)."""
+    import pyspark.sql.functions as F
+
+    return F.concat(F.col("run").cast("string"), F.lit(RUN_SEP)).alias("run_prefix")
+
+
+def _qualified(name: str) -> Any:
+    """Column `name`, prefixed with its run's prefix (column `run_prefix`) when it is one of the names
+    that key a computation (see RUN_SEP)."""
+    import pyspark.sql.functions as F
+
+    if name in QUALIFIED_COLUMNS:
+        return F.concat(F.col("run_prefix"), F.col(name)).alias(name)
+    return F.col(name)
+
+
+def _typed(
+    rows: DataFrame,
+    check: Any,
+    wanted: dict[str, FieldType],
+    ok: str,
+    qualify: bool,
+    *,
+    keep_text: bool = False,
+) -> DataFrame:
+    """`rows` (with `value`, `j` or `v`, `ev`, `role_is_consumer`) as `ok` (SQL) and the typed values
+    read the way `check` reads a line (null unless `ok`), the order columns and `run`; names qualified
+    by run when `qualify`; with `keep_text`, the text of the lines whose `ok` is null as `value`."""
+    import pyspark.sql.functions as F
+
+    # Only what the values read passes on with `ok`: Spark then generates the values' projection as a
+    # method of its own (it splits the generated code between two operators when the second reads all
+    # of the first's output), which keeps each method within the JIT's limit.
+    if check is _fast_type_check:
+        read = [_fast_column(n).strip("`") for n in {**wanted, CID_ALL: STR_LIST, CID_ALL_DIGEST: STR}]
+        read += ["ev_id"]
+    else:
+        read = ["v", "ev"]
+    read += ["role_is_consumer", "fidx", "blk", "rid", "run", *(["value"] if keep_text else [])]
+    judged = rows.select(F.expr(ok).alias("ok"), *read, *(["run_prefix"] if qualify else []))
+    values = [
+        F.when(F.col("ok"), F.expr(_value_sql(check, name, ftype))).alias(name)
+        for name, ftype in wanted.items()
+    ]
+    text = [F.when(F.col("ok").isNull(), F.col("value")).alias("value")] if keep_text else []
+    typed = judged.select(
+        "ok", *values, "fidx", "blk", "rid", "run", *text, *(["run_prefix"] if qualify else [])
+    )
+    if not qualify:
+        return typed
+    return typed.select(*[_qualified(c) for c in typed.columns if c != "run_prefix"])
+
+
+def _role_is_consumer(check: Any) -> Any:
+    import pyspark.sql.functions as F
+
+    role = _value(check, "target_role", STR)
+    return F.expr(f"coalesce({role} = {_sql_str(NEMESIS_GROUP_ROLE)}, false)").alias("role_is_consumer")
+
+
+def _read_lines(
     spark: SparkSession,
     files: list[RunFile],
-    columns: tuple[str, ...] | None = None,
-    runs: list[int] | None = None,
+    columns: tuple[str, ...] | None,
+    runs: list[int] | None,
     *,
-    fast_path: bool = True,
-) -> DataFrame:
-    """Every non-blank line of the files as a row: `ok` (well-formed), the typed fields (only `columns`,
-    all when None; validation always looks at every required field), the order columns and `run` (the
-    index of the file's run in `runs`, one per file; all 0 when None). `fast_path` False sends every
-    line through the exact path (the tests compare the two)."""
+    fast_path: bool,
+    qualify: bool,
+) -> tuple[DataFrame, tuple[DataFrame, ...]]:
+    """(lines, checkpoints): the typed lines as `parse_lines` describes them, and the two local
+    checkpoints they are read from (to free when done).
+
+    The first checkpoint holds every line decided by the fast path with its typed values, and the text
+    of every other line; the second the typed values of those others, decided by the exact path.
+    Two projections instead of one with both paths keep the generated method of the fast path small
+    enough for the JIT (one method of both paths was about 40 KB of bytecode, five times the JIT's
+    limit of 8,000 bytes, so it ran interpreted), and the exact path's code runs only for the lines
+    that need it, once.
+    """
     import pyspark.sql.functions as F
 
     reader = spark.read.text([f.path for f in files])
@@ -284,43 +376,74 @@ def parse_lines(
     # Blank lines are skipped; the regex only runs for lines that start with white space.
     blank = "(value = '' OR (ascii(value) IN (9, 11, 12, 32) AND value RLIKE '^\\\\s*$'))"
     lines = lines.where(f"NOT {blank}")
+    # What the text alone decides, before the JSON reader: one object on the line, a \u escape.
+    lines = lines.select(
+        "*",
+        F.expr(f"coalesce({_SHAPE_SQL}, false)").alias("one_object"),
+        F.expr("contains(value, '\\\\u')").alias("escaped"),
+    )
     # Fast path: Spark's JSON reader (strict options, required fields typed) decides lines that parse
     # cleanly and carry no \u escape (it does not check surrogate pairs). Everything else (syntax
     # errors, duplicate keys with a bad first value, escapes) is decided by the exact path: the line
     # as a VARIANT and the JSON type of every required field.
-    with_j = lines.select(
-        "value", "run", "fidx", "blk", "rid", F.from_json("value", _FAST_SCHEMA, _FAST_OPTIONS).alias("j")
-    )
+    # Every field as a column of its own, read once: the checks below read fields many times, and
+    # reading one out of the struct each time made their generated code several times larger. (The
+    # one from_json is computed once per line: Spark eliminates the common subexpression.)
+    j = F.from_json("value", _FAST_SCHEMA, _FAST_OPTIONS)
+    parsed_cleanly = j.isNotNull() & j.getField("_corrupt_record").isNull()
     fast = (
-        F.expr(
-            "coalesce(j IS NOT NULL AND j._corrupt_record IS NULL AND NOT contains(value, '\\\\u') "
-            f"AND NOT {_ambiguous_sql()}, false)"
-        )
+        F.coalesce(parsed_cleanly & ~F.col("escaped") & ~_ambiguous(j), F.lit(False))
         if fast_path
         else F.lit(False)
     )
-    routed = with_j.select("*", fast.alias("fast"))
-    parsed = routed.select("*", F.expr("CASE WHEN fast THEN NULL ELSE try_parse_json(value) END").alias("v"))
-    # The event name and the nemesis role once per line: the checks and values below branch on them.
-    fast_event, exact_event = _value(_fast_type_check, "event", STR), _value(None, "event", STR)
-    parsed = parsed.select(
-        "*",
-        F.expr(f"CASE WHEN fast THEN {fast_event} ELSE {exact_event} END").alias("ev"),
-        F.expr(
-            f"coalesce(CASE WHEN fast THEN {_value(_fast_type_check, 'target_role', STR)} "
-            f"ELSE {_value(None, 'target_role', STR)} END = {_sql_str(NEMESIS_GROUP_ROLE)}, false)"
-        ).alias("role_is_consumer"),
-    )
-    ok = (
-        f"({_SHAPE_SQL} AND CASE WHEN fast THEN {_validity_sql(_fast_type_check)} "
-        f"ELSE (v IS NOT NULL AND {_validity_sql(_exact_type_check)}) END)"
-    )
-    parsed = parsed.select("*", F.expr(f"coalesce({ok}, false)").alias("ok"))
+    with_j = lines.select(
+        "value", "run", "fidx", "blk", "rid", "one_object", "escaped",
+        *[j.getField(name).alias(f"j_{name}") for name in ALL_FIELDS],
+        _event_id(j.getField("event")).alias("ev_id"),
+        *([_run_prefix()] if qualify else []),
+        F.coalesce(j.getField("target_role") == NEMESIS_GROUP_ROLE, F.lit(False)).alias("role_is_consumer"),
+        fast.alias("fast"),
+    )  # fmt: skip
     wanted = ALL_FIELDS if columns is None else {name: ALL_FIELDS[name] for name in columns}
-    values = [
-        F.when(F.col("ok"), F.expr(_value_sql(name, ftype))).alias(name) for name, ftype in wanted.items()
-    ]
-    return parsed.select("ok", *values, "fidx", "blk", "rid", "run")
+    routed = with_j
+    # One pass over the text: `ok` and the typed values of the lines the fast path decides, the text of
+    # the others (`ok` null), materialised together.
+    ok_fast = f"CASE WHEN fast THEN coalesce(one_object AND {_validity_sql(_fast_type_check)}, false) END"
+    routed = _typed(routed, _fast_type_check, wanted, ok_fast, qualify, keep_text=True)
+    routed = routed.localCheckpoint(eager=True)
+    exact = (
+        routed.where("ok IS NULL")
+        .select(
+            "value",
+            "fidx",
+            "blk",
+            "rid",
+            "run",
+            F.expr("try_parse_json(value)").alias("v"),
+            *([_run_prefix()] if qualify else []),
+        )
+        .select("*", F.expr(_value(_exact_type_check, "event", STR)).alias("ev"), _role_is_consumer(None))
+    )
+    ok_exact = f"coalesce({_SHAPE_SQL} AND v IS NOT NULL AND {_validity_sql(_exact_type_check)}, false)"
+    # The exact path's names are qualified here, the fast path's were when materialised.
+    exact_rows = _typed(exact, _exact_type_check, wanted, ok_exact, qualify).localCheckpoint(eager=True)
+    return routed.where("ok IS NOT NULL").drop("value").unionByName(exact_rows), (routed, exact_rows)
+
+
+def parse_lines(
+    spark: SparkSession,
+    files: list[RunFile],
+    columns: tuple[str, ...] | None = None,
+    runs: list[int] | None = None,
+    *,
+    fast_path: bool = True,
+) -> DataFrame:
+    """Every non-blank line of the files as a row: `ok` (well-formed), the typed fields (only `columns`,
+    all when None; validation always looks at every required field), the order columns and `run` (the
+    index of the file's run in `runs`, one per file; all 0 when None). `fast_path` False sends every
+    line through the exact path (the tests compare the two). The lines are read once, eagerly, into a
+    local checkpoint that the returned DataFrame reads."""
+    return _read_lines(spark, files, columns, runs, fast_path=fast_path, qualify=False)[0]
 
 
 @dataclass
@@ -329,23 +452,24 @@ class LoadedRun:
 
     events: DataFrame
     stats: RunStats
-    cached: DataFrame
+    cached: tuple[DataFrame, ...]
 
     def release(self) -> None:
-        free(self.cached)
+        free(*self.cached)
 
 
-def free(df: DataFrame) -> None:
-    """Free a cached or locally checkpointed DataFrame (best effort: Spark frees them anyway once
+def free(*frames: DataFrame) -> None:
+    """Free cached or locally checkpointed DataFrames (best effort: Spark frees them anyway once
     they are no longer referenced)."""
-    try:
-        plan = df._jdf.queryExecution().analyzed()
-        if plan.getClass().getSimpleName() == "LogicalRDD":
-            plan.rdd().unpersist(False)
-        else:
-            df.unpersist()
-    except Exception:  # nothing to free is not an error
-        pass
+    for df in frames:
+        try:
+            plan = df._jdf.queryExecution().analyzed()
+            if plan.getClass().getSimpleName() == "LogicalRDD":
+                plan.rdd().unpersist(False)
+            else:
+                df.unpersist()
+        except Exception:  # nothing to free is not an error
+            pass
 
 
 def load_json_run(
@@ -360,7 +484,7 @@ def load_json_run(
         raise RunDirError(f"no *.jsonl event files under {os.fspath(run_dir)!r}")
     # Materialised once as rows (a local checkpoint): about a fifth cheaper to build than the
     # compressed columnar cache for this many mostly-null columns, and as quick to scan afterwards.
-    parsed = parse_lines(spark, files, columns).localCheckpoint(eager=True)
+    parsed, routed = _read_lines(spark, files, columns, None, fast_path=True, qualify=False)
     row = parsed.agg(
         F.count_if("ok").alias("events"),
         F.count_if(~F.col("ok")).alias("malformed"),
@@ -372,7 +496,7 @@ def load_json_run(
     if row["unmapped"]:
         raise RuntimeError("internal error: some lines could not be mapped to their event file")
     stats = RunStats(int(row["events"]), int(row["malformed"]), row["start"], row["end"])
-    return LoadedRun(parsed.where("ok").drop("ok"), stats, parsed)
+    return LoadedRun(parsed.where("ok").drop("ok"), stats, routed)
 
 
 # Many runs in one table: every name that keys a computation (group, client id, node, nemesis target,
@@ -394,10 +518,10 @@ class LoadedRuns:
 
     events: DataFrame
     stats: dict[str, RunStats]
-    cached: DataFrame
+    cached: tuple[DataFrame, ...]
 
     def release(self) -> None:
-        free(self.cached)
+        free(*self.cached)
 
 
 def load_json_runs(
@@ -412,14 +536,7 @@ def load_json_runs(
     for index, run in enumerate(runs):
         files.extend(run.files)
         owners.extend([index] * len(run.files))
-    parsed = parse_lines(spark, files, columns, owners)
-    qualified = [
-        F.concat(F.col("run").cast("string"), F.lit(RUN_SEP), F.col(c)).alias(c)
-        if c in QUALIFIED_COLUMNS
-        else c
-        for c in parsed.columns
-    ]
-    parsed = parsed.select(*qualified).localCheckpoint(eager=True)
+    parsed, routed = _read_lines(spark, files, columns, owners, fast_path=True, qualify=True)
     rows = (
         parsed.groupBy("run")
         .agg(
@@ -438,7 +555,7 @@ def load_json_runs(
         stats[run_prefix(row["run"])] = RunStats(
             int(row["events"]), int(row["malformed"]), row["start"], row["end"]
         )
-    return LoadedRuns(parsed.where("ok").drop("ok"), stats, parsed)
+    return LoadedRuns(parsed.where("ok").drop("ok"), stats, routed)
 
 
 def check_parquet_copy(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -471,7 +588,7 @@ def load_parquet_run(
     stats = RunStats(
         int(meta["events"]), int(meta["malformed_lines"]), meta.get("start_ms"), meta.get("end_ms")
     )
-    return LoadedRun(events, stats, events)
+    return LoadedRun(events, stats, (events,))
 
 
 def write_parquet(events: DataFrame, stats: RunStats, out: str | os.PathLike[str], source: str) -> None:

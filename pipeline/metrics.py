@@ -125,12 +125,12 @@ class Analysis:
         # once by queue. Every per-queue window and aggregate below is keyed by a superset of
         # (group, topic, queue), which that partitioning already satisfies, so they add no shuffle of
         # the lines. (With many runs, the qualified group carries the run.)
-        self.consumed = (
-            events.where(F.col("event") == "message_consumed")
-            .join(F.broadcast(consumed_topics), [G, T], "left_semi")
-            .select(G, C, T, queue, "msg_id", "queue_offset", "started_ms", "mode", *ORDER_COLUMNS)
-            .repartition(G, T, Q)
+        self.consumed_lines = events.where(F.col("event") == "message_consumed").join(
+            F.broadcast(consumed_topics), [G, T], "left_semi"
         )
+        self.consumed = self.consumed_lines.select(
+            G, C, T, queue, "msg_id", "queue_offset", "started_ms", "mode", *ORDER_COLUMNS
+        ).repartition(G, T, Q)
 
     def run_end_of(self, group: str) -> int:
         """The end of the run a (qualified) group belongs to."""
@@ -164,7 +164,8 @@ class Analysis:
             .join(F.broadcast(self.group_topics), T)
             .select(G, "msg_id", F.lit(1).alias("s"), F.lit(0).alias("n"))
         )
-        consumed = self.consumed.select(G, "msg_id", F.lit(0).alias("s"), F.lit(1).alias("n"))
+        # Straight from the lines, not the copy partitioned by queue: one shuffle by message id.
+        consumed = self.consumed_lines.select(G, "msg_id", F.lit(0).alias("s"), F.lit(1).alias("n"))
         per_msg = (
             sent.unionByName(consumed).groupBy(G, "msg_id").agg(F.max("s").alias("s"), F.sum("n").alias("n"))
         )

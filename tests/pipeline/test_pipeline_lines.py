@@ -110,6 +110,18 @@ JUDGED = [
     (obj(event="message_sent", msg_id="m", topic="false", broker="b", queue_id=1, queue_offset=0), True),
     (obj(event="message_sent", msg_id="m", topic=False, broker="b", queue_id=1, queue_offset=0), False),
     (obj(event="message_sent", msg_id=-12, topic="T", broker="b", queue_id=1, queue_offset=0), False),
+    # The fast path tests every string field and list element with one regex over them joined by NUL.
+    (obj(event="topic_route", client_id="c", topic="T", queues=[]), True),
+    (obj(event="topic_route", client_id="c", topic="T", queues=["q", "5", "[x", "true", ""]), True),
+    (obj(event="topic_route", client_id="c", topic="T", queues=["q", 5]), False),
+    (obj(event="topic_route", client_id="c", topic="T", queues=[1.5, "q"]), False),
+    (obj(event="topic_route", client_id="c", topic="T", queues=["q", True]), False),
+    (obj(event="topic_route", client_id="c", topic="T", queues=["q", ["r"]]), False),
+    (obj(event="topic_route", client_id="c", topic="T", queues=[{"q": 1}]), False),
+    (obj(event="topic_route", client_id="c", topic="T", queues=["q", None]), False),
+    (obj(event="topic_route", client_id="5", topic="T", queues=["q"]), True),
+    (obj(event="topic_route", client_id=5, topic="T", queues=["q"]), False),
+    (obj(event="topic_route", client_id="c", topic="T\u0000", queues=["q\u0001"]), True),
     *[(text, False) for text in MALFORMED_LINES],
 ]
 

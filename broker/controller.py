@@ -370,12 +370,15 @@ class BrokerController:
         )
 
     def commit_offset(self, conn: Connection, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self.offset_manager.commit_offset(group, topic, queue_id, offset)
+        prev = self.offset_manager.commit_offset(group, topic, queue_id, offset)
         if self.config.flush_consumer_offset_interval_ms > 0:
             self._unflushed_offsets[(group, topic, queue_id)] = offset
         else:
             self.note_write(conn, self.store.persist_offset(group, topic, queue_id, offset))
-        self.log.emit("offset_committed", group=group, topic=topic, queue_id=queue_id, offset=offset)
+        # Only a change is an event: a consumer's persistAll re-sends every queue's offset each 5 s
+        # whether it moved or not, and those repeats were half of a run's lines with nothing to tell.
+        if offset != prev:
+            self.log.emit("offset_committed", group=group, topic=topic, queue_id=queue_id, offset=offset)
 
     def forget_group(self, group: str) -> None:
         """A group that left (no consumer registered any more) takes its retry topic along, unless that

@@ -288,6 +288,28 @@ async def test_offsets_commit_query_and_set_zero_rule(broker, make_peer):
     assert resp.code == ResponseCode.INVALID_PARAMETER and "commitOffset" in resp.remark
 
 
+
+async def test_offset_committed_is_written_when_the_committed_offset_changes(make_broker, make_peer, tmp_path):
+    store = str(tmp_path / "store")
+    b1 = await make_broker(time_scale=0.01, store_dir=store)
+    a = make_peer(b1.address)
+    q = {"consumerGroup": "g", "topic": "T", "queueId": 0}
+    for offset in (5, 5, 6, 6, 5):  # persistAll re-sends an offset that did not move: no second event
+        await a.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": offset})
+    await a.oneway(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 5})
+    await a.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "queueId": 1, "commitOffset": 5})  # another queue
+    assert (await a.ok(RequestCode.QUERY_CONSUMER_OFFSET, q)).ext["offset"] == 5  # every commit was stored
+    events = [(e["queue_id"], e["offset"]) for e in b1.log.of("offset_committed", group="g")]
+    assert events == [(0, 5), (0, 6), (0, 5), (1, 5)]
+    await b1.shutdown()
+    # a restarted broker compares with the offset it restored from its store
+    b2 = await make_broker(time_scale=0.01, store_dir=store)
+    c = make_peer(b2.address)
+    await c.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 5})
+    assert not b2.log.of("offset_committed")
+    await c.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 7})
+    assert [e["offset"] for e in b2.log.of("offset_committed", group="g")] == [7]
+
 @pytest.mark.parametrize("rocketmq5", [False, True])
 async def test_broadcasting_groups_get_no_notify_from_a_rocketmq5_broker(make_broker, make_peer, rocketmq5):
     """RocketMQ 5.3.1's ConsumerManager skips NOTIFY_CONSUMER_IDS_CHANGED for broadcasting groups

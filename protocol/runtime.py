@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import json.encoder as json_encoder
 import os
 import queue
 import signal
@@ -201,8 +202,20 @@ class _QueueLogger:
     info = warning = error = debug = critical = exception = log = msg
 
 
-# One encoder for every line: json.dumps with arguments builds a new JSONEncoder per call.
-_encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+# One encoder for every line: json.dumps with arguments builds a new JSONEncoder per call. Its encode
+# still builds the C scanner on every call; the same scanner made once writes the same text (compact
+# separators, ensure_ascii=False, default=str, NaN allowed) at about two thirds of the cost. It skips
+# the circular-reference check, which an event's plain fields never need.
+_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+_scan = (
+    json_encoder.c_make_encoder(None, str, json_encoder.encode_basestring, None, ":", ",", False, False, True)
+    if json_encoder.c_make_encoder is not None
+    else None
+)
+
+
+def _encode_json(obj: Any) -> str:
+    return _json.encode(obj) if _scan is None else "".join(_scan(obj, 0))
 
 
 class EventLog:

@@ -16,8 +16,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TextIO
 
-import structlog
-
 # --------------------------------------------------------------------------------------------------
 # Clocks: wall time for event timestamps, monotonic time for durations inside a process.
 
@@ -248,22 +246,28 @@ class EventLog:
             self._writer = _LineWriter(path, stream)
         self._closed = False
 
-        def stamp(_: Any, __: str, ev: dict[str, Any]) -> dict[str, Any]:
-            ev.setdefault("ts_ms", self.clock.now_ms())
-            ev["node"] = self.node
-            ev["role"] = self.role
-            return ev
-
         as_console = console if console is not None else (path is None)
         # JSON lines are rendered here directly: events are the emulator's output, and at thousands of
         # consumers structlog's processor chain costs more than the line itself. The key order is the
         # one structlog gave them (fields, event, ts_ms, node, role). A discarding log renders nothing.
         self._json = not as_console or self._writer is None
-        self._log = structlog.wrap_logger(
-            _QueueLogger(self._writer),
-            processors=[stamp, structlog.dev.ConsoleRenderer(colors=False, sort_keys=False)],
-            cache_logger_on_first_use=True,
-        )
+        self._log: Any = None
+        if not self._json:
+            # structlog only renders console text; imported here, since a process (or a simulation)
+            # that writes JSON lines has no use for its import time
+            import structlog
+
+            def stamp(_: Any, __: str, ev: dict[str, Any]) -> dict[str, Any]:
+                ev.setdefault("ts_ms", self.clock.now_ms())
+                ev["node"] = self.node
+                ev["role"] = self.role
+                return ev
+
+            self._log = structlog.wrap_logger(
+                _QueueLogger(self._writer),
+                processors=[stamp, structlog.dev.ConsoleRenderer(colors=False, sort_keys=False)],
+                cache_logger_on_first_use=True,
+            )
 
     @classmethod
     def null(cls, node: str = "test", role: str = "test") -> EventLog:

@@ -86,6 +86,7 @@ class BrokerController:
             self.log,
             enabled=config.notify_consumer_ids_changed,
             rocketmq5=config.rocketmq5,
+            event_ids_max=config.notify_event_ids_max,
         )
         self._namesrv_client: RemotingClient | None = None
         self._register_event = asyncio.Event()

@@ -35,6 +35,17 @@ async def test_join_notifies_every_connection_including_the_joining_one(broker, 
     assert len(broker.log.of("notify_sent", group="g")) == 2
 
 
+
+async def test_notify_sent_lists_the_members_up_to_a_limit(make_broker, make_peer):
+    broker = await make_broker(time_scale=0.01, notify_event_ids_max=2)
+    peers = [make_peer(broker.address) for _ in range(3)]
+    for cid, p in zip("ABC", peers, strict=True):
+        await p.heartbeat(cid)
+        await p.next_notify()
+    events = broker.log.of("notify_sent", group="g")
+    assert [e["client_count"] for e in events] == [1, 2, 3]
+    assert [e.get("client_ids") for e in events] == [["A"], ["A", "B"], None]  # 3 > 2: the number only
+
 async def test_empty_group_is_system_error_and_connection_list(broker, make_peer):
     a = make_peer(broker.address)
     assert await consumer_list(a, "nobody") == (

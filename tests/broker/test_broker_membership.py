@@ -300,7 +300,7 @@ async def test_offsets_commit_query_and_set_zero_rule(broker, make_peer):
 
 
 
-async def test_offset_committed_is_written_when_the_committed_offset_changes(make_broker, make_peer, tmp_path):
+async def test_offset_committed_only_when_the_committed_offset_changes(make_broker, make_peer, tmp_path):
     store = str(tmp_path / "store")
     b1 = await make_broker(time_scale=0.01, store_dir=store)
     a = make_peer(b1.address)

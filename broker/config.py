@@ -55,6 +55,10 @@ class BrokerConfig:
     default_topic_queue_nums: int = 4  # defaultTopicQueueNums
     max_message_size: int = 4 * 1024 * 1024  # maxMessageSize
     notify_consumer_ids_changed: bool = True  # notifyConsumerIdsChangedEnable; --disable-notify
+    # A notify_sent event names the notified client ids up to this many; a larger group's event gives
+    # only their number (client_count, always present): at thousands of members the lists were most of
+    # the broker's log. None: always the list.
+    notify_event_ids_max: int | None = 64
     # RocketMQ 5's broker rules instead of 4.9's: no NOTIFY for broadcasting groups (5.3.1), the retry/DLQ
     # rule of handleRetryAndDLQ (past max, or at once while the group holds locks), and
     # QUERY_CONSUMER_OFFSET answers QUERY_NOT_FOUND for a fresh, empty queue

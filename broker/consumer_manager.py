@@ -295,12 +295,14 @@ class ConsumerIdsChangeListener:
         *,
         enabled: bool,
         rocketmq5: bool,
+        event_ids_max: int | None = None,
     ) -> None:
         self.manager = manager
         self.connections = connections
         self.log = log
         self.enabled = enabled
         self.rocketmq5 = rocketmq5
+        self.event_ids_max = event_ids_max
         self._tasks: dict[asyncio.Task[None], None] = {}  # start order, not memory order
 
     def consumer_unregistered(
@@ -332,15 +334,20 @@ class ConsumerIdsChangeListener:
         task = asyncio.get_running_loop().create_task(self._send_notify(group, targets))
         self._tasks[task] = None
         task.add_done_callback(lambda t: self._tasks.pop(t, None))
-        self.log.emit("notify_sent", group=group, cause=cause, client_ids=[cid for _, cid in targets])
+        if self.event_ids_max is None or len(targets) <= self.event_ids_max:
+            ids = {"client_ids": [cid for _, cid in targets]}
+        else:
+            ids = {}
+        self.log.emit("notify_sent", group=group, cause=cause, client_count=len(targets), **ids)
 
     async def _send_notify(self, group: str, targets: list[tuple[Connection, str]]) -> None:
         # Broker2Client#notifyConsumerIdsChanged: invokeOneway with 10 ms, one channel after another,
         # so a member that stopped reading costs the others no more than that
+        code = int(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED)
         for conn, _ in targets:
-            cmd = RemotingCommand.request(
-                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
-            )
+            # one command per channel (the write stamps its opaque on it); built directly, since at
+            # thousands of members this loop runs millions of times
+            cmd = RemotingCommand(code, ext={"consumerGroup": group})
             try:
                 await conn.invoke_oneway(cmd, timeout_s=NOTIFY_SEND_TIMEOUT_S)
             except (RemotingError, TimeoutError, OSError) as exc:

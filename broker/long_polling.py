@@ -36,12 +36,17 @@ class PullRequestHoldService:
     def __init__(self) -> None:
         self.pull_request_table: dict[tuple[str, int], list[HeldPull]] = {}
         self._count = 0
+        # The queues each connection has held a pull on (a superset: woken pulls leave their queue
+        # here), so a closed connection looks at those queues only, not at every held queue.
+        self._conn_queues: dict[int, dict[tuple[str, int], None]] = {}
 
     def __len__(self) -> int:
         return self._count
 
     def suspend_pull_request(self, req: HeldPull) -> None:
-        self.pull_request_table.setdefault((req.topic, req.queue_id), []).append(req)
+        key = (req.topic, req.queue_id)
+        self.pull_request_table.setdefault(key, []).append(req)
+        self._conn_queues.setdefault(req.conn_id, {})[key] = None
         self._count += 1
 
     def notify_message_arriving(
@@ -82,7 +87,11 @@ class PullRequestHoldService:
 
     def remove_connection(self, conn_id: int) -> list[HeldPull]:
         removed: list[HeldPull] = []
-        for (topic, queue_id), held in list(self.pull_request_table.items()):
+        mine = self._conn_queues.pop(conn_id, None)
+        if not mine:
+            return removed
+        # in the table's order, as a scan of every queue found them (the order the pulls are answered)
+        for (topic, queue_id), held in [kv for kv in self.pull_request_table.items() if kv[0] in mine]:
             kept = [r for r in held if r.conn_id != conn_id]
             if len(kept) != len(held):
                 removed.extend(r for r in held if r.conn_id == conn_id)
@@ -100,6 +109,7 @@ class PullRequestHoldService:
     def pop_all(self) -> list[HeldPull]:
         out = [r for held in self.pull_request_table.values() for r in held]
         self.pull_request_table.clear()
+        self._conn_queues.clear()
         self._count = 0
         return out
 

@@ -715,6 +715,10 @@ class AllocationCache:
         self.max_views = max_views
         self._views: dict[int, tuple[frozenset[MessageQueue], frozenset[MessageQueue]]] = {}
         self._shared: dict[frozenset[MessageQueue], frozenset[MessageQueue]] = {}
+        # The sorted list of each shared queue set: a group whose members change (a rolling start, a
+        # kill) makes a new entry per member list, and sorting 4,000 queues again for each was most of
+        # a miss. Keyed by the shared set, whose identity makes the lookup cheap.
+        self._sorted: dict[frozenset[MessageQueue], list[MessageQueue]] = {}
 
     def _queue_set(self, mq_set: Iterable[MessageQueue]) -> frozenset[MessageQueue]:
         if not isinstance(mq_set, frozenset):
@@ -747,7 +751,13 @@ class AllocationCache:
         key = (skey, self._queue_set(mq_set), cid_tuple)
         entry = self._entries.pop(key, None)
         if entry is None:
-            entry = _Entry(sort_mq_all(key[1]), sort_cid_all(cid_tuple))
+            mq_all = self._sorted.get(key[1])
+            if mq_all is None:
+                mq_all = sort_mq_all(key[1])
+                while len(self._sorted) >= self.max_entries:
+                    del self._sorted[next(iter(self._sorted))]
+                self._sorted[key[1]] = mq_all
+            entry = _Entry(mq_all, sort_cid_all(cid_tuple))
             while len(self._entries) >= self.max_entries:
                 del self._entries[next(iter(self._entries))]
         self._entries[key] = entry  # most recently used last

@@ -62,9 +62,27 @@ class DropReason(enum.StrEnum):
     UNASSIGNED = "unassigned"  # lite pull: assign() with another set
 
 
+# shorts of the last few frozensets by identity (kept alive here, so an id is not reused): equal routes
+# share one frozenset (TopicRouteData.subscribe_queues), and every consumer of a 4,000-queue topic wrote
+# the same sorted list into its topic_route event, sorting it again each time.
+_SHORTS: dict[int, tuple[frozenset[MessageQueue], list[str]]] = {}
+_SHORTS_MAX = 16
+
+
 def shorts(mqs: Iterable[MessageQueue]) -> list[str]:
     """Queues as ``broker:queue_id`` in MessageQueue order, as events list them."""
-    return [mq.short for mq in sort_mq_all(mqs)] if mqs else []
+    if not mqs:
+        return []
+    if isinstance(mqs, frozenset):
+        seen = _SHORTS.get(id(mqs))
+        if seen is not None and seen[0] is mqs:
+            return list(seen[1])
+        out = [mq.short for mq in sort_mq_all(mqs)]
+        while len(_SHORTS) >= _SHORTS_MAX:
+            del _SHORTS[next(iter(_SHORTS))]
+        _SHORTS[id(mqs)] = (mqs, out)
+        return list(out)
+    return [mq.short for mq in sort_mq_all(mqs)]
 
 
 # -- computePullFromWhere ----------------------------------------------------------------------------

@@ -88,20 +88,31 @@ class RebalanceService:
         self.client_id = client_id
         self.consumers = consumers
         self._wakeup = asyncio.Event()
+        self._coalesced = 0  # NOTIFYs since the last notify_received that found a wakeup pending
         self.rounds = 0
         # RocketMQ starts the clock at construction: the first round after start may wait minInterval (>=5.2)
         self._last_rebalance = clock.monotonic_ms()
         remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self.on_notify_consumer_ids_changed)
 
     async def on_notify_consumer_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
-        """ClientRemotingProcessor#notifyConsumerIdsChanged: rebalanceImmediately, nothing else."""
+        """ClientRemotingProcessor#notifyConsumerIdsChanged: rebalanceImmediately, nothing else.
+
+        ``notify_received`` is written for a NOTIFY that wakes the service. One that arrives while a
+        wakeup is already pending changes nothing (the coming round serves both, as ServiceThread#wakeup
+        is then a no-op); it is counted in the next event's ``coalesced``. A membership change reaches
+        every member from every broker, so at a thousand members these were most of a run's lines."""
+        if self._wakeup.is_set():
+            self._coalesced += 1
+            return None
         group = cmd.ext.get("consumerGroup")
         self.log.emit(
             "notify_received",
             client_id=self.client_id,
             group=str(group) if group is not None else "",
             broker_addr=conn.remote_addr,
+            coalesced=self._coalesced,
         )
+        self._coalesced = 0
         # RocketMQ wakes the rebalance of every group of this client, not only the notified one.
         self.wakeup()
         return None

@@ -66,8 +66,7 @@ def _typed(mapping: Any, name: str, where: str, default: Any, check: Any, typena
     return value
 
 
-def field_int(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
-    """An int field within Java's ``long`` (every RocketMQ number is a long or narrower)."""
+def _field_int(mapping: Any, name: str, where: str, default: Any) -> Any:
     value = _typed(
         mapping, name, where, default, lambda v: isinstance(v, int) and not isinstance(v, bool), "int"
     )
@@ -76,27 +75,62 @@ def field_int(mapping: Any, name: str, where: str = "", default: Any = REQUIRED)
     return value
 
 
+# The typed accessors run for every field of every frame. Each first tries the common case (a plain
+# dict holding a value of exactly the wanted type, in range) inline; anything else (missing, None, a
+# bool for an int, an int subclass, a value out of range, not a map) goes the full way, which answers
+# with the same INVALID_PARAMETER as always.
+
+
+def field_int(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
+    """An int field within Java's ``long`` (every RocketMQ number is a long or narrower)."""
+    if mapping.__class__ is dict:
+        value = mapping.get(name)
+        if value.__class__ is int and JAVA_LONG_MIN <= value <= JAVA_LONG_MAX:
+            return value
+    return _field_int(mapping, name, where, default)
+
+
 def field_int32(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
     """An int field that is a Java ``int`` in RocketMQ (queue ids, counts, reconsume times)."""
-    value = field_int(mapping, name, where, default)
+    if mapping.__class__ is dict:
+        value = mapping.get(name)
+        if value.__class__ is int and JAVA_INT_MIN <= value <= JAVA_INT_MAX:
+            return value
+    value = _field_int(mapping, name, where, default)
     if value is not default and not JAVA_INT_MIN <= value <= JAVA_INT_MAX:
         raise InvalidParameter(f"{where}.{name}" if where else name, f"{value} is outside a 32-bit int")
     return value
 
 
 def field_str(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
+    if mapping.__class__ is dict:
+        value = mapping.get(name)
+        if value.__class__ is str:
+            return value
     return _typed(mapping, name, where, default, lambda v: isinstance(v, str), "str")
 
 
 def field_bool(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
+    if mapping.__class__ is dict:
+        value = mapping.get(name)
+        if value.__class__ is bool:
+            return value
     return _typed(mapping, name, where, default, lambda v: isinstance(v, bool), "bool")
 
 
 def field_list(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
+    if mapping.__class__ is dict:
+        value = mapping.get(name)
+        if value.__class__ is list:
+            return value
     return _typed(mapping, name, where, default, lambda v: isinstance(v, list), "array")
 
 
 def field_map(mapping: Any, name: str, where: str = "", default: Any = REQUIRED) -> Any:
+    if mapping.__class__ is dict:
+        value = mapping.get(name)
+        if value.__class__ is dict:
+            return value
     return _typed(mapping, name, where, default, lambda v: isinstance(v, dict), "map")
 
 
@@ -138,17 +172,38 @@ class RemotingCommand:
     ) -> RemotingCommand:
         return RemotingCommand(int(code), self.opaque, _RESPONSE, remark, dict(ext or {}), body)
 
-    # Typed access to header fields; a wrong type is INVALID_PARAMETER naming the field.
+    # Typed access to header fields; a wrong type is INVALID_PARAMETER naming the field. The common case
+    # is tried inline, as in the field_* functions, which answer everything else.
     def ext_int(self, name: str, default: Any = REQUIRED) -> Any:
+        value = self.ext.get(name) if self.ext.__class__ is dict else None
+        if value.__class__ is int and JAVA_LONG_MIN <= value <= JAVA_LONG_MAX:
+            return value
+        if value is None and default is not REQUIRED and self.ext.__class__ is dict:
+            return default
         return field_int(self.ext, name, "", default)
 
     def ext_int32(self, name: str, default: Any = REQUIRED) -> Any:
+        value = self.ext.get(name) if self.ext.__class__ is dict else None
+        if value.__class__ is int and JAVA_INT_MIN <= value <= JAVA_INT_MAX:
+            return value
+        if value is None and default is not REQUIRED and self.ext.__class__ is dict:
+            return default
         return field_int32(self.ext, name, "", default)
 
     def ext_str(self, name: str, default: Any = REQUIRED) -> Any:
+        value = self.ext.get(name) if self.ext.__class__ is dict else None
+        if value.__class__ is str:
+            return value
+        if value is None and default is not REQUIRED and self.ext.__class__ is dict:
+            return default
         return field_str(self.ext, name, "", default)
 
     def ext_bool(self, name: str, default: Any = REQUIRED) -> Any:
+        value = self.ext.get(name) if self.ext.__class__ is dict else None
+        if value.__class__ is bool:
+            return value
+        if value is None and default is not REQUIRED and self.ext.__class__ is dict:
+            return default
         return field_bool(self.ext, name, "", default)
 
     def body_map(self) -> dict[str, Any]:

@@ -35,6 +35,17 @@ async def test_join_notifies_every_connection_including_the_joining_one(broker, 
     assert len(broker.log.of("notify_sent", group="g")) == 2
 
 
+
+async def test_notify_sent_lists_the_members_up_to_a_limit(make_broker, make_peer):
+    broker = await make_broker(time_scale=0.01, notify_event_ids_max=2)
+    peers = [make_peer(broker.address) for _ in range(3)]
+    for cid, p in zip("ABC", peers, strict=True):
+        await p.heartbeat(cid)
+        await p.next_notify()
+    events = broker.log.of("notify_sent", group="g")
+    assert [e["client_count"] for e in events] == [1, 2, 3]
+    assert [e.get("client_ids") for e in events] == [["A"], ["A", "B"], None]  # 3 > 2: the number only
+
 async def test_empty_group_is_system_error_and_connection_list(broker, make_peer):
     a = make_peer(broker.address)
     assert await consumer_list(a, "nobody") == (
@@ -287,6 +298,28 @@ async def test_offsets_commit_query_and_set_zero_rule(broker, make_peer):
     resp = await a.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": "3"})
     assert resp.code == ResponseCode.INVALID_PARAMETER and "commitOffset" in resp.remark
 
+
+
+async def test_offset_committed_only_when_the_committed_offset_changes(make_broker, make_peer, tmp_path):
+    store = str(tmp_path / "store")
+    b1 = await make_broker(time_scale=0.01, store_dir=store)
+    a = make_peer(b1.address)
+    q = {"consumerGroup": "g", "topic": "T", "queueId": 0}
+    for offset in (5, 5, 6, 6, 5):  # persistAll re-sends an offset that did not move: no second event
+        await a.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": offset})
+    await a.oneway(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 5})
+    await a.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "queueId": 1, "commitOffset": 5})  # another queue
+    assert (await a.ok(RequestCode.QUERY_CONSUMER_OFFSET, q)).ext["offset"] == 5  # every commit was stored
+    events = [(e["queue_id"], e["offset"]) for e in b1.log.of("offset_committed", group="g")]
+    assert events == [(0, 5), (0, 6), (0, 5), (1, 5)]
+    await b1.shutdown()
+    # a restarted broker compares with the offset it restored from its store
+    b2 = await make_broker(time_scale=0.01, store_dir=store)
+    c = make_peer(b2.address)
+    await c.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 5})
+    assert not b2.log.of("offset_committed")
+    await c.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 7})
+    assert [e["offset"] for e in b2.log.of("offset_committed", group="g")] == [7]
 
 @pytest.mark.parametrize("rocketmq5", [False, True])
 async def test_broadcasting_groups_get_no_notify_from_a_rocketmq5_broker(make_broker, make_peer, rocketmq5):

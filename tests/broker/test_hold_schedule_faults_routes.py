@@ -31,6 +31,22 @@ def test_hold_woken_by_matching_arrival_on_its_queue_only():
     assert hs.remove_connection(3) == [c] and len(hs) == 0
 
 
+
+def test_a_closed_connection_takes_its_held_pulls_in_the_tables_order():
+    hs = PullRequestHoldService()
+    q1 = HeldPull("T", 1, 0, [], 1000, conn_id=7)
+    other = HeldPull("T", 0, 0, [], 1000, conn_id=8)
+    q0 = HeldPull("T", 0, 0, [], 1000, conn_id=7)
+    q2 = HeldPull("T", 2, 0, [], 1000, conn_id=7)
+    for r in (other, q1, q0, q2):  # queue 0 entered the table first, by another connection's pull
+        hs.suspend_pull_request(r)
+    assert hs.notify_message_arriving("T", 2, 1, None, 0) == [q2]  # answered before the close
+    again = HeldPull("T", 2, 1, [], 1000, conn_id=7)
+    hs.suspend_pull_request(again)  # queue 2 is back, now last in the table
+    assert hs.remove_connection(7) == [q0, q1, again]
+    assert hs.remove_connection(7) == [] and hs.remove_connection(99) == []
+    assert len(hs) == 1 and hs.remove_connection(8) == [other] and len(hs) == 0
+
 def test_an_arrival_also_wakes_pulls_past_their_suspend_time():
     hs = PullRequestHoldService()
     a = HeldPull("T", 0, 5, ["x"], 1000)

@@ -16,6 +16,7 @@ from client.group_state import (
     per_queue_threshold,
     plan_pull_from_where,
     plan_pull_from_where_lite,
+    shorts,
 )
 from client.process_queue import ProcessQueue
 from client.pull_core import (
@@ -344,3 +345,24 @@ def test_pull_status_mapping_and_error_delays() -> None:
     assert pull_exception_delay_ms(ResponseCode.FLOW_CONTROL, **kw) == 20
     assert pull_exception_delay_ms(ResponseCode.SUBSCRIPTION_NOT_EXIST, **kw) == 1000
     assert pull_exception_delay_ms(None, **kw) == 1000
+
+
+def test_shorts_of_one_shared_queue_set_are_sorted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import client.group_state as group_state
+
+    sorts = 0
+    sort_mq_all = group_state.sort_mq_all
+
+    def counting(mqs: Any) -> list[MessageQueue]:
+        nonlocal sorts
+        sorts += 1
+        return sort_mq_all(mqs)
+
+    monkeypatch.setattr(group_state, "sort_mq_all", counting)
+    queues = frozenset(MessageQueue("T", b, q) for b in ("broker-b", "broker-a") for q in (10, 2))
+    expected = ["broker-a:2", "broker-a:10", "broker-b:2", "broker-b:10"]
+    first = shorts(queues)
+    first.append("changed by its caller")  # each caller gets its own list
+    assert shorts(queues) == expected and sorts == 1
+    assert shorts(frozenset(set(queues))) == expected and sorts == 2  # an equal set of its own: sorted for it
+    assert shorts(set(queues)) == expected and shorts([]) == [] and sorts == 3

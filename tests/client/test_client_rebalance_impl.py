@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from kit.broker import RecordingLog
 
 from client.allocate import get_strategy
 from client.config import ConsumerConfig
@@ -18,6 +20,8 @@ from client.group_state import GroupState
 from client.offset_store import ReadOffsetType
 from client.process_queue import ProcessQueue, PullRequest
 from client.rebalance import RebalanceLitePullImpl, RebalancePushImpl, RebalanceService
+from protocol.codes import RequestCode
+from protocol.command import RemotingCommand
 from protocol.model import ConsumeType, Message, MessageQueue
 from protocol.remoting import RemotingClient
 from protocol.runtime import EventLog, ManualClock
@@ -384,6 +388,33 @@ async def test_rebalance_service_wakeups_coalesce() -> None:
     finally:
         task.cancel()
 
+
+
+async def test_a_notify_that_finds_a_wakeup_pending_is_counted_in_the_next_event() -> None:
+    inst = _Round([])
+    log = RecordingLog()
+    svc = RebalanceService(inst.config, inst.clock, log, "cid", {"g": inst}, RemotingClient())
+    broker = SimpleNamespace(remote_addr="10.0.0.1:10911")
+
+    async def notify() -> None:
+        cmd = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "g"})
+        await svc.on_notify_consumer_ids_changed(broker, cmd)  # type: ignore[arg-type]
+
+    for _ in range(3):  # one wakes the service, two find it already woken
+        await notify()
+    assert [e["coalesced"] for e in log.of("notify_received")] == [0]
+    task = asyncio.create_task(svc.run())
+    try:
+        await asyncio.sleep(0.02)
+        assert len(inst.rounds) == 1  # the three made one round
+        await notify()
+        await notify()
+        events = log.of("notify_received", client_id="cid", group="g", broker_addr="10.0.0.1:10911")
+        assert [e["coalesced"] for e in events] == [0, 2]
+        await asyncio.sleep(0.02)
+        assert len(inst.rounds) == 2
+    finally:
+        task.cancel()
 
 async def test_rebalance_service_5x_retries_after_min_interval_when_unbalanced() -> None:
     inst = _Round([False, True], rebalance_retry_when_unbalanced=True, rebalance_wait_interval=100_000)

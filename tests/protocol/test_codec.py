@@ -17,7 +17,12 @@ from protocol.command import (
     InvalidParameter,
     RemotingCommand,
     encode_frame,
+    field_bool,
     field_int,
+    field_int32,
+    field_list,
+    field_map,
+    field_str,
 )
 from protocol.model import (
     ConsumerData,
@@ -132,6 +137,70 @@ def test_typed_field_access_names_the_field() -> None:
         cmd.body_map()
     assert CommandError(17, "no topic").code == 17
 
+
+
+@pytest.mark.parametrize(
+    ("read", "value", "problem"),
+    [
+        (field_int, 2**63 - 1, None),
+        (field_int, -(2**63), None),
+        (field_int, 2**63, "n: 9223372036854775808 is outside a 64-bit long"),
+        (field_int, -(2**63) - 1, "outside a 64-bit long"),
+        (field_int, True, "n: expected int, got bool"),
+        (field_int, 1.0, "n: expected int, got float"),
+        (field_int, ResponseCode.SUCCESS, None),  # an int subclass other than bool is an int
+        (field_int32, 2**31 - 1, None),
+        (field_int32, -(2**31), None),
+        (field_int32, 2**31, "n: 2147483648 is outside a 32-bit int"),
+        (field_int32, -(2**31) - 1, "outside a 32-bit int"),
+        (field_int32, 2**63, "outside a 64-bit long"),
+        (field_int32, False, "n: expected int, got bool"),
+        (field_str, "", None),
+        (field_str, b"x", "n: expected str, got bytes"),
+        (field_str, 1, "n: expected str, got int"),
+        (field_bool, False, None),
+        (field_bool, 0, "n: expected bool, got int"),
+        (field_list, [], None),
+        (field_list, (1,), "n: expected array, got tuple"),
+        (field_map, {}, None),
+        (field_map, [], "n: expected map, got list"),
+    ],
+)
+def test_typed_fields_accept_exactly_their_type_and_range(read, value, problem) -> None:
+    class Map(dict):  # any map type is read the same way as a plain dict
+        pass
+
+    for mapping in ({"n": value}, Map(n=value)):
+        if problem is None:
+            assert read(mapping, "n") == value
+        else:
+            with pytest.raises(InvalidParameter, match=problem):
+                read(mapping, "n")
+    for absent in ({}, {"n": None}):
+        assert read(absent, "n", default=7) == 7
+        with pytest.raises(InvalidParameter, match=r"w\.n: missing"):
+            read(absent, "n", "w")
+    with pytest.raises(InvalidParameter, match="w: expected a map"):
+        read([("n", value)], "n", "w")
+
+
+@pytest.mark.parametrize(
+    ("read", "ok", "bad", "problem"),
+    [
+        ("ext_int", -(2**63), 2**63, "9223372036854775808 is outside a 64-bit long"),
+        ("ext_int32", 2**31 - 1, 2**31, "2147483648 is outside a 32-bit int"),
+        ("ext_int32", 0, True, "expected int, got bool"),
+        ("ext_str", "x", 3, "expected str, got int"),
+        ("ext_bool", True, 1, "expected bool, got int"),
+    ],
+)
+def test_header_fields_read_like_the_field_functions(read, ok, bad, problem) -> None:
+    assert getattr(RemotingCommand.request(11, {"n": ok}), read)("n") == ok
+    with pytest.raises(InvalidParameter, match=f"n: {problem}"):
+        getattr(RemotingCommand.request(11, {"n": bad}), read)("n")
+    assert getattr(RemotingCommand.request(11, {"n": None}), read)("n", None) is None
+    with pytest.raises(InvalidParameter, match="n: missing"):
+        getattr(RemotingCommand.request(11, {}), read)("n")
 
 def test_message_queue_order_str_and_wire() -> None:
     a0 = MessageQueue("T", "broker-a", 0)

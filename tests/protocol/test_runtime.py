@@ -101,6 +101,8 @@ def test_event_lines_are_the_bytes_structlog_rendered(tmp_path: Path) -> None:
         ("mq_added", {"topic": "Tö", "queue_id": 3, "cid_all": ["a", "b"], "x": None, "f": 0.5}),
         ("pull_served", {"ts_ms": 99, "path": Path("/a"), "ok": True}),
         ("odd", {"node": "overridden", "nested": {"k": [1, {"z": "ü"}]}}),
+        ("numbers", {"n": 2**70, "nan": float("nan"), "inf": float("-inf"), "keys": {1: 2, 2.5: None}}),
+        ("text", {"msg": 'a "q" \\ \n\t\x01 \u2028 😀', "t": ("x", b"y"), "s": frozenset()}),
     ]
     for event, fields in cases:
         log.emit(event, **fields)

@@ -177,3 +177,31 @@ def test_a_client_keeping_its_queue_set_is_answered_without_comparing_queues(
     fewer = frozenset(_queues(38))
     assert len(cache.allocate(avg, "G", "c1", fewer, cids)[2]) == 19
     assert cache.allocate(avg, "G", "c1", set(_queues(40)), cids)[2] == first["c1"]  # a plain set too
+
+
+def test_a_changing_member_list_sorts_an_unchanged_queue_set_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Members join one by one (a rolling start): every view is a new entry, but the queue set is the
+    same object each time and is sorted once; each answer is still the strategy's own."""
+    import client.allocate as allocate_mod
+
+    sorts = 0
+    sort_mq_all = allocate_mod.sort_mq_all
+
+    def counting(mq_all: Any) -> list[MessageQueue]:
+        nonlocal sorts
+        sorts += 1
+        return sort_mq_all(mq_all)
+
+    monkeypatch.setattr(allocate_mod, "sort_mq_all", counting)
+    cache = AllocationCache(max_entries=4)
+    queues = frozenset(_queues(12))
+    avg = AllocateMessageQueueAveragely()
+    cids = [f"c{i}" for i in range(10)]
+    for n in range(1, len(cids) + 1):
+        for cid in cids[:n]:
+            _, _, mine = cache.allocate(avg, "G", cid, queues, cids[:n])
+            assert mine == avg.allocate("G", cid, sort_mq_all(queues), cids[:n])
+    assert sorts == 1
+    other = frozenset(_queues(8))  # another queue set is sorted for itself
+    _, _, mine = cache.allocate(avg, "G", "c0", other, cids)
+    assert mine == avg.allocate("G", "c0", sort_mq_all(other), cids) and sorts == 2

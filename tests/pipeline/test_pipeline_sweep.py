@@ -5,6 +5,7 @@ runs and the same tables as local mode."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -72,6 +73,35 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root`` (by parent pid, read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"  # a zombie runs nothing more
+
+
+def _wait_gone(pids: list[int]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.05)
+
+
 def _markers(out: Path) -> dict[str, tuple[int, bytes]]:
     return {
         p.parent.relative_to(out).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
@@ -97,8 +127,16 @@ def resumed(
         deadline = time.monotonic() + 600
         while not _markers(out) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
+        # PySpark's worker daemon puts itself and its workers in a process group of their own, so a kill
+        # of the sweep's group leaves a worker running the rest of its task's runs for a moment: kill
+        # every descendant, whatever its group, so no run finishes after the markers are read below.
+        doomed = _descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
+        for pid in doomed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         proc.wait()
+        _wait_gone(doomed)
     finished = sorted(out.glob(f"*/seed-*/{COMPLETE}"))
     assert 0 < len(finished) < RUNS, (tmp / "killed.log").read_text()[-3000:]
     # As if a sweep that did not analyse in its tasks had finished the first run: the resumed sweep

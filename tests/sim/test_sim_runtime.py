@@ -310,6 +310,49 @@ def test_a_paused_server_queues_bytes_and_answers_on_resume() -> None:
     assert remark == "1" and took == pytest.approx(10.001, abs=0.001)
 
 
+def test_a_sync_request_belongs_to_its_process_and_to_its_connection() -> None:
+    """A synchronous handler runs from a callback of the server's process, at the place a task would:
+    a kill between the frame's arrival and that callback drops it (no answer, no side effect), and so
+    does closing the server's connections (cancel_requests), as for a task that never started."""
+
+    async def main(loop: VirtualLoop, net: Network) -> dict[str, Any]:
+        seen: list[tuple[str, object]] = []
+        servers: list[RemotingServer] = []
+
+        async def serve() -> None:
+            server = RemotingServer(net.ip_of("server"), 10911)
+
+            def record(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+                seen.append((cmd.remark or "", asyncio.current_task()))
+                return cmd.response(ResponseCode.SUCCESS, cmd.remark)
+
+            server.register(RequestCode.HEART_BEAT, record)
+            await server.start()
+            servers.append(server)
+            await asyncio.Event().wait()
+
+        server_proc, _ = spawn(loop, "server", serve())
+        await asyncio.sleep(0)
+        client = RemotingClient()
+        out: dict[str, Any] = {"answer": (await client.invoke(servers[0].address, _req(0), 5)).remark}
+        (sconn,) = servers[0].connections
+        # a frame has arrived and its callback waits in the ready queue; then the connections close
+        server_proc.context.run(sconn.data_received, _req(1))
+        sconn.cancel_requests()
+        await asyncio.sleep(0.1)
+        # a frame has arrived and its callback waits in the ready queue; then the process dies
+        server_proc.context.run(sconn.data_received, _req(2))
+        server_proc.state = "killed"
+        net.process_died(server_proc)
+        await asyncio.sleep(0.1)
+        out["seen"] = seen
+        return out
+
+    out = run(main)
+    assert out["answer"] == "0"
+    assert out["seen"] == [("0", None)]  # answered without a task; 1 and 2 never ran
+
+
 # -- what each request and callback costs: the cheap paths keep asyncio's semantics ---------------------
 
 

@@ -266,6 +266,15 @@ class VirtualLoop(asyncio.BaseEventLoop):
         """A delivery from the network: like call_at, but a resumed process sees it before its timers."""
         return self._call_at(when, callback, args, context, True)
 
+    def deliver_at(self, when: float, callback: Callable[[Any], Any], arg: Any, proc: VirtualProcess) -> None:
+        """``call_io_at(when, callback, arg, context=proc.context)`` in one call: every frame of the
+        network takes this path."""
+        if self._closed:  # type: ignore[attr-defined]
+            raise RuntimeError("Event loop is closed")
+        timer = _ProcessTimerHandle(when, callback, (arg,), self, proc.context, proc, True)
+        heapq.heappush(self._io_scheduled, (when, next(self._timer_seq), timer))
+        timer._scheduled = True
+
     def _run_once(self) -> None:
         """BaseEventLoop._run_once over the (when, sequence, handle) heap, the wait replaced by a jump of
         the clock: the same steps in the same order (debug-mode timing of slow callbacks left out).

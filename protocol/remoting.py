@@ -592,7 +592,9 @@ class RemotingServer:
         self._closed: list[ConnectionCallback] = []
         self._log = log
 
-    def register(self, code: int, handler: Handler) -> None:
+    def register(self, code: int, handler: Handler | SyncHandler) -> None:
+        """Serve requests of ``code`` with ``handler``: an ``async def``, or a plain function for one
+        that never waits (run without a task, see ``_Dispatcher``)."""
         self._dispatcher.register(code, handler)
 
     def set_default_handler(self, handler: Handler) -> None:
@@ -702,7 +704,9 @@ class RemotingClient:
         self._log = log
         self._shut = False
 
-    def register(self, code: int, handler: Handler) -> None:
+    def register(self, code: int, handler: Handler | SyncHandler) -> None:
+        """Serve requests of ``code`` with ``handler``: an ``async def``, or a plain function for one
+        that never waits (run without a task, see ``_Dispatcher``)."""
         self._dispatcher.register(code, handler)
 
     def on_connection_closed(self, cb: Callable[[str], None]) -> None:

@@ -27,6 +27,9 @@ _MAX_SELECT_TIMEOUT = base_events.MAXIMUM_SELECT_TIMEOUT
 
 _Task = asyncio.Task  # the C task: one lookup fewer for every task made
 
+# Iterations of the loop between two calls of its housekeeping hook (VirtualLoop.housekeeping).
+HOUSEKEEPING_EVERY = 1024
+
 # Virtual epoch: 2026-01-01T00:00:00Z, so timestamps look like wall-clock epoch ms and never depend on now.
 EPOCH_MS = 1_767_225_600_000
 
@@ -170,6 +173,9 @@ class VirtualLoop(asyncio.BaseEventLoop):
         self._io_scheduled: list[tuple[float, int, asyncio.TimerHandle]] = []
         self.set_exception_handler(self._on_exception)
         self.errors: list[str] = []
+        # called every HOUSEKEEPING_EVERY iterations, between callbacks, never by a process: work that
+        # belongs to the simulator and not to the run (sim.cluster paces the garbage collector with it)
+        self.housekeeping: Callable[[], None] | None = None
 
     # -- time ------------------------------------------------------------------------------------
     def time(self) -> float:
@@ -288,7 +294,13 @@ class VirtualLoop(asyncio.BaseEventLoop):
         append = ready.append
         heappop = heapq.heappop
         resolution = self._clock_resolution
+        ticks = HOUSEKEEPING_EVERY
         while True:
+            ticks -= 1
+            if not ticks:
+                ticks = HOUSEKEEPING_EVERY
+                if self.housekeeping is not None:
+                    self.housekeeping()
             count = len(scheduled)
             if count > _MIN_SCHEDULED and self._timer_cancelled_count / count > _MIN_CANCELLED_FRACTION:  # type: ignore[attr-defined]
                 kept = []

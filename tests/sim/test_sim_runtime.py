@@ -4,6 +4,9 @@ in-memory network under the real remoting layer (frames in order, latency, black
 from __future__ import annotations
 
 import asyncio
+import gc
+import itertools
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -18,8 +21,9 @@ from protocol.remoting import (
     RemotingServer,
     RemotingTimeoutError,
 )
+from sim.cluster import GarbageCollector
 from sim.dist import Distribution, parse_distribution
-from sim.loop import CURRENT, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
+from sim.loop import CURRENT, HOUSEKEEPING_EVERY, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
 from sim.network import Network
 
 
@@ -542,3 +546,42 @@ def test_a_bound_sampler_draws_what_sample_draws(dist: Any) -> None:
     a, b = random.Random(5), random.Random(5)
     draw = d.sampler()
     assert [draw(a) for _ in range(200)] == [d.sample(b) for _ in range(200)]
+
+
+def test_the_loop_calls_its_housekeeping_between_iterations() -> None:
+    calls: list[float] = []
+
+    async def main(loop: VirtualLoop, _: Network) -> None:
+        loop.housekeeping = lambda: calls.append(loop.time())
+        for _ in range(3 * HOUSEKEEPING_EVERY):
+            await asyncio.sleep(1)
+        loop.housekeeping = None
+
+    run(main)
+    # a sleep is two iterations (the timer fires and sets the future; the task wakes up in the next)
+    assert len(calls) == 6
+    assert {b - a for a, b in itertools.pairwise(calls)} == {HOUSEKEEPING_EVERY / 2}
+
+
+def test_the_paced_collector_collects_cycles_once_enough_objects_came() -> None:
+    class Node:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: only the collector frees it
+
+    was_enabled = gc.isenabled()
+    collector = GarbageCollector(growth=0.0, min_growth=5_000)
+    collector.start()
+    try:
+        assert not gc.isenabled()
+        first = Node()
+        probe = weakref.ref(first)
+        del first
+        collector.check()
+        assert probe() is not None and collector.collections == 0  # too little has come yet
+        junk = [Node() for _ in range(6_000)]
+        del junk
+        collector.check()
+        assert probe() is None and collector.collections == 1
+    finally:
+        collector.stop()
+    assert gc.isenabled() == was_enabled

@@ -373,21 +373,12 @@ class Connection(asyncio.Protocol):
         resp = self._dispatcher.handle_sync(self, cmd, handler)
         if resp is not None and not isinstance(resp, RemotingCommand):
             # this request has to wait after all: the rest of it on a task, which ends it
-            self._tasks[self._loop.create_task(self._finish_request(cmd, resp))] = None
+            self._tasks[self._loop.create_task(self._run_request(cmd, resp))] = None
             return
         try:
             if resp is not None and not cmd.is_oneway:
                 self.send_response(resp)
         finally:
-            self._request_done()
-
-    async def _finish_request(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
-        try:
-            resp = await self._dispatcher.finish(cmd, pending)
-            if resp is not None and not cmd.is_oneway:
-                self.send_response(resp)
-        finally:
-            self._tasks.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
             self._request_done()
 
     def _request_done(self) -> None:
@@ -397,12 +388,18 @@ class Connection(asyncio.Protocol):
         if self._reading_paused and not self._backlog:
             self._sync_reading()
 
-    async def _run_request(self, cmd: RemotingCommand) -> None:
+    async def _run_request(
+        self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None] | None = None
+    ) -> None:
+        """Serve ``cmd``, or with ``pending`` finish what a synchronous handler returned to wait for."""
         try:
-            if self._pause_reading_on_write and self._write_paused:
-                # Do not build answers the peer is not taking (a pull's messages): wait until it reads.
-                await self._drain()
-            resp = await self._dispatcher.handle(self, cmd)
+            if pending is not None:
+                resp = await self._dispatcher.finish(cmd, pending)
+            else:
+                if self._pause_reading_on_write and self._write_paused:
+                    # Do not build answers the peer is not taking (a pull's messages): wait until it reads.
+                    await self._drain()
+                resp = await self._dispatcher.handle(self, cmd)
             if resp is not None and not cmd.is_oneway:
                 self.send_response(resp)
         finally:

@@ -50,9 +50,9 @@ from sim.network import Network
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 # The paced collector (GarbageCollector): a full collection once this share of the objects alive
-# after the last one have been added since, and never for fewer than _GC_MIN_GROWTH
-_GC_GROWTH = 0.25
-_GC_MIN_GROWTH = 500_000
+# after the last one have been added since, and never for fewer than _GC_MIN_GROWTH new objects
+_GC_GROWTH = 1.0
+_GC_MIN_GROWTH = 1_000_000
 # the events the live tally counts, found with one scan of the line
 _COUNTED = re.compile('"(?:message_sent|message_consumed|consumer_started|consumer_stopped|nemesis)"')
 
@@ -65,10 +65,13 @@ class GarbageCollector:
     queues, messages, held requests), so nearly every young collection traverses objects that are not
     garbage, and at 1,000 consumers that was a sixth of the CPU time. With automatic collection off,
     the net count of new tracked objects (what CPython's own generation-0 counter holds) grows by what
-    stays alive plus the cyclic garbage; a full collection when it reaches a quarter of the objects
-    alive after the previous one (CPython's own rule for full collections) keeps the garbage bounded to
-    that share and the collector's work proportional to the growth. Nothing in a run depends on when it
-    runs: a killed process's objects stay referenced (the cluster's graveyard) until the run ends.
+    stays alive plus the cyclic garbage; a full collection once it reaches the number of objects alive
+    after the previous one (the heap has doubled, counting its garbage) keeps the garbage at most the
+    size of the live heap and the collections to a logarithm of its growth. (With CPython's quarter, its
+    own rule for full collections, a 1,000-consumer run made ten full collections, 12.4 CPU s.) Cyclic
+    garbage is rare here: a 100-consumer run of 600 s left 53,022 such objects in all. Nothing in a run
+    depends on when the collector runs: a killed process's objects stay referenced (the cluster's
+    graveyard) until the run ends.
     """
 
     def __init__(self, growth: float = _GC_GROWTH, min_growth: int = _GC_MIN_GROWTH) -> None:

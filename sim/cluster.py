@@ -84,7 +84,7 @@ class GarbageCollector:
 
     def start(self) -> None:
         self._was_enabled = gc.isenabled()
-        gc.collect()
+        # no collection here: a sweep starts run after run in one process (and collects after each)
         self._alive = len(gc.get_objects())
         self._next = max(self.min_growth, int(self._alive * self.growth))
         gc.disable()

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
-from typing import Any
+from typing import Any, cast
 
 from broker.acl import ADMIN_CODES, AclDenied, PlainAccessValidator, is_loopback
 from broker.assignment import MessageRequestModeTable
@@ -34,7 +35,7 @@ from client.route import TopicRouteData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import CommandError, RemotingCommand
 from protocol.model import MessageQueue, WireError, is_retry_topic, retry_topic
-from protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer
+from protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer, SyncHandler
 from protocol.runtime import Clock, EventLog, SystemClock, local_ip
 
 ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused
@@ -242,20 +243,20 @@ class BrokerController:
 
     # -- request dispatch ------------------------------------------------------------------------
     def wrap(self, code: int, handler: Handler) -> Handler:
-        """Put fault injection in front of a handler and the durability barrier behind it."""
+        """Put fault injection in front of a handler and the durability barrier behind it. A synchronous
+        handler (a plain function) stays synchronous unless the store is durable (see ``_wrap_sync``)."""
         durable = self.store.durable
+        sync_handler: SyncHandler | None = None
+        if not inspect.iscoroutinefunction(handler):
+            sync_handler = cast(SyncHandler, handler)
+
+            async def call_sync(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+                return cast(RemotingCommand | None, sync_handler(conn, cmd))
+
+            handler = call_sync
 
         async def wrapped(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-            if self.acl is not None and code != RequestCode.GET_ROUTEINFO_BY_TOPIC:
-                # (route lookups belong to the name server, which in RocketMQ 4.9 checks no ACL)
-                try:
-                    self.acl.validate(conn.remote_addr, cmd)
-                except AclDenied as exc:
-                    self._refused(conn, cmd, str(exc))
-            elif cmd.code in ADMIN_CODES and not self.admin_from_any and not is_loopback(conn.remote_addr):
-                self._refused(
-                    conn, cmd, f"request code {cmd.code} is accepted from loopback only (--admin-from)"
-                )
+            self._check_access(conn, cmd, code)
             faults = self.faults
             drop = False
             if faults.codes and cmd.code in faults.codes:
@@ -281,7 +282,36 @@ class BrokerController:
                     raise CommandError(ResponseCode.SERVICE_NOT_AVAILABLE, str(exc)) from None
             return None if drop else resp
 
+        if sync_handler is not None and not durable:
+            return self._wrap_sync(code, sync_handler, wrapped)
         return wrapped
+
+    def _wrap_sync(self, code: int, handler: SyncHandler, wrapped: Handler) -> SyncHandler:
+        """``wrap`` for a handler that never waits, when the store is not durable (no barrier to wait
+        for): answered from one callback. A request whose code has a fault set goes the coroutine way,
+        on a task (the fault may hold it for a latency)."""
+
+        def wrapped_sync(conn: Connection, cmd: RemotingCommand) -> Any:
+            faults = self.faults
+            if faults.codes and cmd.code in faults.codes:
+                return wrapped(conn, cmd)
+            self._check_access(conn, cmd, code)
+            try:
+                return handler(conn, cmd)
+            except StoreError as exc:
+                raise CommandError(ResponseCode.SERVICE_NOT_AVAILABLE, str(exc)) from None
+
+        return wrapped_sync
+
+    def _check_access(self, conn: Connection, cmd: RemotingCommand, code: int) -> None:
+        if self.acl is not None and code != RequestCode.GET_ROUTEINFO_BY_TOPIC:
+            # (route lookups belong to the name server, which in RocketMQ 4.9 checks no ACL)
+            try:
+                self.acl.validate(conn.remote_addr, cmd)
+            except AclDenied as exc:
+                self._refused(conn, cmd, str(exc))
+        elif cmd.code in ADMIN_CODES and not self.admin_from_any and not is_loopback(conn.remote_addr):
+            self._refused(conn, cmd, f"request code {cmd.code} is accepted from loopback only (--admin-from)")
 
     def _refused(self, conn: Connection, cmd: RemotingCommand, reason: str) -> None:
         self.log.emit("request_refused", request_code=cmd.code, client_addr=conn.remote_addr, reason=reason)

@@ -73,7 +73,7 @@ class NamesrvProcessor:
             )
         return cmd.response()
 
-    async def get_route_info_by_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def get_route_info_by_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         topic = _non_empty(cmd, "topic")
         route = self.route_info.pickup_topic_route_data(topic)
         if route is None:

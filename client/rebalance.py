@@ -94,7 +94,7 @@ class RebalanceService:
         self._last_rebalance = clock.monotonic_ms()
         remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self.on_notify_consumer_ids_changed)
 
-    async def on_notify_consumer_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
+    def on_notify_consumer_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
         """ClientRemotingProcessor#notifyConsumerIdsChanged: rebalanceImmediately, nothing else.
 
         ``notify_received`` is written for a NOTIFY that wakes the service. One that arrives while a

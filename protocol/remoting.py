@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,13 @@ _RESPONSE = int(Flag.RESPONSE)  # plain ints: IntFlag arithmetic runs in Python,
 _ONEWAY = int(Flag.ONEWAY)
 
 Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+# A handler that never waits: a plain function returning the answer (or None). It runs as one callback
+# where a coroutine handler would run as a Task's first step, at the same place in the loop's ready queue.
+# It may instead return an awaitable when this one request has to wait after all (a broker fault with a
+# latency); that is then finished on a Task.
+SyncHandler = Callable[
+    ["Connection", RemotingCommand], "RemotingCommand | Awaitable[RemotingCommand | None] | None"
+]
 
 
 class Codec(Protocol):
@@ -89,15 +97,24 @@ class RemotingTimeoutError(RemotingError, TimeoutError):
 
 
 class _Dispatcher:
-    """Maps request codes to handlers and turns handler outcomes into responses."""
+    """Maps request codes to handlers and turns handler outcomes into responses.
+
+    A handler registered as a plain function (not ``async def``) is synchronous: the connection calls it
+    from a callback instead of running it on a Task (``Connection._start_request``)."""
 
     def __init__(self, log: Any = None) -> None:
-        self.handlers: dict[int, Handler] = {}
+        self.handlers: dict[int, Handler | SyncHandler] = {}
+        self.sync_handlers: dict[int, SyncHandler] = {}
         self.default_handler: Handler | None = None
         self.log = log
 
-    def register(self, code: int, handler: Handler) -> None:
-        self.handlers[int(code)] = handler
+    def register(self, code: int, handler: Handler | SyncHandler) -> None:
+        code = int(code)
+        self.handlers[code] = handler
+        if inspect.iscoroutinefunction(handler):
+            self.sync_handlers.pop(code, None)
+        else:
+            self.sync_handlers[code] = handler
 
     async def handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         handler = self.handlers.get(cmd.code, self.default_handler)
@@ -107,16 +124,49 @@ class _Dispatcher:
                     ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {cmd.code} not supported"
                 )
             else:
-                resp = await handler(conn, cmd)
-        except WireError as exc:  # includes InvalidParameter
-            resp = cmd.response(ResponseCode.INVALID_PARAMETER, str(exc))
-        except CommandError as exc:
-            resp = cmd.response(exc.code, exc.remark)
+                resp = handler(conn, cmd)
+                if resp is not None and not isinstance(resp, RemotingCommand):
+                    resp = await resp  # a coroutine handler, or a sync one that has to wait this time
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._report(f"handler for {code_name(cmd.code, response=False)} failed", exc)
-            resp = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            resp = self._error_response(cmd, exc)
+        return self._answer(cmd, resp)
+
+    def handle_sync(
+        self, conn: Connection, cmd: RemotingCommand, handler: SyncHandler
+    ) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
+        """``handle`` for a synchronous handler: the response, or the awaitable it returned instead
+        (to be finished by ``finish``)."""
+        try:
+            resp = handler(conn, cmd)
+            if resp is not None and not isinstance(resp, RemotingCommand):
+                return resp
+        except Exception as exc:
+            resp = self._error_response(cmd, exc)
+        return self._answer(cmd, resp)
+
+    async def finish(
+        self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None]
+    ) -> RemotingCommand | None:
+        try:
+            resp = await pending
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            resp = self._error_response(cmd, exc)
+        return self._answer(cmd, resp)
+
+    def _error_response(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        if isinstance(exc, WireError):  # includes InvalidParameter
+            return cmd.response(ResponseCode.INVALID_PARAMETER, str(exc))
+        if isinstance(exc, CommandError):
+            return cmd.response(exc.code, exc.remark)
+        self._report(f"handler for {code_name(cmd.code, response=False)} failed", exc)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def _answer(cmd: RemotingCommand, resp: RemotingCommand | None) -> RemotingCommand | None:
         if resp is None:
             return None
         resp.opaque = cmd.opaque
@@ -166,6 +216,7 @@ class Connection(asyncio.Protocol):
         # dicts, not sets: closing and cancelling go in the order things began, not by memory address
         # (a simulated run must give the same bytes whatever else the process allocated)
         self._tasks: dict[asyncio.Task[None], None] = {}
+        self._cancels = 0  # cancel_requests so far: a synchronous request scheduled before one is dropped
         self._on_open = on_open
         self._on_close = on_close
         self._drain_waiters: list[asyncio.Future[None]] = []
@@ -210,11 +261,22 @@ class Connection(asyncio.Protocol):
         ):  # no frame half-received now or before: nothing to watch (nearly every frame)
             self._watch_partial_frame(bool(commands))
         for cmd in commands:
-            if cmd.is_response:
+            if cmd.flag & _RESPONSE:
                 fut = self._pending.pop(cmd.opaque, None)
                 if fut is not None and not fut.done():
                     fut.set_result(cmd)
                 continue
+            self._start_request(cmd)
+
+    def command_received(self, cmd: RemotingCommand) -> None:
+        """``data_received`` for a transport that hands over whole commands (the simulator's network
+        between two msgpack ends, sim.wire): no codec, so no bad or partial frame."""
+        self.last_activity = self._loop.time()
+        if cmd.flag & _RESPONSE:
+            fut = self._pending.pop(cmd.opaque, None)
+            if fut is not None and not fut.done():
+                fut.set_result(cmd)
+        else:
             self._start_request(cmd)
 
     def _watch_partial_frame(self, progressed: bool) -> None:
@@ -293,24 +355,57 @@ class Connection(asyncio.Protocol):
             self._sync_reading()
             return
         self._inflight += 1
-        self._tasks[self._loop.create_task(self._run_request(cmd))] = None
+        handler = self._dispatcher.sync_handlers.get(cmd.code)
+        if handler is None:
+            self._tasks[self._loop.create_task(self._run_request(cmd))] = None
+        else:
+            # One callback where a Task's first step would be (Task.__init__ schedules that step with
+            # call_soon): the same place in the ready queue, in the same context, so the same order.
+            self._loop.call_soon(self._run_sync_request, self._cancels, handler, cmd)
 
-    async def _run_request(self, cmd: RemotingCommand) -> None:
+    def _run_sync_request(self, cancels: int, handler: SyncHandler, cmd: RemotingCommand) -> None:
+        if cancels != self._cancels:
+            return  # cancel_requests came first: dropped, as a task cancelled before its first step
+        if self._pause_reading_on_write and self._write_paused:
+            # _run_request's wait for the peer to read needs a task; it also counts the request done
+            self._tasks[self._loop.create_task(self._run_request(cmd))] = None
+            return
+        resp = self._dispatcher.handle_sync(self, cmd, handler)
+        if resp is not None and not isinstance(resp, RemotingCommand):
+            # this request has to wait after all: the rest of it on a task, which ends it
+            self._tasks[self._loop.create_task(self._run_request(cmd, resp))] = None
+            return
         try:
-            if self._pause_reading_on_write and self._write_paused:
-                # Do not build answers the peer is not taking (a pull's messages): wait until it reads.
-                await self._drain()
-            resp = await self._dispatcher.handle(self, cmd)
+            if resp is not None and not cmd.is_oneway:
+                self.send_response(resp)
+        finally:
+            self._request_done()
+
+    def _request_done(self) -> None:
+        self._inflight -= 1
+        if self._backlog and not self.closed:
+            self._start_request(self._backlog.popleft())
+        if self._reading_paused and not self._backlog:
+            self._sync_reading()
+
+    async def _run_request(
+        self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None] | None = None
+    ) -> None:
+        """Serve ``cmd``, or with ``pending`` finish what a synchronous handler returned to wait for."""
+        try:
+            if pending is not None:
+                resp = await self._dispatcher.finish(cmd, pending)
+            else:
+                if self._pause_reading_on_write and self._write_paused:
+                    # Do not build answers the peer is not taking (a pull's messages): wait until it reads.
+                    await self._drain()
+                resp = await self._dispatcher.handle(self, cmd)
             if resp is not None and not cmd.is_oneway:
                 self.send_response(resp)
         finally:
             # the task forgets itself here rather than in a done callback: one callback fewer per request
             self._tasks.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
-            self._inflight -= 1
-            if self._backlog and not self.closed:
-                self._start_request(self._backlog.popleft())
-            if self._reading_paused and not self._backlog:
-                self._sync_reading()
+            self._request_done()
 
     # -- sending ----------------------------------------------------------------------------------
     def _write(self, cmd: RemotingCommand) -> None:
@@ -424,6 +519,7 @@ class Connection(asyncio.Protocol):
         await asyncio.shield(self.closed_future)
 
     def cancel_requests(self) -> None:
+        self._cancels += 1
         for t in list(self._tasks):
             t.cancel()
 
@@ -493,7 +589,9 @@ class RemotingServer:
         self._closed: list[ConnectionCallback] = []
         self._log = log
 
-    def register(self, code: int, handler: Handler) -> None:
+    def register(self, code: int, handler: Handler | SyncHandler) -> None:
+        """Serve requests of ``code`` with ``handler``: an ``async def``, or a plain function for one
+        that never waits (run without a task, see ``_Dispatcher``)."""
         self._dispatcher.register(code, handler)
 
     def set_default_handler(self, handler: Handler) -> None:
@@ -603,7 +701,9 @@ class RemotingClient:
         self._log = log
         self._shut = False
 
-    def register(self, code: int, handler: Handler) -> None:
+    def register(self, code: int, handler: Handler | SyncHandler) -> None:
+        """Serve requests of ``code`` with ``handler``: an ``async def``, or a plain function for one
+        that never waits (run without a task, see ``_Dispatcher``)."""
         self._dispatcher.register(code, handler)
 
     def on_connection_closed(self, cb: Callable[[str], None]) -> None:

@@ -49,9 +49,56 @@ from sim.network import Network
 
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
-_GC_YOUNG_THRESHOLD = 50_000
+# The paced collector (GarbageCollector): a full collection once this share of the objects alive
+# after the last one have been added since, and never for fewer than _GC_MIN_GROWTH new objects
+_GC_GROWTH = 1.0
+_GC_MIN_GROWTH = 1_000_000
 # the events the live tally counts, found with one scan of the line
 _COUNTED = re.compile('"(?:message_sent|message_consumed|consumer_started|consumer_stopped|nemesis)"')
+
+
+class GarbageCollector:
+    """Cyclic garbage collection paced by the growth of the heap instead of by allocations.
+
+    CPython collects the young generation every so many net allocations and promotes what survives;
+    a simulation keeps allocating state that lives for the whole run (each restart's client, its
+    queues, messages, held requests), so nearly every young collection traverses objects that are not
+    garbage, and at 1,000 consumers that was a sixth of the CPU time. With automatic collection off,
+    the net count of new tracked objects (what CPython's own generation-0 counter holds) grows by what
+    stays alive plus the cyclic garbage; a full collection once it reaches the number of objects alive
+    after the previous one (the heap has doubled, counting its garbage) keeps the garbage at most the
+    size of the live heap and the collections to a logarithm of its growth. (With CPython's quarter, its
+    own rule for full collections, a 1,000-consumer run made ten full collections, 12.4 CPU s.) Cyclic
+    garbage is rare here: a 100-consumer run of 600 s left 53,022 such objects in all. Nothing in a run
+    depends on when the collector runs: a killed process's objects stay referenced (the cluster's
+    graveyard) until the run ends.
+    """
+
+    def __init__(self, growth: float = _GC_GROWTH, min_growth: int = _GC_MIN_GROWTH) -> None:
+        self.growth = growth
+        self.min_growth = min_growth
+        self.collections = 0
+        self._alive = 0
+        self._next = min_growth
+        self._was_enabled = False
+
+    def start(self) -> None:
+        self._was_enabled = gc.isenabled()
+        # no collection here: a sweep starts run after run in one process (and collects after each)
+        self._alive = len(gc.get_objects())
+        self._next = max(self.min_growth, int(self._alive * self.growth))
+        gc.disable()
+
+    def check(self) -> None:
+        grown = gc.get_count()[0]
+        if grown >= self._next:
+            self._alive += grown - gc.collect()
+            self.collections += 1
+            self._next = max(self.min_growth, int(self._alive * self.growth))
+
+    def stop(self) -> None:
+        if self._was_enabled:
+            gc.enable()
 
 
 class LogFiles:
@@ -251,18 +298,16 @@ class SimCluster:
         self._wall0 = time.monotonic()
         started_ms = self.clock.now_ms()
         main = self.loop.create_task(self._main(), context=self.chaos.context)
-        # The young generation is collected every 700 allocations by default, and every callback of the
-        # loop allocates: with thousands of consumers' objects alive that is a fifth of the CPU time,
-        # for garbage that is nearly all freed by reference counting anyway. Nothing here depends on
-        # when the collector runs (killed processes stay referenced in the graveyard).
-        thresholds = gc.get_threshold()
-        gc.set_threshold(_GC_YOUNG_THRESHOLD, *thresholds[1:])
+        collector = GarbageCollector()
+        collector.start()
+        self.loop.housekeeping = collector.check
         try:
             self.loop.run_until_complete(main)
         except SimDeadlock as e:
             self.result.errors.append(f"the simulation stalled: {e}")
         finally:
-            gc.set_threshold(*thresholds)
+            self.loop.housekeeping = None
+            collector.stop()
             self._cleanup()
         self.result.sim_seconds = self.loop.time()
         self.result.wall_seconds = time.monotonic() - self._wall0

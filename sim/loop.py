@@ -27,6 +27,9 @@ _MAX_SELECT_TIMEOUT = base_events.MAXIMUM_SELECT_TIMEOUT
 
 _Task = asyncio.Task  # the C task: one lookup fewer for every task made
 
+# Iterations of the loop between two calls of its housekeeping hook (VirtualLoop.housekeeping).
+HOUSEKEEPING_EVERY = 1024
+
 # Virtual epoch: 2026-01-01T00:00:00Z, so timestamps look like wall-clock epoch ms and never depend on now.
 EPOCH_MS = 1_767_225_600_000
 
@@ -170,6 +173,9 @@ class VirtualLoop(asyncio.BaseEventLoop):
         self._io_scheduled: list[tuple[float, int, asyncio.TimerHandle]] = []
         self.set_exception_handler(self._on_exception)
         self.errors: list[str] = []
+        # called every HOUSEKEEPING_EVERY iterations, between callbacks, never by a process: work that
+        # belongs to the simulator and not to the run (sim.cluster paces the garbage collector with it)
+        self.housekeeping: Callable[[], None] | None = None
 
     # -- time ------------------------------------------------------------------------------------
     def time(self) -> float:
@@ -266,6 +272,15 @@ class VirtualLoop(asyncio.BaseEventLoop):
         """A delivery from the network: like call_at, but a resumed process sees it before its timers."""
         return self._call_at(when, callback, args, context, True)
 
+    def deliver_at(self, when: float, callback: Callable[[Any], Any], arg: Any, proc: VirtualProcess) -> None:
+        """``call_io_at(when, callback, arg, context=proc.context)`` in one call: every frame of the
+        network takes this path."""
+        if self._closed:  # type: ignore[attr-defined]
+            raise RuntimeError("Event loop is closed")
+        timer = _ProcessTimerHandle(when, callback, (arg,), self, proc.context, proc, True)
+        heapq.heappush(self._io_scheduled, (when, next(self._timer_seq), timer))
+        timer._scheduled = True
+
     def _run_once(self) -> None:
         """BaseEventLoop._run_once over the (when, sequence, handle) heap, the wait replaced by a jump of
         the clock: the same steps in the same order (debug-mode timing of slow callbacks left out).
@@ -279,7 +294,13 @@ class VirtualLoop(asyncio.BaseEventLoop):
         append = ready.append
         heappop = heapq.heappop
         resolution = self._clock_resolution
+        ticks = HOUSEKEEPING_EVERY
         while True:
+            ticks -= 1
+            if not ticks:
+                ticks = HOUSEKEEPING_EVERY
+                if self.housekeeping is not None:
+                    self.housekeeping()
             count = len(scheduled)
             if count > _MIN_SCHEDULED and self._timer_cancelled_count / count > _MIN_CANCELLED_FRACTION:  # type: ignore[attr-defined]
                 kept = []

@@ -86,6 +86,7 @@ class SimTransport(asyncio.Transport):
         self.peer: SimTransport | None = None
         self.link: _Link | None = None  # this end to the peer's: fixed, as both ends' nodes are
         self.protocol: asyncio.Protocol | None = None
+        self._receive: Callable[[Any], None] | None = None  # set with the protocol (attach)
         self._closing = False
         self.lost = False
         self._reading_paused = False
@@ -139,19 +140,25 @@ class SimTransport(asyncio.Transport):
     def can_write_eof(self) -> bool:
         return False
 
+    def attach(self, protocol: Any, objects: bool) -> None:
+        """This end's protocol; with ``objects`` each frame is a command (sim.wire), handed to the
+        connection whole (``Connection.command_received``), not through its codec."""
+        self.protocol = protocol
+        self._receive = protocol.command_received if objects else protocol.data_received
+
     # -- called by the network, in this end's process ---------------------------------------------
     def deliver(self, data: bytes) -> None:
         if self.lost:
             return
-        protocol = self.protocol
-        if self._reading_paused or protocol is None:
+        receive = self._receive
+        if self._reading_paused or receive is None:
             self._inbox.append(data)
             return
-        protocol.data_received(data)  # type: ignore[attr-defined]
+        receive(data)
 
     def _deliver(self, data: bytes) -> None:
-        if not self.lost and self.protocol is not None:
-            self.protocol.data_received(data)
+        if not self.lost and self._receive is not None:
+            self._receive(data)
 
     def lose(self, exc: Exception | None) -> None:
         if self.lost:
@@ -304,7 +311,7 @@ class Network:
             proto = sfactory()
             if objects:
                 proto.codec = ObjectCodec()
-            server.protocol = proto
+            server.attach(proto, objects)
             proto.connection_made(server)
             if server._inbox and not server._reading_paused:
                 server.resume_reading()
@@ -317,7 +324,7 @@ class Network:
         elif objects:
             # a client that does not speak msgpack gets bytes; so must the server's end
             objects = False
-        client.protocol = proto
+        client.attach(proto, objects)
         proto.connection_made(client)
         return client, proto
 
@@ -367,7 +374,7 @@ class Network:
         if when < link.last + _EPS:
             when = link.last + _EPS
         link.last = when
-        loop.call_io_at(when, peer.deliver, data, context=peer.proc.context)
+        loop.deliver_at(when, peer.deliver, data, peer.proc)
 
     def close(self, t: SimTransport) -> None:
         """An orderly close: the peer reads to the end of what was sent, then sees the stream end."""

@@ -154,7 +154,7 @@ class ClientManageProcessor:
             b.forget_group(consumer_group)
         return cmd.response()
 
-    async def get_consumer_list_by_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def get_consumer_list_by_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = ext_name(cmd, "consumerGroup")
         gi = self.broker.consumer_manager.find(group)
         if gi is None or not gi.channels:

@@ -73,7 +73,7 @@ class ConsumerManageProcessor:
             RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
         }
 
-    async def query_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def query_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = ext_name(cmd, "consumerGroup")
         topic = ext_name(cmd, "topic")
         queue_id = ext_queue_id(cmd)
@@ -94,7 +94,7 @@ class ConsumerManageProcessor:
             )
         return cmd.response(ext={"offset": offset})
 
-    async def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = ext_name(cmd, "consumerGroup")
         topic = ext_name(cmd, "topic")
         queue_id = ext_queue_id(cmd)

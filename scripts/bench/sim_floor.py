@@ -15,6 +15,8 @@ machine inflates it less than wall time would):
 - ``sim_remoting``: the real ``RemotingClient.invoke`` against a ``RemotingServer`` echo handler over
   the in-memory network (frames as copied command objects): the whole transport a simulated pair
   pays for before any broker or client logic runs.
+- ``sim_remoting_sync_handler``: the same with the echo handler a plain function, which the server
+  runs from one callback instead of a task (as the broker's offset, member-list and route handlers).
 
 The goal of 1,000 RocketMQ seconds per CPU second at 100 consumers: the benchmark's 100-consumer run
 (600 s) sends about 199,000 frames, about 99,500 pairs, in 0.6 CPU s at 1,000x, so about 6 us a pair
@@ -94,14 +96,17 @@ async def _bare(pairs: int, callers: int, task_per_request: bool, latency_s: flo
             tg.create_task(caller(pairs // callers))
 
 
-async def _remoting(pairs: int, callers: int, net: Network) -> None:
+async def _remoting(pairs: int, callers: int, net: Network, sync: bool = False) -> None:
     loop = asyncio.get_running_loop()
     server = RemotingServer(net.ip_of("server"), 10911)
 
     async def echo(_conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(ResponseCode.SUCCESS, None)
 
-    server.register(RequestCode.HEART_BEAT, echo)
+    def echo_sync(_conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, None)
+
+    server.register(RequestCode.HEART_BEAT, echo_sync if sync else echo)
     started: asyncio.Future[None] = loop.create_future()
 
     async def serve() -> None:
@@ -166,11 +171,15 @@ def main() -> None:
     async def remoting(loop: VirtualLoop) -> None:
         await _remoting(pairs, a.callers, Network(loop, 1, latency))
 
+    async def remoting_sync(loop: VirtualLoop) -> None:
+        await _remoting(pairs, a.callers, Network(loop, 1, latency), sync=True)
+
     cases: dict[str, Callable[[], None]] = {
         "bare_callbacks": _on_stock_loop(lambda: _bare(pairs, a.callers, False, None)),
         "bare_task_per_request": _on_stock_loop(lambda: _bare(pairs, a.callers, True, None)),
         "virtual_loop": _on_virtual_loop(virtual),
         "sim_remoting": _on_virtual_loop(remoting),
+        "sim_remoting_sync_handler": _on_virtual_loop(remoting_sync),
     }
     with open("/proc/loadavg", encoding="ascii") as fh:
         load_before = [float(x) for x in fh.read().split()[:3]]

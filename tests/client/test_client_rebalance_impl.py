@@ -398,7 +398,7 @@ async def test_a_notify_that_finds_a_wakeup_pending_is_counted_in_the_next_event
 
     async def notify() -> None:
         cmd = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "g"})
-        await svc.on_notify_consumer_ids_changed(broker, cmd)  # type: ignore[arg-type]
+        svc.on_notify_consumer_ids_changed(broker, cmd)  # type: ignore[arg-type]
 
     for _ in range(3):  # one wakes the service, two find it already woken
         await notify()

@@ -330,3 +330,74 @@ async def test_a_failing_codec_closes_only_its_connection() -> None:
         assert len(closed) == 1
     finally:
         await srv.close()
+
+
+# -- synchronous handlers: a plain function runs from a callback, not on a task -----------------------
+
+
+async def test_a_sync_handler_is_answered_and_its_errors_as_a_coroutine_handlers_are(
+    server: RemotingServer, client: RemotingClient
+) -> None:
+    tasks: list[asyncio.Task[object] | None] = []
+
+    def answer(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        tasks.append(asyncio.current_task())
+        return cmd.response(body={"n": cmd.ext_int("n")})  # ext_int raises InvalidParameter on "x"
+
+    def boom(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        raise RuntimeError("kaput")
+
+    def refuse(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        raise CommandError(ResponseCode.TOPIC_NOT_EXIST, "topic X not exist")
+
+    def later(conn: Connection, cmd: RemotingCommand) -> object:
+        async def wait() -> RemotingCommand:  # has to wait this once: finished on a task
+            await asyncio.sleep(0.01)
+            if cmd.ext_int("n") < 0:
+                raise ValueError("negative")
+            return cmd.response(ext={"late": 1})
+
+        return wait()
+
+    for code, handler in ((1, answer), (2, boom), (3, refuse), (4, later)):
+        server.register(code, handler)
+    r = await client.invoke(server.address, RemotingCommand.request(1, {"n": 3}), 2)
+    assert r.code == ResponseCode.SUCCESS and r.body == {"n": 3}
+    assert tasks == [None]  # no task was made for it
+    r = await client.invoke(server.address, RemotingCommand.request(1, {"n": "x"}), 2)
+    assert r.code == ResponseCode.INVALID_PARAMETER and "n" in (r.remark or "")
+    r = await client.invoke(server.address, RemotingCommand.request(2), 2)
+    assert r.code == ResponseCode.SYSTEM_ERROR and r.remark == "RuntimeError: kaput"
+    r = await client.invoke(server.address, RemotingCommand.request(3), 2)
+    assert r.code == ResponseCode.TOPIC_NOT_EXIST and r.remark == "topic X not exist"
+    r = await client.invoke(server.address, RemotingCommand.request(4, {"n": 1}), 2)
+    assert r.code == ResponseCode.SUCCESS and r.ext_int("late") == 1
+    r = await client.invoke(server.address, RemotingCommand.request(4, {"n": -1}), 2)
+    assert r.code == ResponseCode.SYSTEM_ERROR and r.remark == "ValueError: negative"
+
+
+async def test_sync_and_coroutine_handlers_run_in_the_order_requests_came(server: RemotingServer) -> None:
+    """A sync request takes the place in the ready queue a task's first step would: a coroutine request
+    that came first runs first, and one-way sync requests are not answered."""
+    order: list[str] = []
+
+    def sync_one(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        order.append(f"sync{cmd.ext_int('n')}")
+        return cmd.response()
+
+    async def coro_one(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        order.append(f"coro{cmd.ext_int('n')}")
+        return cmd.response()
+
+    server.register(15, sync_one)
+    server.register(16, coro_one)
+    frames = b""
+    for op, (code, n) in enumerate(((16, 1), (15, 2), (16, 3), (15, 4)), 1):
+        cmd = RemotingCommand.request(code, {"n": n}, oneway=True)
+        cmd.opaque = op
+        frames += encode_frame(cmd)
+    probe = RemotingCommand.request(34, {"n": 9})
+    probe.opaque = 9
+    out = await raw_request(server.address, frames + encode_frame(probe))
+    assert out is not None and [c.opaque for c in out] == [9]
+    assert order == ["coro1", "sync2", "coro3", "sync4"]

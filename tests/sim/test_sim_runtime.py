@@ -4,6 +4,9 @@ in-memory network under the real remoting layer (frames in order, latency, black
 from __future__ import annotations
 
 import asyncio
+import gc
+import itertools
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -18,8 +21,9 @@ from protocol.remoting import (
     RemotingServer,
     RemotingTimeoutError,
 )
+from sim.cluster import GarbageCollector
 from sim.dist import Distribution, parse_distribution
-from sim.loop import CURRENT, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
+from sim.loop import CURRENT, HOUSEKEEPING_EVERY, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
 from sim.network import Network
 
 
@@ -310,6 +314,49 @@ def test_a_paused_server_queues_bytes_and_answers_on_resume() -> None:
     assert remark == "1" and took == pytest.approx(10.001, abs=0.001)
 
 
+def test_a_sync_request_belongs_to_its_process_and_to_its_connection() -> None:
+    """A synchronous handler runs from a callback of the server's process, at the place a task would:
+    a kill between the frame's arrival and that callback drops it (no answer, no side effect), and so
+    does closing the server's connections (cancel_requests), as for a task that never started."""
+
+    async def main(loop: VirtualLoop, net: Network) -> dict[str, Any]:
+        seen: list[tuple[str, object]] = []
+        servers: list[RemotingServer] = []
+
+        async def serve() -> None:
+            server = RemotingServer(net.ip_of("server"), 10911)
+
+            def record(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+                seen.append((cmd.remark or "", asyncio.current_task()))
+                return cmd.response(ResponseCode.SUCCESS, cmd.remark)
+
+            server.register(RequestCode.HEART_BEAT, record)
+            await server.start()
+            servers.append(server)
+            await asyncio.Event().wait()
+
+        server_proc, _ = spawn(loop, "server", serve())
+        await asyncio.sleep(0)
+        client = RemotingClient()
+        out: dict[str, Any] = {"answer": (await client.invoke(servers[0].address, _req(0), 5)).remark}
+        (sconn,) = servers[0].connections
+        # a frame has arrived and its callback waits in the ready queue; then the connections close
+        server_proc.context.run(sconn.data_received, _req(1))
+        sconn.cancel_requests()
+        await asyncio.sleep(0.1)
+        # a frame has arrived and its callback waits in the ready queue; then the process dies
+        server_proc.context.run(sconn.data_received, _req(2))
+        server_proc.state = "killed"
+        net.process_died(server_proc)
+        await asyncio.sleep(0.1)
+        out["seen"] = seen
+        return out
+
+    out = run(main)
+    assert out["answer"] == "0"
+    assert out["seen"] == [("0", None)]  # answered without a task; 1 and 2 never ran
+
+
 # -- what each request and callback costs: the cheap paths keep asyncio's semantics ---------------------
 
 
@@ -499,3 +546,42 @@ def test_a_bound_sampler_draws_what_sample_draws(dist: Any) -> None:
     a, b = random.Random(5), random.Random(5)
     draw = d.sampler()
     assert [draw(a) for _ in range(200)] == [d.sample(b) for _ in range(200)]
+
+
+def test_the_loop_calls_its_housekeeping_between_iterations() -> None:
+    calls: list[float] = []
+
+    async def main(loop: VirtualLoop, _: Network) -> None:
+        loop.housekeeping = lambda: calls.append(loop.time())
+        for _ in range(3 * HOUSEKEEPING_EVERY):
+            await asyncio.sleep(1)
+        loop.housekeeping = None
+
+    run(main)
+    # a sleep is two iterations (the timer fires and sets the future; the task wakes up in the next)
+    assert len(calls) == 6
+    assert {b - a for a, b in itertools.pairwise(calls)} == {HOUSEKEEPING_EVERY / 2}
+
+
+def test_the_paced_collector_collects_cycles_once_enough_objects_came() -> None:
+    class Node:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: only the collector frees it
+
+    was_enabled = gc.isenabled()
+    collector = GarbageCollector(growth=0.0, min_growth=5_000)
+    collector.start()
+    try:
+        assert not gc.isenabled()
+        first = Node()
+        probe = weakref.ref(first)
+        del first
+        collector.check()
+        assert probe() is not None and collector.collections == 0  # too little has come yet
+        junk = [Node() for _ in range(6_000)]
+        del junk
+        collector.check()
+        assert probe() is None and collector.collections == 1
+    finally:
+        collector.stop()
+    assert gc.isenabled() == was_enabled

@@ -83,7 +83,8 @@ def sweep_runs(out: Path, rels: list[str]) -> list[RunDir]:
     """The sweep's runs by their manifests, sorted, without their event files: the driver knows where
     its runs are, and a run its task analysed needs no file listing (``discover_runs`` over 1,000 runs
     took 1.5 CPU s, nearly all of it listing and resolving the event files; the manifests alone 0.2 s).
-    A run without a readable manifest is left out, as ``discover_runs`` leaves it out."""
+    A run whose manifest cannot be read is left out, as ``discover_runs`` leaves it out (every run of a
+    sweep has one)."""
     runs = []
     for rel in sorted(rels):
         path = out / rel

@@ -550,8 +550,8 @@ def run_task(spec: RunSpec, out_dir: str) -> dict[str, Any]:
     manifest["sweep"] = {"point": spec.point, "rel": spec.rel}
     manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str), encoding="utf-8")
     sim_cpu, sim_wall = time.process_time() - cpu0, time.monotonic() - wall0
-    # The analysis builds a few objects per event, nearly all alive until it ends: the collector's 300
-    # passes during it found about 30 objects (measured); the next run's start collects them.
+    # The analysis builds a few objects per event, nearly all alive until it ends: the collector's 75 or
+    # so passes during it found about 30 objects in all (measured); the next run's start collects them.
     collecting = gc.isenabled()
     gc.disable()
     try:

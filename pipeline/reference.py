@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import operator
 import os
 import re
 from collections import defaultdict
@@ -157,16 +158,23 @@ def load_files(files: Iterable[RunFile]) -> tuple[list[Event], int]:
     """Well-formed events in event order, and the number of malformed lines."""
     events: list[Event] = []
     malformed = 0
-    for run_file in files:
-        for number, text in iter_lines(run_file.path):
+    # Files in order of their names and lines in file order: a stable sort by timestamp alone then
+    # gives the event order (timestamp, file, line) without a key tuple per event.
+    for run_file in sorted(files, key=operator.attrgetter("rel")):
+        rel = run_file.rel
+        # iter_lines' lines, read at once: the same text split at the same line ends (newline=None
+        # makes CR and CRLF into LF), and a last empty piece after a final line end is blank
+        with open(run_file.path, encoding="utf-8", errors="replace", newline=None) as fh:
+            lines = fh.read().split("\n")
+        for number, text in enumerate(lines, start=1):
             if text[:1] != "{" and is_blank(text):
                 continue
             rec = parse_line(text)
             if rec is None:
                 malformed += 1
                 continue
-            events.append(Event(ts=rec["ts_ms"], rel=run_file.rel, line=number, rec=rec))
-    events.sort(key=lambda e: (e.ts, e.rel, e.line))
+            events.append(Event(rec["ts_ms"], rel, number, rec))
+    events.sort(key=operator.attrgetter("ts"))
     return events, malformed
 
 

@@ -10,6 +10,7 @@ can see them: local mode, or a cluster sharing the output folder).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -21,6 +22,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from sim.sweep import COMPLETE, SWEEP_JSON, RunSpec, Sweep, read_marker, run_task
+
+# The sweep's JVM only schedules tasks, passes each task's few bytes and writes two small tables: the
+# simulations and their analysis run in Python. C1 alone compiles that at a fraction of C2's cost, and one
+# garbage collector thread is enough. Measured here (local mode, CPU seconds of the process tree):
+# Spark's start 10.6-10.7 -> 6.2-6.5, the idle JVM 0.006-0.02 -> 0.005 a second, the first Parquet
+# table 5.6 -> 3.1-3.6.
+SWEEP_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SWEEP_SPARK_CONF = {
+    "spark.driver.extraJavaOptions": SWEEP_JVM_OPTIONS,
+    "spark.executor.extraJavaOptions": SWEEP_JVM_OPTIONS,  # a cluster's executors do the same little
+}
 
 
 class SweepMismatch(Exception):
@@ -138,8 +150,20 @@ def task_batches(ordered: list[RunSpec], costs: dict[str, float], slots: int) ->
 
 def run_batch(specs: list[RunSpec], out_dir: str) -> list[dict[str, Any]]:
     """One Spark task: its runs one after the other (each writes its own marker, so progress and resume
-    still go run by run)."""
-    return [run_task(spec, out_dir) for spec in specs]
+    still go run by run).
+
+    Before each run, what the worker holds (its modules, PySpark's, the outcomes so far) is collected
+    once and frozen out of the garbage collector's sight, so that the collection at the run's end
+    (``run_task``) walks the run's own objects only: 30-40 ms of collector CPU less per run, measured."""
+    outcomes = []
+    try:
+        for spec in specs:
+            gc.collect()  # the last run's leftovers first: frozen, a cycle would never be collected
+            gc.freeze()
+            outcomes.append(run_task(spec, out_dir))
+    finally:
+        gc.unfreeze()
+    return outcomes
 
 
 def simulate(
@@ -221,7 +245,7 @@ def run_sweep(
     # PYTHONHASHSEED to its Python workers.
     os.environ["PYTHONHASHSEED"] = "0"
     t0 = time.monotonic()
-    handle = start_spark(master, app_name=f"rmq-sim-sweep-{sweep.name}")
+    handle = start_spark(master, app_name=f"rmq-sim-sweep-{sweep.name}", conf=SWEEP_SPARK_CONF)
     try:
         progress.note(f"spark: {handle.spark.sparkContext.master}")
         new = simulate(handle.spark, sweep, out, progress, pending) if pending else {}

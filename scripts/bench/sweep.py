@@ -14,7 +14,9 @@ runs, which the sweep used for every run before its tasks analysed their own run
 
 The driver's share at 1,000 runs is measured, not extrapolated (``--driver-runs``, default 1,000): the
 sweep's first run is copied (hard links, a marker per copy) into a tree of that many finished runs, and
-``rmq-sim sweep`` on it only starts Spark, gathers the tasks' summaries and writes the tables.
+``rmq-sim sweep`` on it only starts Spark, gathers the tasks' summaries and writes the tables. The task
+phase's CPU per run comes from the sweep itself: the process tree's CPU between the driver's note that
+Spark has started and its note that every task has ended.
 
     python scripts/bench/sweep.py                 # 1,000 runs
     python scripts/bench/sweep.py --runs 40       # fewer, extrapolated (and the driver's part at 1,000)
@@ -110,14 +112,26 @@ class TreeCpu:
     def total(self) -> float:
         return round(sum(self.seen.values()), 2)
 
+    def now(self) -> float:
+        """The total as of now (``total`` is as of the last sample, up to a period ago)."""
+        self._sample()
+        return self.total()
+
     def stop(self) -> float:
         self._stop.set()
         self._thread.join()
         return self.total()
 
 
+# The driver's notes that mark its phases: Spark has started; every task has ended.
+SPARK_STARTED = "] spark: "
+TASKS_ENDED = "analysed in their"
+
+
 def _timed(cmd: list[str], mark: str | None = None) -> dict[str, Any]:
-    """Run a command; its wall time, its process tree's CPU, and where `mark` first shows in its output."""
+    """Run a command; its wall time, its process tree's CPU, and where `mark` first shows in its output
+    (``at``, ``cpu_at``), and where the driver's note that Spark started does (``spark_at``,
+    ``spark_cpu_at``)."""
     env = dict(os.environ, PYTHONHASHSEED="0")
     env.pop("SPARK_CONF_DIR", None)
     t0 = time.monotonic()
@@ -129,15 +143,21 @@ def _timed(cmd: list[str], mark: str | None = None) -> dict[str, Any]:
     for line in proc.stdout:
         lines.append(line.rstrip())
         if mark is not None and mark in line and "at" not in marks:
-            marks.update(at=time.monotonic() - t0, cpu_at=cpu.total())
+            marks.update(at=time.monotonic() - t0, cpu_at=cpu.now())
+        if SPARK_STARTED in line and "spark_at" not in marks:
+            marks.update(spark_at=time.monotonic() - t0, spark_cpu_at=cpu.now())
     rc = proc.wait()
     total_cpu = cpu.stop()
     return {"exit": rc, "wall_s": time.monotonic() - t0, "cpu_s": total_cpu, **marks, "tail": lines[-6:]}
 
 
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def run_sweep(path: Path, out: Path) -> dict[str, Any]:
     # the driver's note that starts its analysis: every task has ended by then
-    got = _timed([sys.executable, "-m", "sim", "sweep", str(path), "--out", str(out)], "analysed in their")
+    got = _timed([sys.executable, "-m", "sim", "sweep", str(path), "--out", str(out)], TASKS_ENDED)
     wall, total_cpu = got["wall_s"], got["cpu_s"]
     markers = [json.loads(p.read_text()) for p in out.glob("*/seed-*/_complete.json")]
     sim_cpu = sum(m["cpu_seconds"] for m in markers)
@@ -151,6 +171,8 @@ def run_sweep(path: Path, out: Path) -> dict[str, Any]:
         "tasks_cpu_s": got.get("cpu_at"),
         "tables_wall_s": round(wall - start, 1),
         "tables_cpu_s": round(total_cpu - got.get("cpu_at", total_cpu), 2),
+        "spark_start_wall_s": _round(got.get("spark_at"), 1),
+        "spark_start_cpu_s": got.get("spark_cpu_at"),
         "simulation_cpu_s_in_tasks": round(sim_cpu, 2),
         "analysis_cpu_s_in_tasks": round(analysis_cpu, 2),
         "runs_analysed_in_tasks": sum(1 for m in markers if "queue_moves" in m),
@@ -174,7 +196,7 @@ def driver_only(out: Path, tmp: Path, runs: int) -> dict[str, Any]:
         copy = root / spec.rel
         shutil.copytree(first, copy, copy_function=os.link, ignore=shutil.ignore_patterns(COMPLETE))
         (copy / COMPLETE).write_text(json.dumps({**marker, "run": spec.rel, "seed": spec.seed}))
-    got = _timed([sys.executable, "-m", "sim", "sweep", str(path), "--out", str(root)], "analysed in their")
+    got = _timed([sys.executable, "-m", "sim", "sweep", str(path), "--out", str(root)], TASKS_ENDED)
     start = got.get("at", got["wall_s"])
     return {
         "runs": runs,
@@ -272,9 +294,13 @@ def main() -> int:
             tasks * 1000 / runs / (os.cpu_count() or 1), 0
         )
         if driver is not None and driver["exit"] == 0 and measured["tasks_cpu_s"] is not None:
-            # the task phase less Spark's start (measured in the driver-only run) grows with the runs;
-            # the driver-only run is Spark's start and the tables at its number of runs
-            per_run = (measured["tasks_cpu_s"] - (driver["spark_start_cpu_s"] or 0)) / runs
+            # the task phase (from the driver's note that Spark started to its note that the tasks ended,
+            # in the same run) grows with the runs; the driver-only run is Spark's start and the tables
+            # at its number of runs
+            started = measured["spark_start_cpu_s"]
+            if started is None:  # no note seen: Spark's start as the driver-only run measured it
+                started = driver["spark_start_cpu_s"] or 0
+            per_run = (measured["tasks_cpu_s"] - started) / runs
             result["task_phase_cpu_s_per_run"] = round(per_run, 3)
             estimate = driver["cpu_s"] + per_run * driver["runs"]
             result[f"estimated_{driver['runs']}_runs_cpu_s"] = round(estimate, 0)

@@ -3,11 +3,14 @@ failing and losing runs, and the page that shows them with the failing runs' rep
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pipeline.sweep_report import SWEEP_METRICS, point_rows, quantile, render_sweep
+from pipeline.discover import discover_runs
+from pipeline.sweep_report import SWEEP_METRICS, point_rows, quantile, render_sweep, sweep_runs
 
 
 def test_quantiles_interpolate_between_ranks() -> None:
@@ -48,3 +51,24 @@ def test_points_and_groups_summarise_their_seeds() -> None:
     page = render_sweep(sweep, columns, table, failing, 4)
     assert "rmq-sim replay out/p1/seed-2" in page and "5 / 8.2 / 8.92 / 9" in page
     assert 'consumers.strategy in ["AVG", "CONSISTENT_HASH"]' in page.replace("&quot;", '"')
+
+
+def test_the_driver_finds_its_runs_as_a_walk_of_the_tree_does(tmp_path: Path) -> None:
+    manifests: dict[str, Any] = {
+        "p002_x/seed-1": {"mode": "sim", "seed": 1},
+        "p001_y/seed-2": {"mode": "sim", "seed": 2, "params": {"a": 1}},
+        "p001_y/seed-3": "[1, 2",  # not JSON: a bad run to the walk, left out by both
+    }
+    for rel, manifest in manifests.items():
+        run = tmp_path / rel
+        run.mkdir(parents=True)
+        (run / "broker.jsonl").write_text("{}\n")
+        (run / "manifest.json").write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    asked = ["p002_x/seed-1", "p001_y/seed-2", "p001_y/seed-3", "p003/seed-1"]  # the last never ran
+    walked, _bad = discover_runs(tmp_path)
+    found = sweep_runs(tmp_path, asked)
+    assert [(r.rel, r.path, r.manifest) for r in found] == [
+        (r.rel, r.path, r.manifest) for r in walked if r.rel in asked
+    ]
+    assert [r.rel for r in found] == ["p001_y/seed-2", "p002_x/seed-1"]
+    assert all(r.files == [] for r in found)  # listed only for a run the Spark analysis reads

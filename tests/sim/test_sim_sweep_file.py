@@ -4,10 +4,12 @@ reported as ``file:line: problem`` before anything runs (no Spark, no simulation
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -244,10 +246,53 @@ def test_a_run_task_skips_a_finished_run_and_redoes_an_interrupted_one(tmp_path:
     assert (run_dir / ERROR).is_file() and not (run_dir / COMPLETE).exists()
     done = run_task(good, str(tmp_path))  # the crashed run's directory is replaced
     assert done["status"] == "ok" and not (run_dir / ERROR).exists()
+    assert "queue_moves" in done and gc.isenabled()  # analysed with the collector off, then on again
     marker = (run_dir / COMPLETE).read_bytes()
     assert json.loads((run_dir / "manifest.json").read_text())["params"] == good.params
     again = run_task(good, str(tmp_path))
     assert again == {**done, "resumed": True} and (run_dir / COMPLETE).read_bytes() == marker
+
+
+def test_a_spark_task_runs_each_run_with_the_workers_objects_frozen_and_unfreezes_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sim.sweep_run
+
+    specs = parse_sweep(SWEEP, "tiny.toml").runs()[:3]
+    seen: list[tuple[str, int, bool]] = []
+
+    def run_task(spec: Any, out_dir: str) -> dict[str, Any]:
+        seen.append((spec.rel, gc.get_freeze_count(), gc.isenabled()))
+        return {"run": spec.rel}
+
+    monkeypatch.setattr(sim.sweep_run, "run_task", run_task)
+    assert gc.get_freeze_count() == 0
+    assert sim.sweep_run.run_batch(specs, "out") == [{"run": s.rel} for s in specs]
+    assert [rel for rel, _, _ in seen] == [s.rel for s in specs]
+    assert all(frozen > 1000 and enabled for _, frozen, enabled in seen)  # this process's modules, ...
+    assert gc.get_freeze_count() == 0  # a worker's next task starts as it would have
+
+
+def test_the_sweeps_spark_runs_a_jvm_for_light_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import pipeline.session
+    from sim.sweep_run import SWEEP_SPARK_CONF, run_sweep
+
+    asked: dict[str, Any] = {}
+
+    class Stop(Exception):
+        pass
+
+    def start_spark(master: str | None, *, app_name: str, conf: dict[str, str]) -> None:
+        asked.update(master=master, conf=conf)
+        raise Stop
+
+    monkeypatch.setattr(pipeline.session, "start_spark", start_spark)
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    with pytest.raises(Stop):
+        run_sweep(parse_sweep(SWEEP, "tiny.toml"), tmp_path / "out", show_progress=False)
+    assert asked["conf"] == SWEEP_SPARK_CONF
+    for side in ("driver", "executor"):
+        assert "-XX:TieredStopAtLevel=1" in asked["conf"][f"spark.{side}.extraJavaOptions"].split()
 
 
 def test_progress_counts_runs_and_weighs_the_time_left_by_cost() -> None:

@@ -34,7 +34,7 @@ from client.offset_store import ReadOffsetType
 from client.ports import EventSink, GroupApi, GroupOffsets, MessageQueueListener, PullDispatcher
 from client.process_queue import ProcessQueue, PullRequest
 from client.route import MASTER_ID
-from client.scheduler import SingleThreadScheduler
+from client.scheduler import SingleThreadScheduler, Wakeup
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.model import MessageModel, MessageQueue, is_retry_topic
@@ -87,7 +87,7 @@ class RebalanceService:
         self.log = events
         self.client_id = client_id
         self.consumers = consumers
-        self._wakeup = asyncio.Event()
+        self._wakeup = Wakeup()
         self._coalesced = 0  # NOTIFYs since the last notify_received that found a wakeup pending
         self.rounds = 0
         # RocketMQ starts the clock at construction: the first round after start may wait minInterval (>=5.2)
@@ -128,11 +128,7 @@ class RebalanceService:
         clock = self.clock
         real_wait = cfg.seconds(wait_ms)
         while True:
-            try:
-                async with asyncio.timeout(real_wait):
-                    await self._wakeup.wait()
-            except TimeoutError:
-                pass
+            await self._wakeup.wait(real_wait)
             self._wakeup.clear()
             if retry_5x:
                 # >=5.2: rounds are never closer than minInterval; an unbalanced round retries after it

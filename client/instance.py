@@ -278,11 +278,13 @@ class MQClientInstance:
                 for bd in route.broker_datas:
                     self.broker_addr_table[bd.broker_name] = dict(bd.broker_addrs)
                 self.topic_route_table[topic] = route
+                # every producer, the consumers' inner one included, as MQClientInstance does: a
+                # producer without the topic would make every later poll of it a change
+                # (isNeedUpdateTopicRouteInfo asks isPublishTopicNeedUpdate of each producer)
                 for producer in self.producer_table.values():
-                    if topic in producer.publish_topics():
-                        producer.update_topic_publish_info(
-                            topic, TopicPublishInfo(topic, route.publish_queues(topic), route)
-                        )
+                    producer.update_topic_publish_info(
+                        topic, TopicPublishInfo(topic, route.publish_queues(topic), route)
+                    )
                 for consumer in self.consumer_table.values():
                     if topic in consumer.subscribed_topics():
                         consumer.update_topic_subscribe_info(topic, route)

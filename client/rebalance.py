@@ -185,7 +185,8 @@ class RebalanceImpl:
         self.group = state.group
         self.client_id = state.client_id
         # per topic: the member set and allocation of the last rebalance event written
-        self._last_rebalance_seen: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
+        # per topic: (the member list object last seen, its member set, the allocation's shorts)
+        self._last_rebalance_seen: dict[str, tuple[list[str], frozenset[str], tuple[str, ...]]] = {}
 
     @property
     def config(self) -> ConsumerConfig:
@@ -276,10 +277,20 @@ class RebalanceImpl:
         cfg = self.config
         alloc = shorts(allocated)
         if cfg.omit_repeated_rebalance_events:
-            seen = (frozenset(cid_all), tuple(alloc))
-            if not changed and self._last_rebalance_seen.get(topic) == seen:
+            # The allocation cache answers an unchanged view with the same member list object: its set
+            # is then the one made last time (kept with it, so the list's id is not reused), instead of
+            # a set of the whole group made and compared every round.
+            last = self._last_rebalance_seen.get(topic)
+            members = last[1] if last is not None and last[0] is cid_all else frozenset(cid_all)
+            shown = tuple(alloc)
+            self._last_rebalance_seen[topic] = (cid_all, members, shown)
+            if (
+                not changed
+                and last is not None
+                and last[2] == shown
+                and (last[1] is members or last[1] == members)
+            ):
                 return
-            self._last_rebalance_seen[topic] = seen
         self.log.emit(
             "rebalance",
             group=self.group,

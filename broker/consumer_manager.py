@@ -327,8 +327,12 @@ class ConsumerIdsChangeListener:
             return
         if self.rocketmq5 and gi.message_model is MessageModel.BROADCASTING:
             return  # ConsumerManager (5.3.1): broadcasting consumers do not rebalance against each other
-        conns = [(self.connections.get(cid), info.client_id) for cid, info in gi.channels.items()]
-        targets = [(c, client_id) for c, client_id in conns if c is not None and not c.closed]
+        get = self.connections.get  # one pass over the group: at a thousand members this runs per change
+        targets = [
+            (c, info.client_id)
+            for cid, info in gi.channels.items()
+            if (c := get(cid)) is not None and not c.closed
+        ]
         if not targets:
             return
         task = asyncio.get_running_loop().create_task(self._send_notify(group, targets))

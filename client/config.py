@@ -11,6 +11,7 @@ The 4.9 behaviour is the default; the ``*_5x`` style switches select the RocketM
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 import tomllib
@@ -23,6 +24,12 @@ from protocol.runtime import TimeScale
 
 class ConfigError(ValueError):
     """A configuration value is unknown or out of RocketMQ's allowed range."""
+
+
+@functools.lru_cache(maxsize=64)
+def _local_time_ms(yyyymmddhhmmss: str) -> int:
+    # Every new queue's computePullFromWhere asks for it: parsed once per string, not per queue.
+    return int(time.mktime(time.strptime(yyyymmddhhmmss, "%Y%m%d%H%M%S")) * 1000)
 
 
 def _default_consume_timestamp() -> str:
@@ -260,7 +267,7 @@ class ConsumerConfig(ClientConfig):
         return 2**31 - 1 if self.max_reconsume_times == -1 else self.max_reconsume_times
 
     def consume_timestamp_ms(self) -> int:
-        return int(time.mktime(time.strptime(self.consume_timestamp, "%Y%m%d%H%M%S")) * 1000)
+        return _local_time_ms(self.consume_timestamp)
 
     @classmethod
     def rocketmq5(cls) -> dict[str, Any]:

@@ -165,6 +165,19 @@ class MQClientInstance:
         task.add_done_callback(lambda _t: coro.close())
         return task
 
+    def spawn_self_guarded(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
+        """``spawn`` for a coroutine that catches and logs every exception itself (the pull's answer,
+        once per pull): the task runs it as it is, with no guarding coroutine around it. A task
+        cancelled before its first step closes its coroutine itself."""
+        if self._tg is None or self._runner is None or self._runner.done():
+            coro.close()
+            return None
+        try:
+            return self._tg.create_task(coro)
+        except RuntimeError:  # the TaskGroup is shutting down
+            coro.close()
+            return None
+
     async def shutdown(self) -> None:
         """Stop every task and close the connections (after the last consumer/producer left)."""
         self.pull_service.stop()
@@ -265,11 +278,13 @@ class MQClientInstance:
                 for bd in route.broker_datas:
                     self.broker_addr_table[bd.broker_name] = dict(bd.broker_addrs)
                 self.topic_route_table[topic] = route
+                # every producer, the consumers' inner one included, as MQClientInstance does: a
+                # producer without the topic would make every later poll of it a change
+                # (isNeedUpdateTopicRouteInfo asks isPublishTopicNeedUpdate of each producer)
                 for producer in self.producer_table.values():
-                    if topic in producer.publish_topics():
-                        producer.update_topic_publish_info(
-                            topic, TopicPublishInfo(topic, route.publish_queues(topic), route)
-                        )
+                    producer.update_topic_publish_info(
+                        topic, TopicPublishInfo(topic, route.publish_queues(topic), route)
+                    )
                 for consumer in self.consumer_table.values():
                     if topic in consumer.subscribed_topics():
                         consumer.update_topic_subscribe_info(topic, route)
@@ -469,6 +484,7 @@ class InstanceGroupApi:
         self.rebalance_immediately = instance.rebalance_immediately
         self.rebalance_later = instance.rebalance_later
         self.spawn = instance.spawn
+        self.spawn_self_guarded = instance.spawn_self_guarded
         self.schedule = instance.scheduler.schedule
         self.lock_batch_mq = self._api.lock_batch_mq
         self.unlock_batch_mq = self._api.unlock_batch_mq
@@ -488,9 +504,11 @@ class InstanceOffsetApi:
         self.config = config
 
     async def _addr(self, mq: MessageQueue, only_master: bool) -> str:
-        addr = await self.api.find_broker_address_in_subscribe_or_update(
-            mq.topic, mq.broker_name, MASTER_ID, only_master
-        )
+        addr = self.api.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, only_master)
+        if addr is None:  # (find_broker_address_in_subscribe_or_update, without its coroutine when known)
+            addr = await self.api.find_broker_address_in_subscribe_or_update(
+                mq.topic, mq.broker_name, MASTER_ID, only_master
+            )
         if addr is None:
             raise MQClientError(f"the broker[{mq.broker_name}] not exist")
         return addr

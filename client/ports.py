@@ -97,6 +97,9 @@ class GroupApi(Protocol):
 
     def spawn(self, coro: Coroutine[Any, Any, Any], what: str = ...) -> Any: ...
 
+    def spawn_self_guarded(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """``spawn`` for a coroutine that catches and logs its own exceptions."""
+
     def schedule(self, fn: Callable[[], Awaitable[Any]], delay_s: float, what: str = ...) -> None:
         """Run ``fn`` once on MQClientInstance's scheduled thread, ``delay_s`` (scaled) from now."""
 

@@ -24,7 +24,6 @@ from client.consume import (
 from client.consumer_base import ConsumerBase
 from client.errors import MQBrokerError, MQClientError
 from client.group_state import DropReason
-from client.offset_store import ReadOffsetType
 from client.process_queue import PullRequest
 from client.producer import inner_producer, shutdown_instance
 from client.pull_core import PullStatus, pull_exception_delay_ms
@@ -237,7 +236,7 @@ class PushConsumer(ConsumerBase):
         commit_offset = 0
         sys_flag = FLAG_SUSPEND
         if self.message_model is MessageModel.CLUSTERING:
-            mem = await self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY)
+            mem = self.offset_store.read_offset_from_memory(mq)  # readOffset(READ_FROM_MEMORY)
             if mem > 0:
                 commit_offset = mem
                 sys_flag |= FLAG_COMMIT_OFFSET
@@ -245,9 +244,11 @@ class PushConsumer(ConsumerBase):
         if cfg.post_subscription_when_pull:
             expression = sub.sub_string
             sys_flag |= FLAG_SUBSCRIPTION
-        addr = await self.api.find_broker_address_in_subscribe_or_update(
-            mq.topic, mq.broker_name, MASTER_ID, False
-        )
+        addr = self.api.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, False)
+        if addr is None:  # the route lookup only when the address is not known (as ..._or_update)
+            addr = await self.api.find_broker_address_in_subscribe_or_update(
+                mq.topic, mq.broker_name, MASTER_ID, False
+            )
         if addr is None:
             self._pull_failed(req, None, f"the broker[{mq.broker_name}] not exist", "NO_BROKER")
             return
@@ -258,9 +259,8 @@ class PushConsumer(ConsumerBase):
         except Exception as exc:
             self._pull_failed(req, None, repr(exc), type(exc).__name__)
             return
-        self.api.spawn(
-            self._pull_rpc(req, addr, sys_flag, commit_offset, expression, sub.sub_version, sub.tags_set),
-            "pull",
+        self.api.spawn_self_guarded(
+            self._pull_rpc(req, addr, sys_flag, commit_offset, expression, sub.sub_version, sub.tags_set)
         )
 
     async def _pull_rpc(
@@ -273,43 +273,50 @@ class PushConsumer(ConsumerBase):
         sub_version: int,
         tags_set: list[str],
     ) -> None:
-        cfg = self.config
-        mq = req.message_queue
+        """invokeAsync and its InvokeCallback: a task of its own that catches everything itself (the
+        guard ``spawn`` would wrap around it is inline here: a task per pull, no wrapper coroutine)."""
         try:
-            result = await self.api.pull_message(
-                addr,
-                group=self.group,
-                mq=mq,
-                queue_offset=req.next_offset,
-                max_msg_nums=cfg.pull_batch_size,
-                sys_flag=sys_flag,
-                commit_offset=commit_offset,
-                suspend_timeout_ms=int(cfg.ms(cfg.broker_suspend_max_time_millis)),
-                subscription=expression,
-                sub_version=sub_version,
-                timeout_s=cfg.seconds(cfg.consumer_timeout_millis_when_suspend),
-                asynchronous=True,
-            )
+            cfg = self.config
+            mq = req.message_queue
+            try:
+                result = await self.api.pull_message(
+                    addr,
+                    group=self.group,
+                    mq=mq,
+                    queue_offset=req.next_offset,
+                    max_msg_nums=cfg.pull_batch_size,
+                    sys_flag=sys_flag,
+                    commit_offset=commit_offset,
+                    suspend_timeout_ms=int(cfg.ms(cfg.broker_suspend_max_time_millis)),
+                    subscription=expression,
+                    sub_version=sub_version,
+                    timeout_s=cfg.seconds(cfg.consumer_timeout_millis_when_suspend),
+                    asynchronous=True,
+                )
+            except asyncio.CancelledError:
+                raise
+            except MQBrokerError as exc:
+                self._pull_failed(req, exc.code, exc.remark, exc.code_name)
+                return
+            except RemotingTimeoutError as exc:
+                self._pull_failed(req, None, str(exc), "TIMEOUT")
+                return
+            except Exception as exc:
+                self._pull_failed(req, None, repr(exc), type(exc).__name__)
+                return
+            try:
+                await self._on_pull_success(req, result, tags_set)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # MQClientAPIImpl#pullMessageAsync: an exception in onSuccess goes to onException, which
+                # pulls again after the exception delay instead of leaving the queue to the pull expiry
+                self.log.error("pull result processing failed", mq=mq.short, error=repr(exc))
+                self._pull_failed(req, None, repr(exc), type(exc).__name__)
         except asyncio.CancelledError:
             raise
-        except MQBrokerError as exc:
-            self._pull_failed(req, exc.code, exc.remark, exc.code_name)
-            return
-        except RemotingTimeoutError as exc:
-            self._pull_failed(req, None, str(exc), "TIMEOUT")
-            return
-        except Exception as exc:
-            self._pull_failed(req, None, repr(exc), type(exc).__name__)
-            return
-        try:
-            await self._on_pull_success(req, result, tags_set)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            # MQClientAPIImpl#pullMessageAsync: an exception in onSuccess goes to onException, which
-            # pulls again after the exception delay instead of leaving the queue to the pull expiry
-            self.log.error("pull result processing failed", mq=mq.short, error=repr(exc))
-            self._pull_failed(req, None, repr(exc), type(exc).__name__)
+        except Exception as exc:  # a bug in one pull's handling must not end the instance's tasks
+            self.log.error("client task failed", task="pull", error=repr(exc))
 
     def _pull_failed(self, req: PullRequest, code: int | None, remark: str, code_name: str) -> None:
         cfg = self.config

@@ -34,7 +34,7 @@ from client.offset_store import ReadOffsetType
 from client.ports import EventSink, GroupApi, GroupOffsets, MessageQueueListener, PullDispatcher
 from client.process_queue import ProcessQueue, PullRequest
 from client.route import MASTER_ID
-from client.scheduler import SingleThreadScheduler
+from client.scheduler import SingleThreadScheduler, Wakeup
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.model import MessageModel, MessageQueue, is_retry_topic
@@ -87,7 +87,7 @@ class RebalanceService:
         self.log = events
         self.client_id = client_id
         self.consumers = consumers
-        self._wakeup = asyncio.Event()
+        self._wakeup = Wakeup()
         self._coalesced = 0  # NOTIFYs since the last notify_received that found a wakeup pending
         self.rounds = 0
         # RocketMQ starts the clock at construction: the first round after start may wait minInterval (>=5.2)
@@ -128,11 +128,7 @@ class RebalanceService:
         clock = self.clock
         real_wait = cfg.seconds(wait_ms)
         while True:
-            try:
-                async with asyncio.timeout(real_wait):
-                    await self._wakeup.wait()
-            except TimeoutError:
-                pass
+            await self._wakeup.wait(real_wait)
             self._wakeup.clear()
             if retry_5x:
                 # >=5.2: rounds are never closer than minInterval; an unbalanced round retries after it
@@ -189,7 +185,8 @@ class RebalanceImpl:
         self.group = state.group
         self.client_id = state.client_id
         # per topic: the member set and allocation of the last rebalance event written
-        self._last_rebalance_seen: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
+        # per topic: (the member list object last seen, its member set, the allocation's shorts)
+        self._last_rebalance_seen: dict[str, tuple[list[str], frozenset[str], tuple[str, ...]]] = {}
 
     @property
     def config(self) -> ConsumerConfig:
@@ -280,10 +277,20 @@ class RebalanceImpl:
         cfg = self.config
         alloc = shorts(allocated)
         if cfg.omit_repeated_rebalance_events:
-            seen = (frozenset(cid_all), tuple(alloc))
-            if not changed and self._last_rebalance_seen.get(topic) == seen:
+            # The allocation cache answers an unchanged view with the same member list object: its set
+            # is then the one made last time (kept with it, so the list's id is not reused), instead of
+            # a set of the whole group made and compared every round.
+            last = self._last_rebalance_seen.get(topic)
+            members = last[1] if last is not None and last[0] is cid_all else frozenset(cid_all)
+            shown = tuple(alloc)
+            self._last_rebalance_seen[topic] = (cid_all, members, shown)
+            if (
+                not changed
+                and last is not None
+                and last[2] == shown
+                and (last[1] is members or last[1] == members)
+            ):
                 return
-            self._last_rebalance_seen[topic] = seen
         self.log.emit(
             "rebalance",
             group=self.group,

@@ -7,6 +7,7 @@ producer's round-robin index.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,8 @@ class BrokerData:
 # subscribe_queues' answers by (topic, readable (broker, count) pairs); bounded, as routes are few
 _SUBSCRIBE_QUEUES: dict[tuple[str, tuple[tuple[str, int], ...]], frozenset[MessageQueue]] = {}
 _SUBSCRIBE_QUEUES_MAX = 4096
+# publish_queues' answers by (topic, writable (broker, count) pairs of brokers with a master)
+_PUBLISH_QUEUES: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[MessageQueue, ...]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,15 +125,28 @@ class TopicRouteData:
             )
         return out
 
-    def publish_queues(self, topic: str) -> list[MessageQueue]:
-        out: list[MessageQueue] = []
-        for qd in self.queue_datas:
-            if not qd.perm & PERM_WRITE:
-                continue
-            bd = self.broker(qd.broker_name)
-            if bd is None or bd.master_addr() is None:
-                continue
-            out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
+    def publish_queues(self, topic: str) -> tuple[MessageQueue, ...]:
+        """The writable queues of brokers with a master (topicRouteData2TopicPublishInfo). Every
+        producer of a client gets them on a route change, the consumers' inner producers included
+        (a thousand consumers of a 4,000-queue topic built four million queues at start): equal
+        routes share one tuple."""
+        key = (
+            topic,
+            tuple(
+                (qd.broker_name, qd.write_queue_nums)
+                for qd in self.queue_datas
+                if qd.perm & PERM_WRITE
+                and (bd := self.broker(qd.broker_name)) is not None
+                and bd.master_addr() is not None
+            ),
+        )
+        out = _PUBLISH_QUEUES.get(key)
+        if out is None:
+            if len(_PUBLISH_QUEUES) >= _SUBSCRIBE_QUEUES_MAX:
+                _PUBLISH_QUEUES.clear()
+            out = _PUBLISH_QUEUES[key] = tuple(
+                MessageQueue(topic, name, i) for name, n in key[1] for i in range(n)
+            )
         return out
 
 
@@ -139,7 +155,7 @@ class TopicPublishInfo:
     """The producer's view of a topic: writable queues and the round-robin position."""
 
     topic: str
-    message_queues: list[MessageQueue]
+    message_queues: Sequence[MessageQueue]  # shared with equal routes' publish_queues: never changed
     route: TopicRouteData | None = None
     send_which_queue: int = field(default=0)
 

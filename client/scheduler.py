@@ -19,6 +19,68 @@ from typing import Any
 Task = Callable[[], Awaitable[Any]]
 
 
+class Wakeup:
+    """An ``asyncio.Event`` for one waiting task whose ``wait`` can also end after a delay.
+
+    A service thread's ``waitForRunning(interval)``: woken by ``set`` or by the interval's end. Waiting
+    as ``async with asyncio.timeout(d): await event.wait()`` cancels the task and raises twice to end
+    every wait that times out, and the scheduler's and the rebalance service's waits mostly do. Here a
+    plain timer completes the waiter instead, armed where ``asyncio.timeout`` arms its own (at
+    ``loop.time() + d``, or at once when that is not in the future), so the waiting task resumes at
+    the same point of the loop's order: after the timer's callback, as the next ready callback.
+    """
+
+    __slots__ = ("_expired", "_set", "_waiter")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[bool] | None = None
+        self._expired = False
+
+    def _expire(self, waiter: asyncio.Future[bool]) -> None:
+        # As a timeout's cancel: it wins over a set() whose wakeup has not run yet.
+        if waiter is self._waiter:
+            self._expired = True
+            if not waiter.done():
+                waiter.set_result(False)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(True)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self, timeout_s: float | None = None) -> bool:
+        """True once set; False when ``timeout_s`` passed before the waiting task resumed."""
+        if self._set:
+            return True
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        timer: asyncio.Handle | None = None
+        if timeout_s is not None:
+            when = loop.time() + timeout_s
+            if when <= loop.time():
+                timer = loop.call_soon(self._expire, waiter)
+            else:
+                timer = loop.call_at(when, self._expire, waiter)
+        self._waiter = waiter
+        self._expired = False
+        try:
+            await waiter
+            return not self._expired
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+
 @dataclass(order=True, slots=True)
 class _Entry:
     due: float
@@ -36,7 +98,7 @@ class SingleThreadScheduler:
         self.log = log
         self._heap: list[_Entry] = []
         self._seq = itertools.count()
-        self._changed = asyncio.Event()
+        self._changed = Wakeup()
         self._stopped = False
 
     def schedule(self, fn: Task, delay_s: float, what: str = "task") -> None:
@@ -72,12 +134,7 @@ class SingleThreadScheduler:
                 continue
             wait = self._heap[0].due - loop.time()
             if wait > 0:
-                # an earlier task scheduled meanwhile wakes the loop up
-                try:
-                    async with asyncio.timeout(wait):
-                        await self._changed.wait()
-                except TimeoutError:
-                    pass
+                await self._changed.wait(wait)  # an earlier task scheduled meanwhile wakes the loop up
                 continue
             entry = heapq.heappop(self._heap)
             try:

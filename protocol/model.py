@@ -34,7 +34,20 @@ class WireError(ValueError):
         self.problem = problem
 
 
+# Every field of every parsed structure (each pulled message, each heartbeat) passes here: the common
+# case (a plain dict holding a value of exactly the wanted type, an int within a long) is answered
+# inline; anything else goes the full way, which answers it as before.
+
+
 def _req(d: Any, key: str, typ: type | tuple[type, ...], where: str) -> Any:
+    if d.__class__ is dict:
+        v = d.get(key)
+        if v.__class__ is typ and (typ is not int or JAVA_LONG_MIN <= v <= JAVA_LONG_MAX):
+            return v
+    return _req_checked(d, key, typ, where)
+
+
+def _req_checked(d: Any, key: str, typ: type | tuple[type, ...], where: str) -> Any:
     if not isinstance(d, dict):
         raise WireError(where or key, "expected a map")
     if key not in d or d[key] is None:
@@ -52,11 +65,17 @@ def _req(d: Any, key: str, typ: type | tuple[type, ...], where: str) -> Any:
 
 
 def _opt(d: Any, key: str, typ: type | tuple[type, ...], where: str, default: Any) -> Any:
-    if not isinstance(d, dict):
+    if d.__class__ is dict:
+        v = d.get(key)
+        if v is None:
+            return default
+        if v.__class__ is typ and (typ is not int or JAVA_LONG_MIN <= v <= JAVA_LONG_MAX):
+            return v
+    elif not isinstance(d, dict):
         raise WireError(where or key, "expected a map")
     if key not in d or d[key] is None:
         return default
-    return _req(d, key, typ, where)
+    return _req_checked(d, key, typ, where)
 
 
 class MessageModel(enum.StrEnum):

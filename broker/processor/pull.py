@@ -37,16 +37,21 @@ class PullMessageProcessor:
         return {RequestCode.PULL_MESSAGE: self.pull_message}
 
     async def pull_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        resp = await self._process(conn, cmd, allow_suspend=True)
-        if resp is None:  # held and woken up: the request again, as if it had just come in
-            resp = await self._process(conn, cmd, allow_suspend=False)
-            assert resp is not None
+        resp = self._process(conn, cmd, allow_suspend=True)
+        if isinstance(resp, HeldPull):  # held until woken, then the request again, as if just come in
+            try:
+                await resp.waiter
+            finally:
+                self.broker.hold_service.remove(resp)
+            resp = self._process(conn, cmd, allow_suspend=False)
+            assert not isinstance(resp, HeldPull)
         return resp
 
-    async def _process(
+    def _process(
         self, conn: Connection, cmd: RemotingCommand, *, allow_suspend: bool
-    ) -> RemotingCommand | None:
-        """One run of the request; None when it was held and has been woken up since."""
+    ) -> RemotingCommand | HeldPull:
+        """One run of the request: its answer, or the HeldPull now waiting for messages, which the
+        caller awaits (a plain call: most runs answer at once and need no coroutine of their own)."""
         group = ext_name(cmd, "consumerGroup")
         topic = ext_name(cmd, "topic")
         queue_id = cmd.ext_int32("queueId")
@@ -113,11 +118,7 @@ class PullMessageProcessor:
                 fut,
             )
             b.hold_pull(req)
-            try:
-                await fut
-            finally:
-                b.hold_service.remove(req)
-            return None
+            return req
         return self._response(conn, cmd, group, topic, queue_id, queue_offset, result)
 
     def _response(

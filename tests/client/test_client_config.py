@@ -115,3 +115,13 @@ def test_consumer_rejects_bad_arguments_clearly() -> None:
         c.subscribe("a topic")
     with pytest.raises(MQClientError, match="callable"):
         c.register_message_listener("not a function")  # type: ignore[arg-type]
+
+
+def test_consume_timestamp_in_local_time_ms_per_config() -> None:
+    """The parse is remembered per string: each config still gets its own timestamp."""
+    import time
+
+    for text in ("20240102030405", "20250607080910", "20240102030405"):
+        want = int(time.mktime((int(text[:4]), int(text[4:6]), int(text[6:8]), 0, 0, 0, 0, 0, -1))) * 1000
+        want += (int(text[8:10]) * 3600 + int(text[10:12]) * 60 + int(text[12:])) * 1000
+        assert ConsumerConfig(consume_timestamp=text).consume_timestamp_ms() == want

@@ -249,3 +249,20 @@ async def test_5_2_heartbeats_a_broker_when_it_connects(cluster: Cluster, on_con
     on_connect_beats = [e for e in cluster.events("heartbeat_sent") if e.get("cause") == "connect"]
     assert bool(on_connect_beats) is on_connect
     assert (con.instance.rebalance_service.rounds > rounds) is on_connect
+
+
+async def test_an_unchanged_route_is_no_change_once_every_producer_has_it(cluster: Cluster) -> None:
+    """MQClientInstance gives a fetched route to every producer, the consumer's inner one included; one
+    left without it would make every later poll of the topic a change (isNeedUpdateTopicRouteInfo)."""
+    await cluster.start_broker()
+    await cluster.create_topic("T", 4)
+    consumer = make_consumers(cluster, 1, "T")[0]
+    await consumer.start()
+    instance = consumer.instance
+    assert await instance.update_topic_route_info_from_name_server("T")
+    inner = instance.producer_table["CLIENT_INNER_PRODUCER"]
+    assert not inner.is_publish_topic_need_update("T")
+    assert set(inner.publish_table["T"].message_queues) == queues("T", 4)
+    route = instance.topic_route_table["T"]
+    assert await instance.update_topic_route_info_from_name_server("T")
+    assert instance.topic_route_table["T"] is route  # equal, so not taken again

@@ -28,7 +28,7 @@ def test_publish_queues_need_a_master_and_write_permission() -> None:
         ),
         (QueueData("a", 2, 2, 6), QueueData("b", 2, 2, 6), QueueData("r", 3, 3, 4)),
     )
-    assert route.publish_queues("T") == [MessageQueue("T", "a", 0), MessageQueue("T", "a", 1)]
+    assert route.publish_queues("T") == (MessageQueue("T", "a", 0), MessageQueue("T", "a", 1))
     assert len(route.subscribe_queues("T")) == 7  # readable queues, master or not
 
 
@@ -130,3 +130,23 @@ async def test_send_to_an_unknown_topic_creates_it_through_tbw102(cluster: Clust
         assert tc is not None and tc.write_queue_nums == 4
     finally:
         await producer.shutdown()
+
+
+def test_equal_routes_share_their_publish_queues_and_different_ones_do_not() -> None:
+    """publish_queues is remembered per (topic, writable queues of brokers with a master): each thing
+    that decides the answer gives another one."""
+
+    def route(write: int = 2, perm: int = 6, master: bool = True) -> TopicRouteData:
+        return TopicRouteData(
+            (BrokerData("c", "a", ((0 if master else 1, "a:1"),)),),
+            (QueueData("a", 4, write, perm),),
+        )
+
+    first = route().publish_queues("T")
+    assert route().publish_queues("T") is first
+    assert first == (MessageQueue("T", "a", 0), MessageQueue("T", "a", 1))
+    assert route().publish_queues("U") == (MessageQueue("U", "a", 0), MessageQueue("U", "a", 1))
+    assert len(route(write=3).publish_queues("T")) == 3
+    assert route(perm=4).publish_queues("T") == ()
+    assert route(master=False).publish_queues("T") == ()
+    assert route().publish_queues("T") is first

@@ -82,3 +82,19 @@ async def test_omitted_rounds_leave_only_the_changes() -> None:
     assert [e["changed"] for e in got] == [True, True]
     assert got[0]["allocated"] != got[1]["allocated"]
     assert got[-1]["cid_all_digest"] == cid_all_digest(inst.cids) and "cid_all" not in got[-1]
+
+
+async def test_a_new_member_list_is_written_even_when_the_allocation_stays() -> None:
+    """Omission compares the member set too: the allocation cache hands an unchanged view the same
+    list object, but another list (members joined or left) is another round to write."""
+    lines = Lines()
+    r = Rig(omit_repeated_rebalance_events=True)
+    r.impl.log = EventLog("c", "consumer", None, console=False, sink=lines)
+    r.route(mq(0))
+    for cids in (["c1", "z1"], ["c1", "z1"], ["c1", "z1", "z2"], ["c1", "z2", "z1"], ["c1", "z1"]):
+        r.api.cids = list(cids)
+        await r.rebalance()
+    got = lines.rebalances()
+    assert [e["cid_all"] for e in got] == [["c1", "z1"], ["c1", "z1", "z2"], ["c1", "z1"]]
+    assert [e["allocated"] for e in got] == [["BrokerA:0"]] * 3
+    assert [e["changed"] for e in got] == [True, False, False]

@@ -9,7 +9,7 @@ from typing import Any
 
 from client.process_queue import ProcessQueue, PullRequest
 from client.rebalance import PullMessageService
-from client.scheduler import SingleThreadScheduler
+from client.scheduler import SingleThreadScheduler, Wakeup
 from protocol.model import MessageQueue
 from protocol.runtime import EventLog
 
@@ -107,3 +107,80 @@ async def test_pull_service_awaits_each_pull_before_taking_the_next() -> None:
     (first, _, first_end), (second, second_start, _) = log
     assert (first, second) == (0, 1)
     assert second_start >= first_end
+
+
+def _wait_trace(use_wakeup: bool) -> list[tuple[float, str]]:
+    """Waits that time out, are set, are set and time out at one instant, or are already set, among
+    timers due at the same virtual instants; what ran, in order."""
+    from sim.loop import VirtualLoop  # timers due at one instant fire in the order they were set
+
+    trace: list[tuple[float, str]] = []
+    loop = VirtualLoop()
+
+    async def main() -> None:
+        wakeup = Wakeup()
+        event = asyncio.Event()
+
+        def note(what: str) -> None:
+            trace.append((loop.time(), what))
+
+        def set_both() -> None:
+            note("set")
+            wakeup.set()
+            event.set()
+
+        def clear() -> None:
+            wakeup.clear()
+            event.clear()
+
+        async def wait(label: str, timeout_s: float) -> None:
+            if use_wakeup:
+                got = await wakeup.wait(timeout_s)
+            else:
+                try:
+                    async with asyncio.timeout(timeout_s):
+                        await event.wait()
+                    got = True
+                except TimeoutError:
+                    got = False
+            note(f"{label} {got}")
+
+        loop.call_at(1.0, note, "before")  # due with the timeout, set before it
+        loop.call_soon(note, "ready")
+        await wait("times out", 1.0)
+        loop.call_at(1.5, set_both)  # due with the timeout, set before it: the timeout still wins
+        loop.call_later(0.5, note, "after")
+        await wait("set and timed out", 0.5)
+        await wait("already set", 1.0)
+        clear()
+        loop.call_later(0.25, set_both)
+        await wait("set", 1.0)
+        clear()
+        loop.call_soon(note, "soon")
+        await wait("due now", 0.0)  # a timeout already due comes after what is ready
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    return trace
+
+
+def test_wakeup_wait_resumes_where_an_asyncio_timeout_would() -> None:
+    """Wakeup.wait(d) replaces ``async with asyncio.timeout(d): await event.wait()`` in the scheduler
+    and the rebalance service; the virtual clock's ties make any change of order visible."""
+    trace = _wait_trace(use_wakeup=True)
+    assert trace == _wait_trace(use_wakeup=False)
+    assert trace == [
+        (0.0, "ready"),
+        (1.0, "before"),
+        (1.0, "times out False"),
+        (1.5, "set"),
+        (1.5, "after"),
+        (1.5, "set and timed out False"),
+        (1.5, "already set True"),
+        (1.75, "set"),
+        (1.75, "set True"),
+        (1.75, "soon"),
+        (1.75, "due now False"),
+    ]

@@ -240,3 +240,40 @@ def test_message_wire() -> None:
     m = Message("id", "T", "broker-a", 1, 5, b"x", "tagA", None, 1, 2, 0, {"k": "v"})
     assert Message.from_wire(m.to_wire()) == m
     assert m.queue == MessageQueue("T", "broker-a", 1)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("queueId", True, r"message\.queueId: expected int, got bool"),
+        ("queueOffset", 2**63, r"message\.queueOffset: 9223372036854775808 is outside a 64-bit long"),
+        ("topic", 7, r"message\.topic: expected str, got int"),
+        ("msgId", None, r"message\.msgId: missing"),
+        ("body", "x", r"message\.body: expected bytes, got str"),
+        ("bornTimestamp", False, r"message\.bornTimestamp: expected int, got bool"),
+        ("storeTimestamp", -(2**63) - 1, r"message\.storeTimestamp: .* is outside a 64-bit long"),
+        ("tags", 3, r"message\.tags: expected str, got int"),
+        ("properties", [], r"message\.properties: expected dict, got list"),
+    ],
+)
+def test_wire_fields_of_the_wrong_type_or_range_are_named(field: str, value: object, error: str) -> None:
+    """The inline common case of the model's field checks lets nothing through that the full check
+    refuses (a bool for an int, a long out of range, another type, a missing required field)."""
+    d = Message("id", "T", "broker-a", 1, 5, b"x", "tagA", None, 1, 2, 0, {"k": "v"}).to_wire()
+    d[field] = value
+    with pytest.raises(WireError, match=error):
+        Message.from_wire(d)
+
+
+def test_wire_fields_absent_or_null_take_their_default_and_subclasses_pass() -> None:
+    class Name(str):
+        pass
+
+    d = Message("id", "T", "broker-a", 1, 5, b"x", "tagA", None, 1, 2, 0, {}).to_wire()
+    d["tags"] = None
+    del d["bornTimestamp"]
+    d["topic"] = Name("T")
+    m = Message.from_wire(d)
+    assert (m.tags, m.born_timestamp, m.topic, m.queue_offset) == (None, 0, "T", 5)
+    with pytest.raises(WireError, match="message: expected a map"):
+        Message.from_wire([d])

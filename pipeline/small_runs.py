@@ -236,7 +236,8 @@ def analyse_root(
         result.runs = [r for r in result.runs if r.rel not in failed]
     if large:
         if progress is not None and small:
-            progress.note(f"{len(large)} large run(s) (over {math.ceil(small_run_bytes / 2**20)} MiB) in Spark")
+            over = math.ceil(small_run_bytes / 2**20)
+            progress.note(f"{len(large)} large run(s) (over {over} MiB) by the Spark analysis")
         by_spark = analyse_runs(spark, large, [], plots=plots, progress=progress)
         result.summaries.update(by_spark.summaries)
         result.plot_data.update(by_spark.plot_data)

@@ -185,9 +185,7 @@ def analyse_in_tasks(
     sc = spark.sparkContext
     batches = deal(sized, TASKS_PER_CORE * sc.defaultParallelism)
     outcomes = (
-        sc.parallelize(batches, len(batches))
-        .mapPartitions(lambda part: _analyse_task(part, plots))
-        .collect()
+        sc.parallelize(batches, len(batches)).mapPartitions(lambda part: _analyse_task(part, plots)).collect()
     )
     summaries: dict[str, dict[str, Any]] = {}
     data: dict[str, PlotData] = {}
@@ -225,9 +223,8 @@ def analyse_root(
         with stage as info:
             summaries, data, failed = analyse_in_tasks(spark, small, plots)
             size = sum(s for _r, s in small)
-            info["info"] = (
-                f"{len(small)} run(s), {size / 2**20:.1f} MiB, {len(summaries)} analysed"
-                + (f", {len(failed)} failed" if failed else "")
+            info["info"] = f"{len(small)} run(s), {size / 2**20:.1f} MiB, {len(summaries)} analysed" + (
+                f", {len(failed)} failed" if failed else ""
             )
         result.summaries.update(summaries)
         result.plot_data.update(data)

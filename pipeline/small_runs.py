@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from pipeline.unavailability import RunClock
 
 # Runs up to this many bytes of event files are analysed by the reference in a task. Measured
-# (scripts/bench/reference_memory.py): the reference's peak is about 1.3 KB of Python memory per event
-# and 8 bytes of memory per byte of event file, so 64 MiB of lines (about 300 k events) peak near
-# 0.5 GiB in one Python worker, two of which run at once on a 2-core machine.
+# (scripts/bench/reference_memory.py, runs of 31 k to 294 k events): the reference grows a Python
+# process by about 1.9 KB per event, 7.7 bytes per byte of event file, so a 64 MiB run (about 250 k
+# events) peaks near 0.5 GiB in its worker, two of which run at once on a 2-core machine.
 SMALL_RUN_BYTES = 64 * 1024 * 1024
 ANALYSIS_CHOICES = ("auto", "spark", "reference")
 TASKS_PER_CORE = 3  # a few tasks per core, so that a task of larger runs does not leave a core idle

@@ -12,10 +12,15 @@ and skipped like a bad run directory.
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
+import shutil
+import tempfile
+import zipfile
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.discover import BadRun, RunDir
@@ -177,12 +182,33 @@ def _analyse_task(runs: Iterable[list[RunDir]], plots: bool) -> Iterator[tuple[s
             yield run.rel, summary, data, None
 
 
+_SHIPPED: set[str] = set()  # applications whose executors were sent this package
+
+
+def ship_package(sc: Any) -> None:
+    """Send this package to a cluster's executors as a zip on their Python path (local mode's workers
+    import the driver's). A driver that imports it from a zip itself got it with spark-submit's
+    --py-files, which sends it to the executors too."""
+    package = Path(__file__).resolve().parent
+    if sc.master.startswith("local") or not package.is_dir() or sc.applicationId in _SHIPPED:
+        return
+    folder = tempfile.mkdtemp(prefix="rmq-analyze-py-")
+    atexit.register(shutil.rmtree, folder, True)
+    archive = Path(folder) / "pipeline.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for source in sorted(package.glob("*.py")):
+            zf.write(source, f"{package.name}/{source.name}")
+    sc.addPyFile(str(archive))
+    _SHIPPED.add(sc.applicationId)
+
+
 def analyse_in_tasks(
     spark: SparkSession, sized: list[tuple[RunDir, int]], plots: bool
 ) -> tuple[dict[str, dict[str, Any]], dict[str, PlotData], dict[str, str]]:
     """Summaries and plot data of the runs by the reference, in one Spark job; and the runs whose
     analysis failed, with why."""
     sc = spark.sparkContext
+    ship_package(sc)
     batches = deal(sized, TASKS_PER_CORE * sc.defaultParallelism)
     outcomes = (
         sc.parallelize(batches, len(batches)).mapPartitions(lambda part: _analyse_task(part, plots)).collect()

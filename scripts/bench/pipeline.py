@@ -8,13 +8,15 @@ Goals: `analysis_s <= 3 * scan_json_s` at 5 M events; 10 M events in under 3 min
 
 Many runs (`--runs N --run-events M`): N run directories with a manifest each, analysed as
 `rmq-analyze ROOT --no-report` does (every summary, the runs table, index.html) in one application,
-against a JSON scan of all their files and against the analysis of one of them alone.
+small runs in Spark tasks by the plain-Python reference unless `--analysis spark`, against a JSON scan
+of all their files and against the analysis of one of them alone.
 
     python scripts/bench/pipeline.py                          # 1 M, 5 M, 10 M events and 300 x 30 k
     python scripts/bench/pipeline.py --events 1000000 --runs 0   # one size (repeatable), no many-run part
     python scripts/bench/pipeline.py --events 200000 --workdir runs/bench --keep   # reuse the runs
 
-Wall times on a shared machine are noisy; the JVM's CPU seconds are reported next to them.
+Wall times on a shared machine are noisy; the JVM's CPU seconds are reported next to them, with the
+CPU seconds of PySpark's Python workers and of this process (the driver's Python) and the load average.
 """
 
 from __future__ import annotations

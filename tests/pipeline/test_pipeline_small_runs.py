@@ -27,6 +27,7 @@ def _root(root: Path) -> None:
     files = chaotic_run(43, scenarios=3)
     files["zz-corrupt.jsonl"] = [*MALFORMED_LINES, "", "   "]  # every kind of damage, and blank lines
     write_run(root / "corrupt", files)
+    write_run(root / "noise", {"a.jsonl": list(MALFORMED_LINES[:5])})  # not one well-formed line
     (root / "broken").mkdir()
     (root / "broken" / "manifest.json").write_text("[1]")
 
@@ -51,11 +52,11 @@ def test_small_runs_in_tasks_write_what_the_spark_analysis_writes(
     mixed, every = tmp_path / "mixed", tmp_path / "spark"
     assert main([str(root), "--out", str(mixed), "--small-run-bytes", str(threshold)]) == 1
     err = capsys.readouterr().err
-    assert "small runs in tasks: 2 run(s)" in err and "read events: 1 runs" in err
+    assert "small runs in tasks: 3 run(s)" in err and "read events: 1 runs" in err
     assert "skipping run 'broken': manifest.json is not a JSON object" in err
     assert main([str(root), "--out", str(every), "--analysis", "spark"]) == 1
     err = capsys.readouterr().err
-    assert "small runs in tasks" not in err and "read events: 3 runs" in err
+    assert "small runs in tasks" not in err and "read events: 4 runs" in err
 
     got, want = _outputs(mixed), _outputs(every)
     assert sorted(got) == sorted(want)

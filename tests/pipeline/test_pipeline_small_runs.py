@@ -12,12 +12,10 @@ import pytest
 
 from pipeline.__main__ import main
 from pipeline.availability_reference import summarize_run
-from pipeline.discover import discover_runs
+from pipeline.discover import RunDir, RunFile, discover_runs
 from pipeline.report import answers
-from pipeline.small_runs import analyse_root, run_bytes
+from pipeline.small_runs import analyse_root, deal, run_bytes, split_by_size
 from pipeline.synth import MALFORMED_LINES, chaotic_run, realistic_run, write_run
-
-pytestmark = pytest.mark.spark
 
 
 def _root(root: Path) -> None:
@@ -40,6 +38,7 @@ def _outputs(out: Path) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.spark
 def test_small_runs_in_tasks_write_what_the_spark_analysis_writes(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -69,6 +68,7 @@ def test_small_runs_in_tasks_write_what_the_spark_analysis_writes(
     assert table[0] == table[1] and len(table[0]) > 3
 
 
+@pytest.mark.spark
 def test_a_run_whose_task_fails_is_reported_and_skipped(spark: Any, tmp_path: Path) -> None:
     root = tmp_path / "root"
     for i in range(3):
@@ -83,3 +83,25 @@ def test_a_run_whose_task_fails_is_reported_and_skipped(spark: Any, tmp_path: Pa
         summary = dict(result.summaries[rel])
         assert summary.pop("answer") == answers(summary, None)
         assert summary == summarize_run(root / rel)
+
+
+def test_runs_are_routed_by_size_and_dealt_into_tasks_of_about_equal_bytes(tmp_path: Path) -> None:
+    runs = []
+    for name, size in (("a", 10), ("b", 40), ("c", 11), ("d", 30), ("e", 0)):
+        path = tmp_path / name / "x.jsonl"
+        path.parent.mkdir()
+        path.write_bytes(b"x" * size)
+        runs.append(RunDir(name, str(path.parent), [RunFile("x.jsonl", str(path))], {}))
+    small, large = split_by_size(runs, "auto", small_run_bytes=30)  # 30 bytes is still small
+    assert [(r.rel, n) for r, n in small] == [("a", 10), ("c", 11), ("d", 30), ("e", 0)]
+    assert [r.rel for r in large] == ["b"]
+    assert [r.rel for r in split_by_size(runs, "spark", 30)[1]] == ["a", "b", "c", "d", "e"]
+    assert [r.rel for r, _ in split_by_size(runs, "reference", 30)[0]] == ["a", "b", "c", "d", "e"]
+    with pytest.raises(ValueError, match="analysis must be one of"):
+        split_by_size(runs, "fast")
+    sized = [(r, run_bytes(r)) for r in runs]
+    # largest first, each to the lightest task: b | d | c+a+e, each task's runs in run order
+    assert [[r.rel for r in task] for task in deal(sized, 3)] == [["b"], ["d"], ["a", "c", "e"]]
+    # b 40 | d 30, c 11 (41) | a 10 (b's task, 50) | e 0 (the task of 41)
+    assert [[r.rel for r in task] for task in deal(sized, 2)] == [["a", "b"], ["c", "d", "e"]]
+    assert len(deal(sized, 50)) == 5 and deal(sized, 0) == [[r for r, _ in sized]]

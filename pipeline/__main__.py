@@ -20,6 +20,7 @@ from typing import Any
 
 from pipeline.discover import RunDirError, RunFile
 from pipeline.session import DEFAULT_MASTER, Progress, SparkHandle, SparkUnavailable, start_spark
+from pipeline.small_runs import ANALYSIS_CHOICES, SMALL_RUN_BYTES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +61,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="start Spark now, then wait until FILE exists before reading the run (the chaos runner "
         "starts the analysis this way while the experiment runs, so that Spark is warm at its end)",
     )
+    p.add_argument(
+        "--analysis",
+        choices=ANALYSIS_CHOICES,
+        default="auto",
+        help="for a root of runs: 'auto' (default) analyses each run up to --small-run-bytes of event "
+        "files in a Spark task by the plain-Python reference and larger runs by the Spark analysis; "
+        "'spark' or 'reference' analyses every run that way",
+    )
+    p.add_argument(
+        "--small-run-bytes",
+        type=_positive_int,
+        default=SMALL_RUN_BYTES,
+        metavar="N",
+        help=f"largest run (bytes of its event files) analysed in a task with --analysis auto "
+        f"(default {SMALL_RUN_BYTES}, {SMALL_RUN_BYTES // 2**20} MiB)",
+    )
     return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -259,9 +286,21 @@ def analyze_root(args: argparse.Namespace) -> int:
     if isinstance(handle, int):
         return handle
     try:
-        from pipeline.runs import analyse_runs, write_outputs
+        from pipeline.runs import write_outputs
+        from pipeline.small_runs import analyse_root
 
-        result = analyse_runs(handle.spark, runs, bad, plots=not args.no_report, progress=progress)
+        result = analyse_root(
+            handle.spark,
+            runs,
+            bad,
+            plots=not args.no_report,
+            progress=progress,
+            analysis=args.analysis,
+            small_run_bytes=args.small_run_bytes,
+        )
+        for b in result.bad:
+            if b not in bad:  # its task could not analyse it
+                print(f"rmq-analyze: skipping run {b.rel!r}: {b.problem}", file=sys.stderr)
         with progress.stage("write outputs") as info:
             out_dir.mkdir(parents=True, exist_ok=True)
             failures = write_outputs(
@@ -271,10 +310,12 @@ def analyze_root(args: argparse.Namespace) -> int:
                 reports=not args.no_report,
                 title=f"Runs under {root.resolve().name}",
             )
-            info["info"] = f"{len(runs)} run(s)"
+            info["info"] = f"{len(result.runs)} run(s)"
     finally:
         handle.stop()
     failed_runs = 0
+    bad = result.bad
+    runs = result.runs
     for run in runs:
         summary = result.summaries[run.rel]
         failed = sorted(g for g, v in summary["groups"].items() if v["verdict"] != "ok")

@@ -42,9 +42,16 @@ def test_a_run_and_a_root_of_runs_on_a_standalone_cluster(spark: Any, cluster: s
     single = _rmq_analyze(str(run_dir), "--master", cluster, "--out", str(tmp_path / "out1"), "--no-report")
     assert single.returncode == 1, single.stderr  # loss_every loses messages: verdict fail
     assert f"start spark: {cluster}" in single.stderr
+    # both ways of analysing a root: the reference in the executors' tasks (the default for small runs)
+    # and the Spark analysis
     many = _rmq_analyze(str(root), "--master", cluster, "--out", str(tmp_path / "out2"), "--no-report")
     assert many.returncode == 1, many.stderr  # one skipped run
-    assert "skipping run 'b'" in many.stderr
+    assert "skipping run 'b'" in many.stderr and "small runs in tasks: 2 run(s)" in many.stderr
+    columnar = _rmq_analyze(
+        str(root), "--master", cluster, "--out", str(tmp_path / "out3"), "--no-report", "--analysis", "spark"
+    )
+    assert columnar.returncode == 1, columnar.stderr
+    assert "read events: 2 runs" in columnar.stderr
 
     # Local mode (the tests' session) on the same inputs.
     # A single run also gets the RocketMQ-time and unavailability additions (the reference twin of that
@@ -59,4 +66,5 @@ def test_a_run_and_a_root_of_runs_on_a_standalone_cluster(spark: Any, cluster: s
     runs, bad = discover_runs(root)
     local = analyse_runs(spark, runs, bad, plots=False).summaries
     for rel in ("a/r1", "a/r2"):
-        assert json.loads((tmp_path / "out2" / rel / "summary.json").read_text()) == local[rel], rel
+        for out in ("out2", "out3"):
+            assert json.loads((tmp_path / out / rel / "summary.json").read_text()) == local[rel], (out, rel)

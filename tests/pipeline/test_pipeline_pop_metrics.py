@@ -122,7 +122,7 @@ def retry_pull(b: Builder) -> None:
 def test_rmq_analyze_shows_both_modes(spark: Any, tmp_path: Path, capsys: Any) -> None:
     """rmq-analyze on a root of two runs: each summary.json's `mode` and `pop` per group equal the plain
     twin, the POP group's verdict comes from its messages, report.html puts the groups side by side and
-    index.html compares the runs' groups."""
+    index.html compares the runs' groups; the Spark analysis of the runs writes the same files."""
     from pipeline.__main__ import main as analyze
     from pipeline.availability_reference import summarize_run
 
@@ -149,6 +149,11 @@ def test_rmq_analyze_shows_both_modes(spark: Any, tmp_path: Path, capsys: Any) -
     assert "Client-side balancing and RocketMQ 5 side by side" in index
     assert "<td>P</td><td>server-pop</td><td>0</td><td>1</td><td>5.0</td>" in index  # 2500 ms at 0.5
     assert "a: FAIL (C)" in capsys.readouterr().out
+    # These small runs went to the reference in Spark tasks; the Spark analysis writes the same bytes.
+    assert analyze([str(root), "--quiet", "--analysis", "spark", "--out", str(tmp_path / "spark")]) == 1
+    files = ("a/summary.json", "a/report.html", "b/summary.json", "b/report.html", "runs.csv", "index.html")
+    for rel in files:
+        assert (tmp_path / "spark" / rel).read_bytes() == (root / rel).read_bytes(), rel
 
 
 def _group(

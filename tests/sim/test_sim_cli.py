@@ -234,6 +234,7 @@ def test_pull_served_lines_only_when_asked_and_nothing_else_changes(runs: Path) 
     (where / "exp.toml").write_text(EXPERIMENT.replace("[sim]\n", "[sim]\npull_events = true\n"))
     r = rmq_sim("run", "exp.toml", "--seed", "3", "--out", "pulls", "--no-analyze", "--quiet", cwd=where)
     assert r.returncode in (0, 1), r.stdout + r.stderr
+
     def texts(run: Path) -> dict[str, str]:
         return {f: (run / f).read_text() for f in event_files(run)}
 

@@ -7,9 +7,9 @@ producer's round-robin index.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from protocol.command import field_int, field_list, field_map, field_str
 from protocol.model import MessageQueue
@@ -46,6 +46,24 @@ _SUBSCRIBE_QUEUES: dict[tuple[str, tuple[tuple[str, int], ...]], frozenset[Messa
 _SUBSCRIBE_QUEUES_MAX = 4096
 # publish_queues' answers by (topic, writable (broker, count) pairs of brokers with a master)
 _PUBLISH_QUEUES: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[MessageQueue, ...]] = {}
+
+
+_Queues = TypeVar("_Queues", frozenset[MessageQueue], tuple[MessageQueue, ...])
+
+
+def _shared_queues(
+    cache: dict[tuple[str, tuple[tuple[str, int], ...]], _Queues],
+    key: tuple[str, tuple[tuple[str, int], ...]],
+    make: Callable[[Iterable[MessageQueue]], _Queues],
+) -> _Queues:
+    """One collection of a topic's queues per (topic, (broker, count) pairs), shared by equal routes."""
+    out = cache.get(key)
+    if out is None:
+        if len(cache) >= _SUBSCRIBE_QUEUES_MAX:
+            cache.clear()
+        topic, counts = key
+        out = cache[key] = make(MessageQueue(topic, name, i) for name, n in counts for i in range(n))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,14 +134,7 @@ class TopicRouteData:
             topic,
             tuple((qd.broker_name, qd.read_queue_nums) for qd in self.queue_datas if qd.perm & PERM_READ),
         )
-        out = _SUBSCRIBE_QUEUES.get(key)
-        if out is None:
-            if len(_SUBSCRIBE_QUEUES) >= _SUBSCRIBE_QUEUES_MAX:
-                _SUBSCRIBE_QUEUES.clear()
-            out = _SUBSCRIBE_QUEUES[key] = frozenset(
-                MessageQueue(topic, name, i) for name, n in key[1] for i in range(n)
-            )
-        return out
+        return _shared_queues(_SUBSCRIBE_QUEUES, key, frozenset)
 
     def publish_queues(self, topic: str) -> tuple[MessageQueue, ...]:
         """The writable queues of brokers with a master (topicRouteData2TopicPublishInfo). Every
@@ -140,14 +151,7 @@ class TopicRouteData:
                 and bd.master_addr() is not None
             ),
         )
-        out = _PUBLISH_QUEUES.get(key)
-        if out is None:
-            if len(_PUBLISH_QUEUES) >= _SUBSCRIBE_QUEUES_MAX:
-                _PUBLISH_QUEUES.clear()
-            out = _PUBLISH_QUEUES[key] = tuple(
-                MessageQueue(topic, name, i) for name, n in key[1] for i in range(n)
-            )
-        return out
+        return _shared_queues(_PUBLISH_QUEUES, key, tuple)
 
 
 @dataclass(slots=True)

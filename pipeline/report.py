@@ -248,9 +248,10 @@ def _clock(data: PlotData | None, summary: dict[str, Any] | None = None) -> RunC
 
 def _when(ts: int, clock: RunClock) -> str:
     """t = RocketMQ seconds (wall seconds)."""
+    # z: a change a few ms before t = 0 (a consumer started with the cluster) reads "t = 0.0 s", not -0.0
     if clock.time_scale == 1.0:
-        return f"t = {clock.at_s(ts):.1f} s"
-    return f"t = {clock.at_s(ts):.1f} s ({clock.wall_s(ts):.2f} s wall)"
+        return f"t = {clock.at_s(ts):z.1f} s"
+    return f"t = {clock.at_s(ts):z.1f} s ({clock.wall_s(ts):z.2f} s wall)"
 
 
 def _rmq_s(ms: int | None) -> str:
@@ -622,7 +623,7 @@ def plot_convergence(entries: list[dict[str, Any]], group: str, clock: RunClock)
     if not entries:
         return None
     fig, ax = plt.subplots(figsize=(FIG_W, max(2.0, 0.34 * len(entries) + 1.0)))
-    labels = [f"t = {clock.at_s(e['change_ms']):.1f} s  {_short_cause(e['cause'])}"[:48] for e in entries]
+    labels = [f"t = {clock.at_s(e['change_ms']):z.1f} s  {_short_cause(e['cause'])}"[:48] for e in entries]
     values = [clock.rmq_ms(e["convergence_ms"]) / 1000 if e["converged"] else 0 for e in entries]
     top = max([*values, 0.001])
     colors = ["steelblue" if e["converged"] else "crimson" for e in entries]
@@ -835,7 +836,7 @@ def answer_for_group(
         at = clock.at_s(m.ts)
         until = clock.at_s(changes[i + 1].ts) if i + 1 < len(changes) else math.inf
         mine = [e for e in episodes if at - 0.5 <= e["from_s"] < until]
-        text = f"{name}: after '{m.text}' at t = {at:.1f} s"
+        text = f"{name}: after '{m.text}' at t = {at:z.1f} s"
         conv = [
             e
             for e in g["convergence"]
@@ -872,7 +873,7 @@ def answer_for_group(
                     "(every 20 s)"
                 )
                 if took:
-                    text += f"; the locks were taken over at t = {clock.at_s(took[0].ts):.1f} s"
+                    text += f"; the locks were taken over at t = {clock.at_s(took[0].ts):z.1f} s"
             elif main == "owner_paused":
                 exp = [x for x in expiries if at <= clock.at_s(x.ts) <= end + gap]
                 notified = [
@@ -886,7 +887,7 @@ def answer_for_group(
                     if exp:
                         e_at = clock.at_s(exp[0].ts)
                         text += (
-                            f": the broker expired the paused consumer's channel at t = {e_at:.1f} s "
+                            f": the broker expired the paused consumer's channel at t = {e_at:z.1f} s "
                             f"({e_at - at:.1f} s after the pause; 120 s without a heartbeat, "
                             "checked every 10 s)"
                         )
@@ -894,11 +895,13 @@ def answer_for_group(
                         n = notified[0]
                         text += (
                             f"{';' if exp else ':'} {n.get('broker')} notified the group at "
-                            f"t = {n['at_s']:.1f} s ({n.get('detail')})"
+                            f"t = {n['at_s']:z.1f} s ({n.get('detail')})"
                         )
                     else:
                         text += " and sent no NOTIFY"
-                    text += f", and the others took its queues over at t = {end:.1f} s (their next rebalance)"
+                    text += (
+                        f", and the others took its queues over at t = {end:z.1f} s (their next rebalance)"
+                    )
                 else:
                     text += (
                         ": the pause was shorter than the broker's 120 s channel expiry, so nobody took "

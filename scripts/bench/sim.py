@@ -112,6 +112,15 @@ def _child(cmd: list[str], env: dict[str, str], cwd: Path, limit_s: float | None
     }
 
 
+def _no_run(r: dict[str, Any], d: Path) -> dict[str, Any] | None:
+    """The result of a command that ended without a run (the experiment refused, a crash): its exit
+    code and the end of its output, instead of a missing manifest's traceback."""
+    if (d / "run" / "manifest.json").exists():
+        return None
+    lines = (d / "output.txt").read_text(errors="replace").strip().splitlines()
+    return {**r, "error": "the command ended without a run directory", "output_tail": lines[-5:]}
+
+
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -132,6 +141,8 @@ def simulate(text: str, work: Path, label: str, limit_s: float | None = None) ->
         # how far it got: the last progress line, and the events written so far
         lines = (d / "output.txt").read_text(errors="replace").strip().splitlines()
         return {**r, "last_progress": lines[-1] if lines else "", "events_so_far": _events(d / "run")}
+    if (failed := _no_run(r, d)) is not None:
+        return failed
     manifest = json.loads((d / "run" / "manifest.json").read_text())
     sim_ms = manifest["ended_ms"] - manifest["started_ms"]
     scale = manifest["time_scale"]
@@ -161,6 +172,8 @@ def real(text: str, work: Path) -> dict[str, Any]:
         d,
     )
     r["load_avg_before_after"] = [load, _load()]
+    if (failed := _no_run(r, d)) is not None:
+        return failed
     manifest = json.loads((d / "run" / "manifest.json").read_text())
     scale = manifest["time_scale"]
     rocketmq_s = (manifest["ended_ms"] - manifest["started_ms"]) / 1000 / scale
@@ -226,16 +239,16 @@ def main() -> int:
     if args.goal:
         goal = out["goal_hour_1000"] = simulate(experiment(1000, 3600), work, "goal", args.limit)
         print(f"goal case: {goal}", file=sys.stderr, flush=True)
-        if not goal["killed_at_limit"]:
+        if not goal["killed_at_limit"] and "error" not in goal:
             out["goal_hour_1000_under_120s_wall"] = goal["wall_s"] < 120
             out["goal_hour_1000_under_120s_cpu"] = goal["cpu_s"] < 120
     # Wall time on a shared machine depends on the neighbours; CPU seconds are reported beside it.
     hundred = out["sizes"].get("100")
-    if hundred and not hundred["killed_at_limit"]:
+    if hundred and not hundred["killed_at_limit"] and "error" not in hundred:
         out["goal_100_consumers_1000x"] = hundred["rocketmq_s_per_wall_s"] >= 1000
         out["goal_100_consumers_1000x_per_cpu_s"] = (hundred["rocketmq_s_per_cpu_s"] or 0) >= 1000
     thousand = out["sizes"].get("1000")
-    if thousand and not thousand["killed_at_limit"]:
+    if thousand and not thousand["killed_at_limit"] and "error" not in thousand:
         # an hour at the measured rate (the experiment may be shorter than an hour)
         out["projected_hour_1000_consumers_wall_s"] = round(3600 / thousand["rocketmq_s_per_wall_s"], 1)
         out["goal_hour_1000_under_120s"] = out["projected_hour_1000_consumers_wall_s"] < 120

@@ -64,3 +64,12 @@ def test_report_without_groups_still_renders() -> None:
     summary = {"run": {"events": 0, "malformed_lines": 3, "start_ms": None, "end_ms": None}, "groups": {}}
     page = render_html(summary, PlotData(0, 0, 1), "Run x")
     assert "No consumer group" in page and "</html>" in page
+
+
+def test_a_change_just_before_the_origin_reads_zero_not_negative_zero() -> None:
+    from pipeline.report import _when
+    from pipeline.unavailability import RunClock
+
+    assert _when(9_990, RunClock(10_000, 1.0)) == "t = 0.0 s"  # 10 ms before t = 0
+    assert _when(9_998, RunClock(10_000, 0.05)) == "t = 0.0 s (0.00 s wall)"
+    assert _when(12_500, RunClock(10_000, 1.0)) == "t = 2.5 s"

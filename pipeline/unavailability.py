@@ -279,9 +279,11 @@ def broker_markers(
     side: Sequence[dict[str, Any]], group: str, node_of: dict[str, str]
 ) -> list[dict[str, Any]]:
     """The broker's changes of a group, in time order: channel expiries, NOTIFY sends and locks taken
-    over from another client (the previous holder's lock had expired)."""
+    over from another client (the previous holder's lock had expired). Changes at the same instant go
+    by broker, each broker's in its file's order: Spark hands the files over in an order of its own
+    (by size), the reference in name order."""
     out = []
-    for r in sorted(side, key=lambda r: r["ts_ms"]):
+    for r in sorted(side, key=lambda r: (r["ts_ms"], r.get("node") or "")):
         if r.get("group") != group:
             continue
         client = r.get("client_id")

@@ -217,3 +217,19 @@ def test_waiting_for_the_run_gives_up_when_the_runner_is_gone(
     (tmp_path / "manifest.json").write_text("{}")
     monkeypatch.setattr("os.getppid", lambda: 100)
     assert cli._wait_for(tmp_path / "manifest.json", poll_s=0) is True
+
+
+def test_broker_changes_at_the_same_instant_go_by_broker_whatever_the_input_order() -> None:
+    # Spark hands the brokers' files over by size, the reference by name: the markers must not differ
+    def notify(node: str, cause: str) -> dict[str, Any]:
+        return {"event": "notify_sent", "ts_ms": 5, "node": node, "group": "G", "cause": cause}
+
+    side = [
+        notify("broker-b", "b1"),
+        notify("broker-a", "a1"),
+        notify("broker-b", "b2"),
+        notify("broker-a", "a2"),
+    ]
+    got = [m["detail"] for m in broker_markers(side, "G", {})]
+    assert got == ["a1", "a2", "b1", "b2"]
+    assert [m["detail"] for m in broker_markers(list(reversed(side)), "G", {})] == ["a2", "a1", "b2", "b1"]

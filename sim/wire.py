@@ -69,15 +69,26 @@ def copy_command(cmd: RemotingCommand) -> RemotingCommand:
 
 
 class ObjectCodec:
-    """A connection's codec when the peer is simulated too: the frame is the copied command."""
+    """A connection's codec when the peer is simulated too: the frame is the copied command.
 
-    __slots__ = ()
+    ``end`` is the connection's own end of the in-memory network (``sim.network.SimTransport``): once
+    the other end is lost (its process killed, the connection closed) no frame reaches it, so the
+    command is handed on uncopied and the network drops it (a broker's NOTIFY to each of a thousand
+    members killed together). Such a frame is not checked for values msgpack cannot carry."""
+
+    __slots__ = ("end",)
     buffered = 0  # nothing is ever half-received, so the partial-frame timer never arms
+
+    def __init__(self, end: Any = None) -> None:
+        self.end = end
 
     def feed(self, data: Any) -> list[RemotingCommand]:
         return [data]
 
     def encode(self, cmd: RemotingCommand) -> Any:
+        end = self.end
+        if end is not None and end.peer is not None and end.peer.lost:
+            return cmd
         return copy_command(cmd)
 
 

@@ -108,7 +108,7 @@ class MQClientAPI:
         if not isinstance(resp.body, dict):
             raise MQBrokerError(ResponseCode.SYSTEM_ERROR, "consumer list response without a body", addr)
         ids = field_list(resp.body, "consumerIdList", "body")
-        if set(map(type, ids)) <= _STR_ONLY:  # the usual answer, checked in C: it is already what we keep
+        if _STR_ONLY.issuperset(map(type, ids)):  # the usual answer, checked in C without a set made
             return ids
         return [c for c in ids if isinstance(c, str)]
 

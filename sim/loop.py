@@ -11,6 +11,7 @@ serves ``create_connection`` and ``create_server``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import heapq
 import itertools
@@ -170,7 +171,12 @@ class VirtualLoop(asyncio.BaseEventLoop):
         # a push and a pop, which on the one heap of every timer (request timeouts and their cancelled
         # leftovers included) cost a path through all of it. Both heaps share the sequence, so taking
         # the smaller (when, sequence) head gives the one heap's order exactly.
-        self._io_scheduled: list[tuple[float, int, asyncio.TimerHandle]] = []
+        # Frames of one link are due in the order they were sent (TCP), so a link's deliveries wait in
+        # a FIFO of their own and only its head is in this heap: at a thousand members a broker's
+        # NOTIFY to each puts a thousand frames in flight per change, and a heap of every frame in
+        # flight cost a pop through hundreds of thousands of entries. Entries are (when, sequence,
+        # handle, fifo or None); the merge of the heads gives every frame's order exactly.
+        self._io_scheduled: list[tuple[float, int, asyncio.TimerHandle, Any]] = []
         self.set_exception_handler(self._on_exception)
         self.errors: list[str] = []
         # called every HOUSEKEEPING_EVERY iterations, between callbacks, never by a process: work that
@@ -218,10 +224,10 @@ class VirtualLoop(asyncio.BaseEventLoop):
         # (when, sequence, handle): the heap compares in C, and timers due at the same virtual instant
         # fire in the order they were set. By `when` alone (asyncio's order) a tie went whichever way
         # the heap's shape said, so a cancelled timer elsewhere could reorder two events of a run.
-        heapq.heappush(
-            self._io_scheduled if io else self._scheduled,  # type: ignore[attr-defined]
-            (when, next(self._timer_seq), timer),
-        )
+        if io:
+            heapq.heappush(self._io_scheduled, (when, next(self._timer_seq), timer, None))
+        else:
+            heapq.heappush(self._scheduled, (when, next(self._timer_seq), timer))  # type: ignore[attr-defined]
         timer._scheduled = True
         return timer
 
@@ -272,14 +278,46 @@ class VirtualLoop(asyncio.BaseEventLoop):
         """A delivery from the network: like call_at, but a resumed process sees it before its timers."""
         return self._call_at(when, callback, args, context, True)
 
-    def deliver_at(self, when: float, callback: Callable[[Any], Any], arg: Any, proc: VirtualProcess) -> None:
+    def deliver_at(
+        self,
+        when: float,
+        callback: Callable[[Any], Any],
+        arg: Any,
+        proc: VirtualProcess,
+        fifo: collections.deque[Any] | None = None,
+    ) -> None:
         """``call_io_at(when, callback, arg, context=proc.context)`` in one call: every frame of the
-        network takes this path."""
+        network takes this path. ``fifo`` is the link's queue of deliveries (see ``_io_scheduled``);
+        one due before the link's last waits in the heap on its own, so the order stays exact."""
         if self._closed:  # type: ignore[attr-defined]
             raise RuntimeError("Event loop is closed")
         timer = _ProcessTimerHandle(when, callback, (arg,), self, proc.context, proc, True)
-        heapq.heappush(self._io_scheduled, (when, next(self._timer_seq), timer))
         timer._scheduled = True
+        if fifo is None:
+            heapq.heappush(self._io_scheduled, (when, next(self._timer_seq), timer, None))
+        elif not fifo:
+            entry = (when, next(self._timer_seq), timer, fifo)
+            fifo.append(entry)
+            heapq.heappush(self._io_scheduled, entry)
+        elif when >= fifo[-1][0]:
+            fifo.append((when, next(self._timer_seq), timer, fifo))
+        else:
+            heapq.heappush(self._io_scheduled, (when, next(self._timer_seq), timer, None))
+
+    def _pop_io(self) -> asyncio.TimerHandle:
+        """The io heap's head, replaced by the next delivery of its link if there is one."""
+        io = self._io_scheduled
+        entry = io[0]
+        fifo = entry[3]
+        if fifo is None:
+            heapq.heappop(io)
+        else:
+            fifo.popleft()
+            if fifo:
+                heapq.heapreplace(io, fifo[0])
+            else:
+                heapq.heappop(io)
+        return entry[2]
 
     def _run_once(self) -> None:
         """BaseEventLoop._run_once over the (when, sequence, handle) heap, the wait replaced by a jump of
@@ -293,6 +331,7 @@ class VirtualLoop(asyncio.BaseEventLoop):
         popleft = ready.popleft
         append = ready.append
         heappop = heapq.heappop
+        pop_io = self._pop_io
         resolution = self._clock_resolution
         ticks = HOUSEKEEPING_EVERY
         while True:
@@ -318,7 +357,7 @@ class VirtualLoop(asyncio.BaseEventLoop):
                     heappop(scheduled)[2]._scheduled = False  # type: ignore[attr-defined]
             while io and io[0][2]._cancelled:  # type: ignore[attr-defined]
                 self._timer_cancelled_count -= 1
-                heappop(io)[2]._scheduled = False  # type: ignore[attr-defined]
+                self._pop_io()._scheduled = False  # type: ignore[attr-defined]
             if not ready and not self._stopping:  # type: ignore[attr-defined]
                 if scheduled and io:
                     first = scheduled[0] if scheduled[0] < io[0] else io[0]
@@ -333,12 +372,12 @@ class VirtualLoop(asyncio.BaseEventLoop):
             # everything due, from both heaps, in (when, sequence) order
             while True:
                 if scheduled and scheduled[0][0] < end_time:
-                    heap = io if io and io[0] < scheduled[0] else scheduled
+                    # (when, sequence) decides: sequences are unique, so the handles are never compared
+                    handle = pop_io() if io and io[0] < scheduled[0] else heappop(scheduled)[2]
                 elif io and io[0][0] < end_time:
-                    heap = io
+                    handle = pop_io()
                 else:
                     break
-                handle = heappop(heap)[2]
                 handle._scheduled = False  # type: ignore[attr-defined]
                 append(handle)
             for _ in range(len(ready)):

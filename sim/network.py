@@ -13,6 +13,7 @@ frames already in flight.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import random
 from collections.abc import Callable
@@ -64,11 +65,12 @@ class LinkRule:
 
 
 class _Link:
-    __slots__ = ("last", "rng")
+    __slots__ = ("fifo", "last", "rng")
 
     def __init__(self, rng: random.Random) -> None:
         self.last = 0.0
         self.rng = rng
+        self.fifo: collections.deque[Any] = collections.deque()  # its frames in flight (VirtualLoop)
 
 
 class SimTransport(asyncio.Transport):
@@ -216,6 +218,9 @@ class Network:
         self._sample = latency.sampler()
         self.listeners: dict[tuple[str, int], tuple[VirtualProcess, Callable[[], Any], SimServer]] = {}
         self.transports: dict[int, SimTransport] = {}
+        # each process's open ends, in the order they opened: a kill closes them without a pass over
+        # every end of the run (a teardown kills a thousand processes)
+        self._ends: dict[VirtualProcess, dict[int, SimTransport]] = {}
         self.transport_ids = itertools.count(1)
         self.rules: dict[tuple[str, str], LinkRule] = {}
         self._links: dict[tuple[str, str], _Link] = {}
@@ -304,13 +309,15 @@ class Network:
         client.link, server.link = self._link(src, dst), self._link(dst, src)
         self.transports[client.id] = client
         self.transports[server.id] = server
+        self._ends.setdefault(proc, {})[client.id] = client
+        self._ends.setdefault(sproc, {})[server.id] = server
 
         def accept() -> None:
             if server.lost:
                 return
             proto = sfactory()
             if objects:
-                proto.codec = ObjectCodec()
+                proto.codec = ObjectCodec(server)
             server.attach(proto, objects)
             proto.connection_made(server)
             if server._inbox and not server._reading_paused:
@@ -320,7 +327,7 @@ class Network:
         self.loop.call_soon(accept, context=sproc.context)
         proto = factory()
         if objects and speaks_msgpack(proto):
-            proto.codec = ObjectCodec()
+            proto.codec = ObjectCodec(client)
         elif objects:
             # a client that does not speak msgpack gets bytes; so must the server's end
             objects = False
@@ -357,7 +364,8 @@ class Network:
         link = self._link(src, dst)
         when = max(link.last + _EPS, self.loop.time() + self._delay(src, dst))
         link.last = when
-        self.loop.call_io_at(when, fn, arg, context=peer.proc.context)
+        if not peer.lost:  # (a lost end takes nothing: see send)
+            self.loop.deliver_at(when, fn, arg, peer.proc, link.fifo)
 
     def send(self, sender: SimTransport, data: bytes) -> None:
         self.frames += 1
@@ -374,7 +382,12 @@ class Network:
         if when < link.last + _EPS:
             when = link.last + _EPS
         link.last = when
-        loop.deliver_at(when, peer.deliver, data, peer.proc)
+        if peer.lost:
+            # The peer's process is gone (or its end closed): the frame would reach nothing, so it is
+            # not scheduled; its latency was still drawn, so the link's later frames keep their times.
+            # A broker's NOTIFY to members killed together (a teardown) is a million of these.
+            return
+        loop.deliver_at(when, peer.deliver, data, peer.proc, link.fifo)
 
     def close(self, t: SimTransport) -> None:
         """An orderly close: the peer reads to the end of what was sent, then sees the stream end."""
@@ -385,6 +398,11 @@ class Network:
 
     def forget(self, t: SimTransport) -> None:
         self.transports.pop(t.id, None)
+        ends = self._ends.get(t.proc)
+        if ends is not None:
+            ends.pop(t.id, None)
+            if not ends:
+                del self._ends[t.proc]
 
     # -- what happens to processes and links -------------------------------------------------------
     def process_died(self, proc: VirtualProcess) -> None:
@@ -392,7 +410,7 @@ class Network:
         for addr, (p, _f, _s) in list(self.listeners.items()):
             if p is proc:
                 del self.listeners[addr]
-        for t in [t for t in self.transports.values() if t.proc is proc]:
+        for t in list(self._ends.get(proc, {}).values()):
             t.lost = True
             t._closing = True
             self.forget(t)

@@ -32,6 +32,15 @@ def _round_trip(value: Any) -> Any:
     return msgpack.unpackb(msgpack.packb(value, use_bin_type=True), raw=False, strict_map_key=False)
 
 
+# Long tuples of immutable scalars checked before, by identity, each kept alive here so that its id is
+# never another object's: a tuple cannot change, so one check holds for good. A broker answers every
+# member of a group with its one tuple of client ids (broker.consumer_manager), a thousand strings
+# checked once per member list instead of once per answer.
+_CHECKED: dict[int, tuple[Any, ...]] = {}
+_CHECKED_MAX = 64
+_CHECK_ONCE_FROM = 32  # shorter tuples are checked each time: cheap, and not worth remembering
+
+
 def wire_copy(value: Any) -> Any:
     """``value`` as the peer would decode it: containers copied, immutable scalars shared."""
     t = type(value)
@@ -46,6 +55,15 @@ def wire_copy(value: Any) -> Any:
             (k if type(k) is str else wire_copy(k)): (v if type(v) in _SAME else wire_copy(v))
             for k, v in value.items()
         }
+    if t is tuple and len(value) >= _CHECK_ONCE_FROM:
+        if _CHECKED.get(id(value)) is value:
+            return list(value)
+        if _SAME.issuperset(map(type, value)):
+            if len(_CHECKED) >= _CHECKED_MAX:
+                del _CHECKED[next(iter(_CHECKED))]
+            _CHECKED[id(value)] = value
+            return list(value)
+        return [v if type(v) in _SAME else wire_copy(v) for v in value]
     if t is list or t is tuple:
         if _SAME.issuperset(map(type, value)):
             return list(value)
@@ -69,15 +87,26 @@ def copy_command(cmd: RemotingCommand) -> RemotingCommand:
 
 
 class ObjectCodec:
-    """A connection's codec when the peer is simulated too: the frame is the copied command."""
+    """A connection's codec when the peer is simulated too: the frame is the copied command.
 
-    __slots__ = ()
+    ``end`` is the connection's own end of the in-memory network (``sim.network.SimTransport``): once
+    the other end is lost (its process killed, the connection closed) no frame reaches it, so the
+    command is handed on uncopied and the network drops it (a broker's NOTIFY to each of a thousand
+    members killed together). Such a frame is not checked for values msgpack cannot carry."""
+
+    __slots__ = ("end",)
     buffered = 0  # nothing is ever half-received, so the partial-frame timer never arms
+
+    def __init__(self, end: Any = None) -> None:
+        self.end = end
 
     def feed(self, data: Any) -> list[RemotingCommand]:
         return [data]
 
     def encode(self, cmd: RemotingCommand) -> Any:
+        end = self.end
+        if end is not None and end.peer is not None and end.peer.lost:
+            return cmd
         return copy_command(cmd)
 
 

@@ -4,6 +4,7 @@ in-memory network under the real remoting layer (frames in order, latency, black
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import itertools
 import weakref
@@ -96,6 +97,53 @@ def test_deliveries_and_timers_fire_in_one_order_by_time_then_by_when_they_were_
 
     by_instant = [[f"{'io' if i % 2 else 'timer'}{i}" for i in range(12) if i % 3 == k] for k in range(3)]
     assert run(main) == ["io-first", *by_instant[0], *by_instant[1], *by_instant[2], "timer-last"]
+
+
+def test_deliveries_queued_per_link_merge_with_the_timers_in_one_order() -> None:
+    """Each link's frames wait in a FIFO with only its head in the loop's heap; a delivery due before
+    its link's last waits in the heap on its own. The merge is still by due time, then by the order
+    set, whichever link or kind."""
+
+    async def main(loop: VirtualLoop, _: Network) -> list[str]:
+        fired: list[str] = []
+        proc = CURRENT.get()
+        assert proc is not None
+        t0 = loop.time()
+        links: list[collections.deque[Any]] = [collections.deque() for _ in range(3)]
+        plan = [  # (link, offset in ms, label); per link mostly in time order, two out of it
+            (0, 10, "a1"),
+            (1, 5, "b1"),
+            (0, 10, "a2"),
+            (2, 30, "c1"),
+            (1, 20, "b2"),
+            (0, 25, "a3"),
+            (2, 30, "c2"),
+            (1, 15, "b3-early"),
+            (0, 40, "a4"),
+            (2, 12, "c3-early"),
+        ]
+        for link, ms, label in plan:
+            loop.deliver_at(t0 + ms / 1000, fired.append, label, proc, links[link])
+        loop.call_at(t0 + 0.010, fired.append, "timer@10")
+        loop.call_at(t0 + 0.030, fired.append, "timer@30")
+        await asyncio.sleep(1)
+        assert not any(links)  # every FIFO emptied
+        return fired
+
+    assert run(main) == [
+        "b1",
+        "a1",
+        "a2",
+        "timer@10",
+        "c3-early",
+        "b3-early",
+        "b2",
+        "a3",
+        "c1",
+        "c2",
+        "timer@30",
+        "a4",
+    ]
 
 
 def test_timeout_fires_in_virtual_time() -> None:
@@ -293,6 +341,67 @@ def test_a_killed_process_connections_close_for_the_peer() -> None:
     closed, took = run(main, latency_ms=2)
     assert closed
     assert took == pytest.approx(0.002, abs=0.0005)  # the end of the stream, one latency later
+
+
+def test_frames_to_a_killed_peer_wait_nowhere_and_later_frames_keep_their_times() -> None:
+    """Until the peer's end of the stream arrives, a server keeps writing to a killed process (a broker
+    NOTIFYing members killed together): those frames are dropped at the write, not scheduled for a
+    process that is gone, and the link's latencies are drawn as before, so a new process on the node
+    gets its frames at the same times either way."""
+
+    def arrivals(writes_to_the_dead: int) -> tuple[list[float], int]:
+        async def main(loop: VirtualLoop, net: Network) -> tuple[list[float], int]:
+            conns: list[Connection] = []
+            server = RemotingServer(net.ip_of("server"), 10911)
+
+            async def serve() -> None:
+                await server.start()
+                await asyncio.Event().wait()
+
+            spawn(loop, "server", serve())
+            await asyncio.sleep(0)
+
+            async def member() -> None:
+                client = RemotingClient()
+                await client.invoke(server.address, _req(0), 5)
+                await asyncio.Event().wait()
+
+            victim, _ = spawn(loop, "member", member())
+            await asyncio.sleep(0.1)
+            conns.extend(server.connections)
+            victim.state = "killed"
+            net.process_died(victim)
+            waiting = len(loop._io_scheduled)  # type: ignore[attr-defined]
+            for i in range(writes_to_the_dead):
+                conns[0].send_response(_req(i).response())
+            waiting_after = len(loop._io_scheduled)  # type: ignore[attr-defined]
+            await asyncio.sleep(0.1)
+            got: list[float] = []
+
+            async def reborn() -> None:
+                client = RemotingClient()
+                for i in range(5):
+                    await client.invoke(server.address, _req(i), 5)
+                    got.append(loop.time())
+
+            await spawn(loop, "member", reborn())[1]
+            return got, waiting_after - waiting
+
+        loop = VirtualLoop()
+        net = Network(loop, 3, Distribution("uniform", (0.05, 0.2)))
+        try:
+            return loop.run_until_complete(
+                loop.create_task(main(loop, net), context=VirtualProcess("driver").context)
+            )
+        finally:
+            loop.close()
+
+    quiet, none_waiting = arrivals(0)
+    noisy, waiting = arrivals(50)
+    assert waiting == 0 and none_waiting == 0
+    # the 50 frames' latencies were drawn on the link, as when they were delivered: the later frames'
+    # times are the ones they had then (skipping the draws would give the quiet run's times)
+    assert len(noisy) == len(quiet) == 5 and noisy != quiet
 
 
 def test_a_paused_server_queues_bytes_and_answers_on_resume() -> None:

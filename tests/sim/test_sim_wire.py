@@ -82,3 +82,25 @@ _json = st.recursive(
 def test_any_msgpack_value_copies_as_it_round_trips(value: Any) -> None:
     cmd = RemotingCommand(2, 3, 0, None, {}, value)
     assert repr(wire_copy(value)) == repr(through_bytes(cmd).body)
+
+
+def test_a_long_tuple_is_checked_once_and_each_answer_is_still_its_own_list() -> None:
+    """A broker's tuple of client ids (a thousand members) is checked once and remembered by identity;
+    every answer is still a fresh list, and a tuple holding a container or an enum is never taken as
+    checked, however long."""
+    ids = tuple(f"10.0.0.{i}@{i}" for i in range(100))
+    first, second = wire_copy(ids), wire_copy(ids)
+    assert first == second == list(ids) and first is not second
+    first.append("changed")
+    assert wire_copy(ids) == list(ids)
+    nested = (*ids, ["inner"])
+    for _ in range(2):
+        got = wire_copy(nested)
+        assert got[-1] == ["inner"] and got[-1] is not nested[-1]
+    enums = (*ids, Color.RED, RequestCode.PULL_MESSAGE)
+    for _ in range(2):
+        got = wire_copy(enums)
+        assert repr(got[-2:]) == repr(["red", int(RequestCode.PULL_MESSAGE)])
+    many = [tuple(f"{n}-{i}" for i in range(40)) for n in range(200)]  # more than it keeps
+    assert [wire_copy(t) for t in many] == [list(t) for t in many]
+    assert [wire_copy(t) for t in many] == [list(t) for t in many]

@@ -126,9 +126,7 @@ class Analysis:
         schema = "`group` string, topic string"
         consumed_topics = spark.createDataFrame(pairs + retry, schema) if retry else self.group_topics
         consumed_pairs = {*pairs, *retry}
-        self._orderly = {
-            r[G] for r in consumer_lines if r[_ORDERLY_LINE] and (r[G], r[T]) in consumed_pairs
-        }
+        self._orderly = {r[G] for r in consumer_lines if r[_ORDERLY_LINE] and (r[G], r[T]) in consumed_pairs}
         queue = F.concat(F.col("broker"), F.lit(":"), F.col("queue_id").cast("string")).alias(Q)
         # The big one: consumption lines of the group topics (not cached: a cheap scan), hash-partitioned
         # once by queue. Every per-queue window and aggregate below is keyed by a superset of

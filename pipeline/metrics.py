@@ -128,9 +128,10 @@ class Analysis:
         consumed_pairs = {*pairs, *retry}
         self._orderly = {r[G] for r in consumer_lines if r[_ORDERLY_LINE] and (r[G], r[T]) in consumed_pairs}
         queue = F.concat(F.col("broker"), F.lit(":"), F.col("queue_id").cast("string")).alias(Q)
-        # The big one: consumption lines of the group topics (not cached: a cheap scan), hash-partitioned
-        # once by queue. Every per-queue window and aggregate below is keyed by a superset of
-        # (group, topic, queue), which that partitioning already satisfies, so they add no shuffle of
+        # The big one: consumption lines of the group topics (not cached: a cheap scan of the cached
+        # lines, of the columns read only), hash-partitioned once by queue. Every per-queue window and
+        # aggregate below is keyed by a superset of (group, topic, queue), which that partitioning
+        # already satisfies, so the windows of each metric add no shuffle of
         # the lines. (With many runs, the qualified group carries the run.)
         self.consumed_lines = events.where(F.col("event") == "message_consumed").join(
             F.broadcast(consumed_topics), [G, T], "left_semi"

@@ -352,17 +352,18 @@ def _read_lines(
     fast_path: bool,
     qualify: bool,
 ) -> tuple[DataFrame, tuple[DataFrame, ...]]:
-    """(lines, checkpoints): the typed lines as `parse_lines` describes them, and the two local
-    checkpoints they are read from (to free when done).
+    """(lines, stores): the typed lines as `parse_lines` describes them, and the cache and the local
+    checkpoint they are read from (to free when done).
 
-    The first checkpoint holds every line decided by the fast path with its typed values, and the text
-    of every other line; the second the typed values of those others, decided by the exact path.
+    The cache holds every line decided by the fast path with its typed values, and the text of every
+    other line; the checkpoint the typed values of those others, decided by the exact path.
     Two projections instead of one with both paths keep the generated method of the fast path small
     enough for the JIT (one method of both paths was about 40 KB of bytecode, five times the JIT's
     limit of 8,000 bytes, so it ran interpreted), and the exact path's code runs only for the lines
     that need it, once.
     """
     import pyspark.sql.functions as F
+    from pyspark.storagelevel import StorageLevel
 
     reader = spark.read.text([f.path for f in files])
     file_map = _file_map(spark, files, reader.inputFiles(), runs or [0] * len(files))
@@ -410,7 +411,10 @@ def _read_lines(
     # the others (`ok` null), materialised together.
     ok_fast = f"CASE WHEN fast THEN coalesce(one_object AND {_validity_sql(_fast_type_check)}, false) END"
     routed = _typed(routed, _fast_type_check, wanted, ok_fast, qualify, keep_text=True)
-    routed = routed.localCheckpoint(eager=True)
+    # Spark's compressed columnar cache, filled by the exact path's job below: at 5 M lines it cost less
+    # JVM CPU in all than a local checkpoint of the same rows (whose uncompressed rows did not fit the
+    # driver's memory, and went partly to disk), and the metrics read only the columns they use.
+    routed = routed.persist(StorageLevel.MEMORY_AND_DISK)
     exact = (
         routed.where("ok IS NULL")
         .select(
@@ -442,7 +446,7 @@ def parse_lines(
     all when None; validation always looks at every required field), the order columns and `run` (the
     index of the file's run in `runs`, one per file; all 0 when None). `fast_path` False sends every
     line through the exact path (the tests compare the two). The lines are read once, eagerly, into a
-    local checkpoint that the returned DataFrame reads."""
+    cache that the returned DataFrame reads."""
     return _read_lines(spark, files, columns, runs, fast_path=fast_path, qualify=False)[0]
 
 
@@ -482,8 +486,6 @@ def load_json_run(
     files = discover(run_dir)
     if not files:
         raise RunDirError(f"no *.jsonl event files under {os.fspath(run_dir)!r}")
-    # Materialised once as rows (a local checkpoint): about a fifth cheaper to build than the
-    # compressed columnar cache for this many mostly-null columns, and as quick to scan afterwards.
     parsed, routed = _read_lines(spark, files, columns, None, fast_path=True, qualify=False)
     row = parsed.agg(
         F.count_if("ok").alias("events"),

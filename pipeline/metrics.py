@@ -29,6 +29,7 @@ _CONTROL_COLUMNS = (
     "cid_all_digest", "action", "target", *ORDER_COLUMNS,
 )  # fmt: skip
 _CONSUMER_NODE = "_consumer_node"  # marks the (group, client, node) rows of consumption lines
+_ORDERLY_LINE = "_orderly_line"
 _UNBOUNDED_BEFORE = -(2**63)  # Window.unboundedPreceding without importing pyspark
 
 
@@ -92,7 +93,6 @@ class Analysis:
         self.stats = stats
         self.runs = runs
         self.run_end = stats.end_ms if stats.end_ms is not None else 0
-        self._orderly: set[str] | None = None
         self._ends = (
             {prefix: st.end_ms if st.end_ms is not None else 0 for prefix, st in runs.items()}
             if runs is not None
@@ -103,15 +103,20 @@ class Analysis:
         optional = [c for c in ("allocated", "pull", "pop") if c in events.columns]
         wanted = [*_CONTROL_COLUMNS, *optional]
         ctl = events.where(F.col("event").isin(*CONTROL_EVENTS)).select(*wanted)
+        # The triples come with their topic and whether the line was ORDERLY: the orderly groups are
+        # known from this job, not from a scan and shuffle of the lines of their own.
         triples = (
             events.where(F.col("event") == "message_consumed")
-            .select(G, C, "node")
+            .select(G, C, "node", T, (F.col("mode") == ORDERLY).alias(_ORDERLY_LINE))
             .distinct()
             .withColumn("event", F.lit(_CONSUMER_NODE))
         )
         rows = [r.asDict() for r in ctl.unionByName(triples, allowMissingColumns=True).collect()]
         self.control_rows = [r for r in rows if r["event"] != _CONSUMER_NODE]
-        consumer_nodes = [(r[G], r[C], r["node"]) for r in rows if r["event"] == _CONSUMER_NODE]
+        for r in self.control_rows:
+            del r[_ORDERLY_LINE]
+        consumer_lines = [r for r in rows if r["event"] == _CONSUMER_NODE]
+        consumer_nodes = [(r[G], r[C], r["node"]) for r in consumer_lines]
         self.control = control.build(self.control_rows, consumer_nodes, self.run_end_of)
         spark = events.sparkSession
         pairs = sorted((g, t) for g, ts in self.control.group_topics.items() for t in ts)
@@ -120,10 +125,13 @@ class Analysis:
         retry = control.pop_retry_topics(self.control, self.unqualified)
         schema = "`group` string, topic string"
         consumed_topics = spark.createDataFrame(pairs + retry, schema) if retry else self.group_topics
+        consumed_pairs = {*pairs, *retry}
+        self._orderly = {r[G] for r in consumer_lines if r[_ORDERLY_LINE] and (r[G], r[T]) in consumed_pairs}
         queue = F.concat(F.col("broker"), F.lit(":"), F.col("queue_id").cast("string")).alias(Q)
-        # The big one: consumption lines of the group topics (not cached: a cheap scan), hash-partitioned
-        # once by queue. Every per-queue window and aggregate below is keyed by a superset of
-        # (group, topic, queue), which that partitioning already satisfies, so they add no shuffle of
+        # The big one: consumption lines of the group topics (not cached: a cheap scan of the cached
+        # lines, of the columns read only), hash-partitioned once by queue. Every per-queue window and
+        # aggregate below is keyed by a superset of (group, topic, queue), which that partitioning
+        # already satisfies, so the windows of each metric add no shuffle of
         # the lines. (With many runs, the qualified group carries the run.)
         self.consumed_lines = events.where(F.col("event") == "message_consumed").join(
             F.broadcast(consumed_topics), [G, T], "left_semi"
@@ -164,10 +172,16 @@ class Analysis:
             .join(F.broadcast(self.group_topics), T)
             .select(G, "msg_id", F.lit(1).alias("s"), F.lit(0).alias("n"))
         )
-        # Straight from the lines, not the copy partitioned by queue: one shuffle by message id.
+        # Straight from the lines, not the copy partitioned by queue: one shuffle by message id, of the
+        # lines as they are. A message id has a line or two per group, so a partial aggregate before the
+        # shuffle would only build a hash map of every line; partitioned first, the aggregate is one
+        # step after the shuffle.
         consumed = self.consumed_lines.select(G, "msg_id", F.lit(0).alias("s"), F.lit(1).alias("n"))
         per_msg = (
-            sent.unionByName(consumed).groupBy(G, "msg_id").agg(F.max("s").alias("s"), F.sum("n").alias("n"))
+            sent.unionByName(consumed)
+            .repartition("msg_id")
+            .groupBy(G, "msg_id")
+            .agg(F.max("s").alias("s"), F.sum("n").alias("n"))
         )
         return per_msg.groupBy(G).agg(
             F.sum("s").alias("sent"),
@@ -215,31 +229,17 @@ class Analysis:
         return flagged.groupBy(G).agg(F.count_if("bad").alias("order_violations"))
 
     def orderly(self) -> set[str]:
-        """Groups with ORDERLY consumption lines (known once the summary was computed)."""
-        if self._orderly is None:
-            self._orderly = {r[G] for r in self.orderly_groups().collect()}
+        """Groups with ORDERLY consumption lines (of their group topics)."""
         return self._orderly
-
-    def orderly_groups(self) -> DataFrame:
-        F = _f()
-        return (
-            self.consumed.where(F.col("mode") == ORDERLY)
-            .select(G)
-            .distinct()
-            .withColumn("orderly", F.lit(True))
-        )
 
     # -- summary -------------------------------------------------------------------------------------
 
     def group_metrics(self) -> DataFrame:
         """The metrics of the message lines per group, as one small table."""
-        F = _f()
         out = self.message_counts()
-        for part in (self.concurrent_consume(), self.order_violations(), self.orderly_groups()):
+        for part in (self.concurrent_consume(), self.order_violations()):
             out = out.join(part, G, "full")
-        return out.select(G, F.coalesce("orderly", F.lit(False)).alias("orderly"), *[
-            c for c in out.columns if c not in (G, "orderly")
-        ])  # fmt: skip
+        return out
 
     def _group_entries(self) -> dict[str, dict[str, Any]]:
         """summary.json's group entries by (qualified) group name; per-group rows are all that is
@@ -248,7 +248,6 @@ class Analysis:
         own = control.ownership_metrics(m, self.run_end_of)
         conv = control.convergence(m, self.control_rows, self.run_end_of, self.unqualified)
         lines: dict[str, Mapping[str, Any]] = {r[G]: r.asDict() for r in self.group_metrics().collect()}
-        self._orderly = {g for g, row in lines.items() if row.get("orderly")}
         groups: dict[str, dict[str, Any]] = {}
         for g in sorted(m.groups):
             row = {**lines.get(g, {}), **own[g]}
@@ -258,7 +257,7 @@ class Analysis:
             entry["convergence"] = conv.get(g, [])
             entry["verdict"] = verdict(
                 lost=entry["lost"],
-                orderly=bool(row.get("orderly")),
+                orderly=g in self._orderly,
                 concurrent_consume_ms=entry["concurrent_consume_ms"],
                 order_violations=entry["order_violations"],
                 convergence=entry["convergence"],

@@ -14,6 +14,7 @@ of all their files and against the analysis of one of them alone.
     python scripts/bench/pipeline.py                          # 1 M, 5 M, 10 M events and 300 x 30 k
     python scripts/bench/pipeline.py --events 1000000 --runs 0   # one size (repeatable), no many-run part
     python scripts/bench/pipeline.py --events 200000 --workdir runs/bench --keep   # reuse the runs
+    python scripts/bench/pipeline.py --events 1000000 --runs 0 --summaries out/   # and keep the summaries
 
 Wall times on a shared machine are noisy; the JVM's CPU seconds are reported next to them, with the
 CPU seconds of PySpark's Python workers and of this process (the driver's Python) and the load average.
@@ -141,7 +142,9 @@ def ensure_run(workdir: Path, events: int) -> tuple[Path, dict[str, Any], float]
     return run_dir, facts, took
 
 
-def bench_size(spark: Any, clock: Clock, workdir: Path, events: int, repeat: int) -> dict[str, Any]:
+def bench_size(
+    spark: Any, clock: Clock, workdir: Path, events: int, repeat: int, summaries: Path | None = None
+) -> dict[str, Any]:
     run_dir, facts, generate_s = ensure_run(workdir, events)
     files = [f.path for f in discover(run_dir)]
     size = sum(Path(f).stat().st_size for f in files)
@@ -183,6 +186,9 @@ def bench_size(spark: Any, clock: Clock, workdir: Path, events: int, repeat: int
                 if name == "analysis":
                     split = (ingest_s, metrics_s)
     n = summary["run"]["events"]
+    if summaries is not None:  # to check that a change of the analysis keeps its results
+        summaries.mkdir(parents=True, exist_ok=True)
+        (summaries / f"summary-{events}.json").write_text(json.dumps(summary, indent=2) + "\n")
 
     def entry(name: str, count: int) -> dict[str, Any]:
         wall, cpu, more = best[name]
@@ -295,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="measure each size n times, keep the best")
     p.add_argument("--workdir", help="where the generated runs live (default: a temporary folder)")
     p.add_argument("--keep", action="store_true", help="keep the generated runs for the next time")
+    p.add_argument("--summaries", help="write each size's summary (summary-EVENTS.json) into this folder")
     p.add_argument("--runs", type=int, default=300, help="many-run part: number of runs (0: skip it)")
     p.add_argument("--run-events", type=int, default=30_000, help="many-run part: events per run")
     p.add_argument(
@@ -321,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         # Warm-up: the JVM's first jobs (class loading, code generation) should not land on a measurement.
         bench_size(spark, clock, workdir, 2_000, 1)
         for n in sizes:
-            results.append(bench_size(spark, clock, workdir, n, args.repeat))
+            summaries = Path(args.summaries) if args.summaries else None
+            results.append(bench_size(spark, clock, workdir, n, args.repeat, summaries))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
         many = (
             bench_many(spark, clock, workdir, args.runs, args.run_events, args.analysis)

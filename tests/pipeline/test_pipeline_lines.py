@@ -152,13 +152,22 @@ def test_reference_counts_and_orders_lines(tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
-def test_spark_reads_lines_like_the_reference(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("cached", [False, True], ids=["checkpoint", "columnar-cache"])
+def test_spark_reads_lines_like_the_reference(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+) -> None:
+    """The same events, counts and order whichever store holds the read lines (large inputs go to the
+    columnar cache, small ones to a local checkpoint)."""
+    import pipeline.ingest
     from pipeline.ingest import ORDER_COLUMNS, load_json_run
 
     write_lines(tmp_path)
     events, malformed = load_run(tmp_path)
+    if cached:
+        monkeypatch.setattr(pipeline.ingest, "CACHE_FROM_BYTES", 0)
     run = load_json_run(spark, tmp_path)
     try:
+        assert run.cached[0].is_cached is cached
         assert (run.stats.events, run.stats.malformed_lines) == (len(events), malformed)
         assert (run.stats.start_ms, run.stats.end_ms) == (events[0].ts, events[-1].ts)
         rows = run.events.orderBy(*ORDER_COLUMNS).select("ts_ms", "node").collect()

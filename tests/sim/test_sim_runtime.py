@@ -28,9 +28,17 @@ from sim.loop import CURRENT, HOUSEKEEPING_EVERY, SimDeadlock, VirtualClock, Vir
 from sim.network import Network
 
 
-def run(main: Callable[[VirtualLoop, Network], Coroutine[Any, Any, Any]], latency_ms: float = 1.0) -> Any:
+def run(
+    main: Callable[[VirtualLoop, Network], Coroutine[Any, Any, Any]],
+    latency_ms: float = 1.0,
+    *,
+    seed: int = 7,
+    latency: Distribution | None = None,
+) -> Any:
+    """main(loop, net) run by a driver process on a fresh loop and network (a constant latency unless
+    `latency` is given)."""
     loop = VirtualLoop()
-    net = Network(loop, 7, Distribution("constant", (latency_ms,)))
+    net = Network(loop, seed, latency or Distribution("constant", (latency_ms,)))
     driver = VirtualProcess("driver")
     try:
         return loop.run_until_complete(loop.create_task(main(loop, net), context=driver.context))
@@ -387,14 +395,7 @@ def test_frames_to_a_killed_peer_wait_nowhere_and_later_frames_keep_their_times(
             await spawn(loop, "member", reborn())[1]
             return got, waiting_after - waiting
 
-        loop = VirtualLoop()
-        net = Network(loop, 3, Distribution("uniform", (0.05, 0.2)))
-        try:
-            return loop.run_until_complete(
-                loop.create_task(main(loop, net), context=VirtualProcess("driver").context)
-            )
-        finally:
-            loop.close()
+        return run(main, seed=3, latency=Distribution("uniform", (0.05, 0.2)))
 
     quiet, none_waiting = arrivals(0)
     noisy, waiting = arrivals(50)
@@ -626,14 +627,7 @@ def test_frames_take_the_same_times_with_or_without_a_rule_elsewhere() -> None:
             await asyncio.gather(*(one(i) for i in range(60)))
             return done
 
-        loop = VirtualLoop()
-        net = Network(loop, 11, Distribution("uniform", (0.05, 0.2)))
-        try:
-            return loop.run_until_complete(
-                loop.create_task(main(loop, net), context=VirtualProcess("driver").context)
-            )
-        finally:
-            loop.close()
+        return run(main, seed=11, latency=Distribution("uniform", (0.05, 0.2)))
 
     assert arrivals(False) == arrivals(True)
 

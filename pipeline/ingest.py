@@ -256,9 +256,7 @@ def _ambiguous(j: Any) -> Any:
 _FAST_OPTIONS = {"mode": "PERMISSIVE", "allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
 
 
-def _file_map(
-    spark: SparkSession, files: list[RunFile], spark_paths: list[str], runs: list[int]
-) -> DataFrame:
+def file_map(spark: SparkSession, files: list[RunFile], spark_paths: list[str], runs: list[int]) -> DataFrame:
     """(file_path, fidx, run) for every file; fidx = rank of the file's relative path in its run (files
     come sorted by run, then relative path), run = the index of its run.
 
@@ -371,14 +369,14 @@ def _read_lines(
     from pyspark.storagelevel import StorageLevel
 
     reader = spark.read.text([f.path for f in files])
-    file_map = _file_map(spark, files, reader.inputFiles(), runs or [0] * len(files))
+    files_of_lines = file_map(spark, files, reader.inputFiles(), runs or [0] * len(files))
     lines = reader.select(
         "value",
         F.col("_metadata.file_path").alias("file_path"),
         F.col("_metadata.file_block_start").alias("blk"),
         F.monotonically_increasing_id().alias("rid"),
     )
-    lines = lines.join(F.broadcast(file_map), "file_path", "left")
+    lines = lines.join(F.broadcast(files_of_lines), "file_path", "left")
     # Blank lines are skipped; the regex only runs for lines that start with white space.
     blank = "(value = '' OR (ascii(value) IN (9, 11, 12, 32) AND value RLIKE '^\\\\s*$'))"
     lines = lines.where(f"NOT {blank}")

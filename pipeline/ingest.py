@@ -238,6 +238,13 @@ _JSON_NUMBER = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
 _ANY_LOOKS_NON_STRING = "\x01|\x00(" + _JSON_NUMBER + '|true|false)(\x00|$)|\x00["\\[{]'
 
 
+# The first characters of the text of a JSON number, true, false, string, list or object. A string field
+# that starts otherwise cannot match _ANY_LOOKS_NON_STRING, so it is left out of the joined string: the
+# regex then scans the few fields that may match (client and message ids start with digits) rather than
+# every field of the line (at 1 M lines 5.7 against 6.8 s of JVM CPU for this test alone).
+_SUSPECT_FIRST = tuple(ord(c) for c in '-0123456789tf"[{')
+
+
 def _ambiguous(j: Any) -> Any:
     """Some string field of struct `j` (the JSON reader's) could be the text of a non-string JSON value."""
     import pyspark.sql.functions as F
@@ -245,7 +252,8 @@ def _ambiguous(j: Any) -> Any:
     parts = []
     for name, ftype in ALL_FIELDS.items():
         if ftype is STR:
-            parts.append(j.getField(name))
+            field = j.getField(name)
+            parts.append(F.when(F.ascii(field).isin(*_SUSPECT_FIRST), field))
         elif ftype is STR_LIST:
             parts.append(F.array_join(j.getField(name), "\x00", "\x01"))
     # concat_ws skips null fields; the leading '' puts a NUL before the first field.
@@ -256,9 +264,7 @@ def _ambiguous(j: Any) -> Any:
 _FAST_OPTIONS = {"mode": "PERMISSIVE", "allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
 
 
-def _file_map(
-    spark: SparkSession, files: list[RunFile], spark_paths: list[str], runs: list[int]
-) -> DataFrame:
+def file_map(spark: SparkSession, files: list[RunFile], spark_paths: list[str], runs: list[int]) -> DataFrame:
     """(file_path, fidx, run) for every file; fidx = rank of the file's relative path in its run (files
     come sorted by run, then relative path), run = the index of its run.
 
@@ -371,14 +377,14 @@ def _read_lines(
     from pyspark.storagelevel import StorageLevel
 
     reader = spark.read.text([f.path for f in files])
-    file_map = _file_map(spark, files, reader.inputFiles(), runs or [0] * len(files))
+    files_of_lines = file_map(spark, files, reader.inputFiles(), runs or [0] * len(files))
     lines = reader.select(
         "value",
         F.col("_metadata.file_path").alias("file_path"),
         F.col("_metadata.file_block_start").alias("blk"),
         F.monotonically_increasing_id().alias("rid"),
     )
-    lines = lines.join(F.broadcast(file_map), "file_path", "left")
+    lines = lines.join(F.broadcast(files_of_lines), "file_path", "left")
     # Blank lines are skipped; the regex only runs for lines that start with white space.
     blank = "(value = '' OR (ascii(value) IN (9, 11, 12, 32) AND value RLIKE '^\\\\s*$'))"
     lines = lines.where(f"NOT {blank}")

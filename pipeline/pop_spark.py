@@ -21,7 +21,7 @@ from pipeline.ingest import (
     ORDER_COLUMNS,
     QUALIFIED_COLUMNS,
     RUN_SEP,
-    _file_map,
+    file_map,
     load_json_run,
     run_prefix,
 )
@@ -59,7 +59,7 @@ def _pop_lines(spark: SparkSession, files: list[RunFile], owners: list[int] | No
     reader = spark.read.text([f.path for f in files])
     lines = reader.where(hit).select("value", F.col("_metadata.file_path").alias("file_path"))
     if owners is not None:
-        lines = lines.join(F.broadcast(_file_map(spark, files, reader.inputFiles(), owners)), "file_path")
+        lines = lines.join(F.broadcast(file_map(spark, files, reader.inputFiles(), owners)), "file_path")
     else:
         lines = lines.withColumn("run", F.lit(None).cast("int"))
     parsed = (

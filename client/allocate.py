@@ -682,6 +682,22 @@ def _cache_key(strategy: AllocateMessageQueueStrategy) -> tuple[Any, ...] | None
     return None
 
 
+class _Members(tuple):  # type: ignore[type-arg]
+    """A member list in a cache key: a tuple whose hash is computed once. Every client looks its view up
+    each round (twice: the LRU order), and at a thousand members hashing the ids again each time cost
+    more than the rest of the lookup. Equal to, and hashed as, the plain tuple of its ids."""
+
+    _hash: int
+
+    def __new__(cls, cid_all: Iterable[str]) -> _Members:
+        self = super().__new__(cls, cid_all)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 class _Entry:
     __slots__ = ("by_cid", "cids", "index", "mq_all", "owners")
 
@@ -719,6 +735,18 @@ class AllocationCache:
         # kill) makes a new entry per member list, and sorting 4,000 queues again for each was most of
         # a miss. Keyed by the shared set, whose identity makes the lookup cheap.
         self._sorted: dict[frozenset[MessageQueue], list[MessageQueue]] = {}
+        # The member list of the last lookup, as a private copy and as its key: the clients of a process
+        # ask with equal lists (each its own answer from a broker), and comparing a list with the copy
+        # (the same id strings, in a simulation) costs less than making and hashing a tuple of it.
+        self._last_members: tuple[list[str], _Members] | None = None
+
+    def _members(self, cid_all: Iterable[str]) -> _Members:
+        last = self._last_members
+        if last is not None and (cid_all == last[0] or cid_all == last[1]):
+            return last[1]
+        members = _Members(cid_all)
+        self._last_members = (list(members), members)
+        return members
 
     def _queue_set(self, mq_set: Iterable[MessageQueue]) -> frozenset[MessageQueue]:
         if not isinstance(mq_set, frozenset):
@@ -747,7 +775,7 @@ class AllocationCache:
         if skey is None:
             mq_all, cids = sort_mq_all(mq_set), sort_cid_all(cid_all)
             return mq_all, cids, list(strategy.allocate(consumer_group, current_cid, mq_all, cids) or [])
-        cid_tuple = tuple(cid_all)
+        cid_tuple = self._members(cid_all)
         key = (skey, self._queue_set(mq_set), cid_tuple)
         entry = self._entries.pop(key, None)
         if entry is None:

@@ -18,7 +18,7 @@ import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from protocol.model import MessageQueue
+from protocol.model import MQ_ORDER, MessageQueue
 
 __all__ = [
     "ALLOCATION_CACHE",
@@ -65,7 +65,6 @@ def java_string_key(s: str) -> bytes:
     return s.encode("utf-16-be", "surrogatepass")
 
 
-_MQ_FIELDS = operator.attrgetter("topic", "broker_name", "queue_id")
 _TOPIC = operator.attrgetter("topic")
 _BROKER = operator.attrgetter("broker_name")
 _QUEUE_ID = operator.attrgetter("queue_id")
@@ -84,7 +83,7 @@ def sort_mq_all(mq_all: Iterable[MessageQueue]) -> list[MessageQueue]:
     if all(n.isascii() or max(n) <= "\uffff" for n in names):
         # Without characters beyond the BMP, code point order is Java's UTF-16 order: the key can be
         # the fields themselves, compared in C
-        return sorted(items, key=_MQ_FIELDS)
+        return sorted(items, key=MQ_ORDER)
     return sorted(items, key=mq_sort_key)
 
 

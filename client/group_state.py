@@ -41,6 +41,7 @@ from client.config import ConsumerConfig
 from client.process_queue import ProcessQueue
 from client.pull_core import FlowControl, flow_control_check
 from protocol.model import (
+    MQ_ORDER,
     ConsumeFromWhere,
     ConsumeType,
     MessageModel,
@@ -246,9 +247,7 @@ class GroupState:
         consumers only) allocated ones whose pull stalled for longer than pullMaxIdleTime."""
         idle_ms = self.config.ms(self.config.pull_max_idle_time)
         out: list[tuple[MessageQueue, DropReason]] = []
-        for mq in sorted(self._process_queues):
-            if mq.topic != topic:
-                continue
+        for mq in sorted((mq for mq in self._process_queues if mq.topic == topic), key=MQ_ORDER):
             pq = self._process_queues[mq]
             if mq not in allocated:
                 out.append((mq, DropReason.REALLOCATED))
@@ -258,7 +257,7 @@ class GroupState:
 
     def select_queues_to_add(self, allocated: Iterable[MessageQueue]) -> list[MessageQueue]:
         """Step 3: allocated queues without a ProcessQueue, in MessageQueue order."""
-        return sorted(mq for mq in set(allocated) if mq not in self._process_queues)
+        return sorted((mq for mq in set(allocated) if mq not in self._process_queues), key=MQ_ORDER)
 
     def mark_dropped(self, mq: MessageQueue) -> ProcessQueue | None:
         pq = self._process_queues.get(mq)

@@ -681,6 +681,9 @@ def _cache_key(strategy: AllocateMessageQueueStrategy) -> tuple[Any, ...] | None
     return None
 
 
+_RECENT_MEMBERS = 4  # member lists an AllocationCache compares before making a key
+
+
 class _Members(tuple):  # type: ignore[type-arg]
     """A member list in a cache key: a tuple whose hash is computed once. Every client looks its view up
     each round (twice: the LRU order), and at a thousand members hashing the ids again each time cost
@@ -734,17 +737,19 @@ class AllocationCache:
         # kill) makes a new entry per member list, and sorting 4,000 queues again for each was most of
         # a miss. Keyed by the shared set, whose identity makes the lookup cheap.
         self._sorted: dict[frozenset[MessageQueue], list[MessageQueue]] = {}
-        # The member list of the last lookup, as a private copy and as its key: the clients of a process
-        # ask with equal lists (each its own answer from a broker), and comparing a list with the copy
-        # (the same id strings, in a simulation) costs less than making and hashing a tuple of it.
-        self._last_members: tuple[list[str], _Members] | None = None
+        # The member lists of the last lookups, each as a private copy and as its key, newest first: the
+        # clients of a process ask with equal lists (each its own answer from a broker, every broker
+        # with its own order), and comparing a list with a copy (the same id strings, in a simulation)
+        # costs less than making and hashing a tuple of it.
+        self._recent_members: list[tuple[list[str], _Members]] = []
 
     def _members(self, cid_all: Iterable[str]) -> _Members:
-        last = self._last_members
-        if last is not None and (cid_all == last[0] or cid_all == last[1]):
-            return last[1]
+        for copy, members in self._recent_members:
+            if cid_all in (copy, members):
+                return members
         members = _Members(cid_all)
-        self._last_members = (list(members), members)
+        self._recent_members.insert(0, (list(members), members))
+        del self._recent_members[_RECENT_MEMBERS:]
         return members
 
     def _queue_set(self, mq_set: Iterable[MessageQueue]) -> frozenset[MessageQueue]:

@@ -24,6 +24,7 @@ FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 _STR_ONLY = frozenset({str})
+_CHECKED_LISTS = 4  # consumer lists remembered per group as checked
 
 
 @dataclass(slots=True)
@@ -66,8 +67,10 @@ class MQClientAPI:
 
     def __init__(self, remoting: RemotingClient) -> None:
         self.remoting = remoting
-        # per group, a copy of the last consumer list found to hold only strings (see get_consumer_id_list)
-        self._checked_consumer_ids: dict[str, list[str]] = {}
+        # per group, copies of the last consumer lists found to hold only strings, newest first (see
+        # get_consumer_id_list): each broker lists the members in its own order, and a round asks one of
+        # them at random
+        self._checked_consumer_ids: dict[str, list[list[str]]] = {}
 
     async def _invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         return await self.remoting.invoke(addr, cmd, timeout_s)
@@ -113,10 +116,15 @@ class MQClientAPI:
         # Nothing msgpack decodes equals a string but a string, so an answer equal to one checked before
         # is all strings: comparing the two costs less than looking at each type, and every member asks
         # every 20 s and after every NOTIFY (at 1,000 members, lists of 1,000 ids, mostly unchanged).
-        if ids == self._checked_consumer_ids.get(group):
-            return ids
+        checked = self._checked_consumer_ids.get(group)
+        if checked is None:
+            checked = self._checked_consumer_ids[group] = []
+        for known in checked:  # (an unequal list differs in its length or within its first few ids)
+            if ids == known:
+                return ids
         if _STR_ONLY.issuperset(map(type, ids)):  # checked in C without a set made
-            self._checked_consumer_ids[group] = ids.copy()
+            checked.insert(0, ids.copy())
+            del checked[_CHECKED_LISTS:]
             return ids
         return [c for c in ids if isinstance(c, str)]
 
@@ -335,8 +343,10 @@ class PopClientAPI:
 
     def __init__(self, remoting: RemotingClient) -> None:
         self.remoting = remoting
-        # per group, a copy of the last consumer list found to hold only strings (see get_consumer_id_list)
-        self._checked_consumer_ids: dict[str, list[str]] = {}
+        # per group, copies of the last consumer lists found to hold only strings, newest first (see
+        # get_consumer_id_list): each broker lists the members in its own order, and a round asks one of
+        # them at random
+        self._checked_consumer_ids: dict[str, list[list[str]]] = {}
 
     async def query_assignment(
         self,

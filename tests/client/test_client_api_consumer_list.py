@@ -14,7 +14,8 @@ from protocol.remoting import Connection, RemotingClient, RemotingServer
 async def test_consumer_list_keeps_only_strings_even_after_an_equal_looking_answer() -> None:
     answers: list[list[Any]] = [
         ["a@1", "b@2"],
-        ["a@1", "b@2"],  # equal to the checked one
+        ["b@2", "a@1"],  # another broker's order
+        ["a@1", "b@2"],  # equal to one checked before
         ["a@1", 2],  # same length, one id not a string: checked again, not taken as the one before
         [b"a@1", "b@2"],
         ["a@1", "b@2", "c@3"],
@@ -31,9 +32,9 @@ async def test_consumer_list_keeps_only_strings_even_after_an_equal_looking_answ
     client = RemotingClient()
     api = MQClientAPI(client)
     try:
-        got = [await api.get_consumer_id_list(server.address, "g", 2.0) for _ in range(5)]
+        got = [await api.get_consumer_id_list(server.address, "g", 2.0) for _ in range(6)]
     finally:
         await client.close()
         await server.close()
-    assert got == [["a@1", "b@2"], ["a@1", "b@2"], ["a@1"], ["b@2"], ["a@1", "b@2", "c@3"]]
-    assert groups == ["g"] * 5
+    assert got == [["a@1", "b@2"], ["b@2", "a@1"], ["a@1", "b@2"], ["a@1"], ["b@2"], ["a@1", "b@2", "c@3"]]
+    assert groups == ["g"] * 6

@@ -742,6 +742,8 @@ class AllocationCache:
         # with its own order), and comparing a list with a copy (the same id strings, in a simulation)
         # costs less than making and hashing a tuple of it.
         self._recent_members: list[tuple[list[str], _Members]] = []
+        # the entries by (strategy, queue set, sorted member list): see allocate
+        self._views_by_members: dict[tuple[Any, ...], _Entry] = {}
 
     def _members(self, cid_all: Iterable[str]) -> _Members:
         for copy, members in self._recent_members:
@@ -783,13 +785,23 @@ class AllocationCache:
         key = (skey, self._queue_set(mq_set), cid_tuple)
         entry = self._entries.pop(key, None)
         if entry is None:
-            mq_all = self._sorted.get(key[1])
-            if mq_all is None:
-                mq_all = sort_mq_all(key[1])
-                while len(self._sorted) >= self.max_entries:
-                    del self._sorted[next(iter(self._sorted))]
-                self._sorted[key[1]] = mq_all
-            entry = _Entry(mq_all, sort_cid_all(cid_tuple))
+            cids = sort_cid_all(cid_tuple)
+            # The same members in another order (each broker lists them in its own) are the same view:
+            # a strategy sees only the sorted list. Sharing the entry also gives every client of the view
+            # one sorted list object, which the rebalance events recognise by identity.
+            view = (skey, key[1], _Members(cids))
+            entry = self._views_by_members.get(view)
+            if entry is None:
+                mq_all = self._sorted.get(key[1])
+                if mq_all is None:
+                    mq_all = sort_mq_all(key[1])
+                    while len(self._sorted) >= self.max_entries:
+                        del self._sorted[next(iter(self._sorted))]
+                    self._sorted[key[1]] = mq_all
+                entry = _Entry(mq_all, cids)
+                while len(self._views_by_members) >= self.max_entries:
+                    del self._views_by_members[next(iter(self._views_by_members))]
+                self._views_by_members[view] = entry
             while len(self._entries) >= self.max_entries:
                 del self._entries[next(iter(self._entries))]
         self._entries[key] = entry  # most recently used last

@@ -208,9 +208,9 @@ def test_a_changing_member_list_sorts_an_unchanged_queue_set_once(monkeypatch: p
 
 
 def test_member_lists_are_told_apart_by_value_whatever_happens_to_the_caller_s_list() -> None:
-    """The cache remembers the last member list as its own copy: a list changed after the call is seen
-    as changed, an equal list (another object, or a tuple) finds the entry, and another order or another
-    member is another view."""
+    """The cache remembers the last member lists as its own copies: a list changed after the call is seen
+    as changed, an equal list (another object, or a tuple) finds the entry, and so does another order of
+    the same members (the strategies sort them), down to the sorted list object."""
     cache = AllocationCache()
     avg = AllocateMessageQueueAveragely()
     cids = ["c1", "c2", "c3"]
@@ -221,5 +221,6 @@ def test_member_lists_are_told_apart_by_value_whatever_happens_to_the_caller_s_l
     assert cache.allocate(avg, "G", "c1", _queues(6), ["c1", "c2", "c3"])[2] == first
     assert cache.allocate(avg, "G", "c2", _queues(6), ("c1", "c2", "c3"))[1] == ["c1", "c2", "c3"]
     assert (cache.hits, cache.misses) == (1, 3)  # c1's first view found again; c2 new in it
-    assert cache.allocate(avg, "G", "c1", _queues(6), ["c3", "c2", "c1"])[2] == first  # another key
-    assert (cache.hits, cache.misses) == (1, 4)
+    _, sorted_cids, mine = cache.allocate(avg, "G", "c1", _queues(6), ["c3", "c2", "c1"])
+    assert mine == first and (cache.hits, cache.misses) == (2, 3)
+    assert sorted_cids is cache.allocate(avg, "G", "c2", _queues(6), ["c1", "c2", "c3"])[1]

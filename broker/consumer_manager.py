@@ -304,6 +304,7 @@ class ConsumerIdsChangeListener:
         self.rocketmq5 = rocketmq5
         self.event_ids_max = event_ids_max
         self._tasks: dict[asyncio.Task[None], None] = {}  # start order, not memory order
+        self._closes = 0  # close() calls so far: a fan-out scheduled before one is dropped
 
     def consumer_unregistered(
         self, group: str, client_id: str, reason: str, client_addr: str, **extra: Any
@@ -335,29 +336,58 @@ class ConsumerIdsChangeListener:
         ]
         if not targets:
             return
-        task = asyncio.get_running_loop().create_task(self._send_notify(group, targets))
-        self._tasks[task] = None
-        task.add_done_callback(lambda t: self._tasks.pop(t, None))
+        # One callback where a task's first step would be (the same place in the loop's ready queue):
+        # the frames go out from there, and only a member whose write buffer is full costs a task.
+        asyncio.get_running_loop().call_soon(self._send_notify, self._closes, group, targets)
         if self.event_ids_max is None or len(targets) <= self.event_ids_max:
             ids = {"client_ids": [cid for _, cid in targets]}
         else:
             ids = {}
         self.log.emit("notify_sent", group=group, cause=cause, client_count=len(targets), **ids)
 
-    async def _send_notify(self, group: str, targets: list[tuple[Connection, str]]) -> None:
+    def _send_notify(self, closes: int, group: str, targets: list[tuple[Connection, str]]) -> None:
         # Broker2Client#notifyConsumerIdsChanged: invokeOneway with 10 ms, one channel after another,
-        # so a member that stopped reading costs the others no more than that
+        # so a member that stopped reading costs the others no more than that. A write that has room
+        # needs no wait, so the loop runs here; from a member whose buffer is full on, it runs on a task.
+        if closes != self._closes:
+            return  # close() came first: dropped, as a task cancelled before its first step
         code = int(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED)
-        for conn, _ in targets:
+        for i, (conn, _) in enumerate(targets):
             # one command per channel (the write stamps its opaque on it); built directly, since at
             # thousands of members this loop runs millions of times
             cmd = RemotingCommand(code, ext={"consumerGroup": group})
             try:
+                if not conn.send_oneway(cmd):
+                    rest = self._finish_notify(group, targets, i, cmd)
+                    task = asyncio.get_running_loop().create_task(rest)
+                    self._tasks[task] = None
+                    task.add_done_callback(lambda t: self._tasks.pop(t, None))
+                    return
+            except (RemotingError, TimeoutError, OSError) as exc:
+                self._notify_failed(group, conn, exc)
+
+    async def _finish_notify(
+        self, group: str, targets: list[tuple[Connection, str]], waiting: int, cmd: RemotingCommand
+    ) -> None:
+        """The fan-out from ``targets[waiting]``, whose NOTIFY (``cmd``) is written into a full buffer."""
+        conn = targets[waiting][0]
+        try:
+            await conn.wait_oneway_written(cmd, NOTIFY_SEND_TIMEOUT_S)
+        except (RemotingError, TimeoutError, OSError) as exc:
+            self._notify_failed(group, conn, exc)
+        code = int(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED)
+        for conn, _ in targets[waiting + 1 :]:
+            try:
+                cmd = RemotingCommand(code, ext={"consumerGroup": group})
                 await conn.invoke_oneway(cmd, timeout_s=NOTIFY_SEND_TIMEOUT_S)
             except (RemotingError, TimeoutError, OSError) as exc:
-                self.log.warning("notify failed", group=group, peer=conn.remote_addr, error=repr(exc))
+                self._notify_failed(group, conn, exc)
+
+    def _notify_failed(self, group: str, conn: Connection, exc: BaseException) -> None:
+        self.log.warning("notify failed", group=group, peer=conn.remote_addr, error=repr(exc))
 
     def close(self) -> None:
         """Cancel the notifications still being sent (broker shutdown)."""
+        self._closes += 1
         for t in list(self._tasks):
             t.cancel()

@@ -18,7 +18,7 @@ import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from protocol.model import MessageQueue
+from protocol.model import MQ_ORDER, MessageQueue
 
 __all__ = [
     "ALLOCATION_CACHE",
@@ -65,7 +65,6 @@ def java_string_key(s: str) -> bytes:
     return s.encode("utf-16-be", "surrogatepass")
 
 
-_MQ_FIELDS = operator.attrgetter("topic", "broker_name", "queue_id")
 _TOPIC = operator.attrgetter("topic")
 _BROKER = operator.attrgetter("broker_name")
 _QUEUE_ID = operator.attrgetter("queue_id")
@@ -84,7 +83,7 @@ def sort_mq_all(mq_all: Iterable[MessageQueue]) -> list[MessageQueue]:
     if all(n.isascii() or max(n) <= "\uffff" for n in names):
         # Without characters beyond the BMP, code point order is Java's UTF-16 order: the key can be
         # the fields themselves, compared in C
-        return sorted(items, key=_MQ_FIELDS)
+        return sorted(items, key=MQ_ORDER)
     return sorted(items, key=mq_sort_key)
 
 
@@ -682,6 +681,25 @@ def _cache_key(strategy: AllocateMessageQueueStrategy) -> tuple[Any, ...] | None
     return None
 
 
+_RECENT_MEMBERS = 4  # member lists an AllocationCache compares before making a key
+
+
+class _Members(tuple):  # type: ignore[type-arg]
+    """A member list in a cache key: a tuple whose hash is computed once. Every client looks its view up
+    each round (twice: the LRU order), and at a thousand members hashing the ids again each time cost
+    more than the rest of the lookup. Equal to, and hashed as, the plain tuple of its ids."""
+
+    _hash: int
+
+    def __new__(cls, cid_all: Iterable[str]) -> _Members:
+        self = super().__new__(cls, cid_all)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 class _Entry:
     __slots__ = ("by_cid", "cids", "index", "mq_all", "owners")
 
@@ -719,6 +737,22 @@ class AllocationCache:
         # kill) makes a new entry per member list, and sorting 4,000 queues again for each was most of
         # a miss. Keyed by the shared set, whose identity makes the lookup cheap.
         self._sorted: dict[frozenset[MessageQueue], list[MessageQueue]] = {}
+        # The member lists of the last lookups, each as a private copy and as its key, newest first: the
+        # clients of a process ask with equal lists (each its own answer from a broker, every broker
+        # with its own order), and comparing a list with a copy (the same id strings, in a simulation)
+        # costs less than making and hashing a tuple of it.
+        self._recent_members: list[tuple[list[str], _Members]] = []
+        # the entries by (strategy, queue set, sorted member list): see allocate
+        self._views_by_members: dict[tuple[Any, ...], _Entry] = {}
+
+    def _members(self, cid_all: Iterable[str]) -> _Members:
+        for copy, members in self._recent_members:
+            if cid_all in (copy, members):
+                return members
+        members = _Members(cid_all)
+        self._recent_members.insert(0, (list(members), members))
+        del self._recent_members[_RECENT_MEMBERS:]
+        return members
 
     def _queue_set(self, mq_set: Iterable[MessageQueue]) -> frozenset[MessageQueue]:
         if not isinstance(mq_set, frozenset):
@@ -747,17 +781,27 @@ class AllocationCache:
         if skey is None:
             mq_all, cids = sort_mq_all(mq_set), sort_cid_all(cid_all)
             return mq_all, cids, list(strategy.allocate(consumer_group, current_cid, mq_all, cids) or [])
-        cid_tuple = tuple(cid_all)
+        cid_tuple = self._members(cid_all)
         key = (skey, self._queue_set(mq_set), cid_tuple)
         entry = self._entries.pop(key, None)
         if entry is None:
-            mq_all = self._sorted.get(key[1])
-            if mq_all is None:
-                mq_all = sort_mq_all(key[1])
-                while len(self._sorted) >= self.max_entries:
-                    del self._sorted[next(iter(self._sorted))]
-                self._sorted[key[1]] = mq_all
-            entry = _Entry(mq_all, sort_cid_all(cid_tuple))
+            cids = sort_cid_all(cid_tuple)
+            # The same members in another order (each broker lists them in its own) are the same view:
+            # a strategy sees only the sorted list. Sharing the entry also gives every client of the view
+            # one sorted list object, which the rebalance events recognise by identity.
+            view = (skey, key[1], _Members(cids))
+            entry = self._views_by_members.get(view)
+            if entry is None:
+                mq_all = self._sorted.get(key[1])
+                if mq_all is None:
+                    mq_all = sort_mq_all(key[1])
+                    while len(self._sorted) >= self.max_entries:
+                        del self._sorted[next(iter(self._sorted))]
+                    self._sorted[key[1]] = mq_all
+                entry = _Entry(mq_all, cids)
+                while len(self._views_by_members) >= self.max_entries:
+                    del self._views_by_members[next(iter(self._views_by_members))]
+                self._views_by_members[view] = entry
             while len(self._entries) >= self.max_entries:
                 del self._entries[next(iter(self._entries))]
         self._entries[key] = entry  # most recently used last

@@ -75,11 +75,19 @@ class ClientConfig:
 
     def ms(self, value_ms: float) -> float:
         """A RocketMQ interval in this process's (scaled) milliseconds."""
-        return self.scale.ms(value_ms)
+        # TimeScale's arithmetic without making one per call (every pull and request converts a timeout);
+        # anything but a positive float goes through TimeScale, which converts it or refuses it
+        factor = self.time_scale
+        if type(factor) is not float or not factor > 0:
+            return self.scale.ms(value_ms)
+        return value_ms * factor
 
     def seconds(self, value_ms: float) -> float:
         """A RocketMQ interval in this process's (scaled) seconds, for asyncio timers."""
-        return self.scale.seconds(value_ms)
+        factor = self.time_scale
+        if type(factor) is not float or not factor > 0:
+            return self.scale.seconds(value_ms)
+        return value_ms * factor / 1000.0
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)

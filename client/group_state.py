@@ -41,6 +41,7 @@ from client.config import ConsumerConfig
 from client.process_queue import ProcessQueue
 from client.pull_core import FlowControl, flow_control_check
 from protocol.model import (
+    MQ_ORDER,
     ConsumeFromWhere,
     ConsumeType,
     MessageModel,
@@ -246,9 +247,7 @@ class GroupState:
         consumers only) allocated ones whose pull stalled for longer than pullMaxIdleTime."""
         idle_ms = self.config.ms(self.config.pull_max_idle_time)
         out: list[tuple[MessageQueue, DropReason]] = []
-        for mq in sorted(self._process_queues):
-            if mq.topic != topic:
-                continue
+        for mq in sorted((mq for mq in self._process_queues if mq.topic == topic), key=MQ_ORDER):
             pq = self._process_queues[mq]
             if mq not in allocated:
                 out.append((mq, DropReason.REALLOCATED))
@@ -258,7 +257,7 @@ class GroupState:
 
     def select_queues_to_add(self, allocated: Iterable[MessageQueue]) -> list[MessageQueue]:
         """Step 3: allocated queues without a ProcessQueue, in MessageQueue order."""
-        return sorted(mq for mq in set(allocated) if mq not in self._process_queues)
+        return sorted((mq for mq in set(allocated) if mq not in self._process_queues), key=MQ_ORDER)
 
     def mark_dropped(self, mq: MessageQueue) -> ProcessQueue | None:
         pq = self._process_queues.get(mq)
@@ -382,21 +381,52 @@ class GroupState:
 
 def cid_all_digest(cid_all: Iterable[str]) -> str:
     """EVENTS.md's ``cid_all_digest``: SHA-256 of the distinct ids sorted by code point, one per line."""
-    return _digest(tuple(cid_all))
+    return _digest(cid_all if isinstance(cid_all, frozenset) else frozenset(cid_all))
 
 
 @functools.lru_cache(maxsize=64)
-def _digest(cid_all: tuple[str, ...]) -> str:
-    # Remembered per member list: in a large group every member digests the same list after each
-    # change, and sorting a thousand ids costs a hundred times more than looking the tuple up.
-    return hashlib.sha256("\n".join(sorted(set(cid_all))).encode("utf-8")).hexdigest()
+def _digest(members: frozenset[str]) -> str:
+    # Remembered per member set: in a large group every member digests the same set after each change,
+    # and sorting a thousand ids costs far more than looking the set up (a frozenset keeps its hash, and
+    # the members of one view share one set: see member_set).
+    return hashlib.sha256("\n".join(sorted(members)).encode("utf-8")).hexdigest()
+
+
+# The member sets of the last few member lists, by identity (each list kept alive here, so its id is not
+# reused). The allocation cache hands every client of a process the same sorted list for one view, so
+# after a membership change a thousand clients of a simulated group would each make the set of the same
+# thousand ids. Shorter lists (a broadcasting consumer's own id, a small group) are not remembered.
+_MEMBERS: dict[int, tuple[list[str], frozenset[str]]] = {}
+_MEMBERS_MAX = 16
+_MEMBERS_FROM = 32
+
+
+def member_set(cid_all: list[str]) -> frozenset[str]:
+    """``frozenset(cid_all)``, shared by the clients that see the same member list object. The list must
+    not change afterwards (the allocation cache's sorted lists never do)."""
+    if len(cid_all) < _MEMBERS_FROM:
+        return frozenset(cid_all)
+    seen = _MEMBERS.get(id(cid_all))
+    if seen is not None and seen[0] is cid_all:
+        return seen[1]
+    members = frozenset(cid_all)
+    while len(_MEMBERS) >= _MEMBERS_MAX:
+        del _MEMBERS[next(iter(_MEMBERS))]
+    _MEMBERS[id(cid_all)] = (cid_all, members)
+    return members
 
 
 def rebalance_event_fields(
-    cid_all: list[str], allocated: list[str], digest_over: int | None
+    cid_all: list[str],
+    allocated: list[str],
+    digest_over: int | None,
+    members: frozenset[str] | None = None,
 ) -> dict[str, object]:
     """The member and allocation fields of a ``rebalance`` event: the member list, or its digest when the
-    group has more than ``digest_over`` distinct members."""
-    if digest_over is not None and len(set(cid_all)) > digest_over:
-        return {"cid_all_digest": cid_all_digest(cid_all), "allocated": allocated}
+    group has more than ``digest_over`` distinct members. ``members``: ``cid_all``'s set, if made already."""
+    if digest_over is not None:
+        if members is None:
+            members = frozenset(cid_all)
+        if len(members) > digest_over:
+            return {"cid_all_digest": _digest(members), "allocated": allocated}
     return {"cid_all": list(cid_all), "allocated": allocated}

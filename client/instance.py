@@ -519,6 +519,18 @@ class InstanceOffsetApi:
             addr, group, mq, self.config.seconds(self.config.query_offset_timeout)
         )
 
-    async def update_consumer_offset_oneway(self, mq: MessageQueue, group: str, offset: int) -> None:
+    def update_consumer_offset_oneway(
+        self, mq: MessageQueue, group: str, offset: int
+    ) -> Awaitable[None] | None:
+        """None once sent without waiting (the broker's address known, the write taken), otherwise what
+        is left to await: see ``OffsetBrokerApi``."""
+        addr = self.api.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, False)
+        if addr is None:
+            return self._update_consumer_offset_after_lookup(mq, group, offset)
+        return self.api.update_consumer_offset_oneway(addr, group, mq, offset)
+
+    async def _update_consumer_offset_after_lookup(self, mq: MessageQueue, group: str, offset: int) -> None:
         addr = await self._addr(mq, False)
-        await self.api.update_consumer_offset_oneway(addr, group, mq, offset)
+        pending = self.api.update_consumer_offset_oneway(addr, group, mq, offset)
+        if pending is not None:
+            await pending

@@ -58,9 +58,9 @@ class GroupApi(Protocol):
         self, addr: str, group: str, mq: MessageQueue, timeout_s: float
     ) -> int: ...
 
-    async def update_consumer_offset_oneway(
+    def update_consumer_offset_oneway(
         self, addr: str, group: str, mq: MessageQueue, offset: int
-    ) -> None: ...
+    ) -> Awaitable[None] | None: ...
 
     async def pull_message(
         self,

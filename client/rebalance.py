@@ -27,6 +27,7 @@ from client.group_state import (
     GroupState,
     StartKind,
     StartPlan,
+    member_set,
     rebalance_event_fields,
     shorts,
 )
@@ -276,12 +277,14 @@ class RebalanceImpl:
     ) -> None:
         cfg = self.config
         alloc = shorts(allocated)
+        members: frozenset[str] | None = None
         if cfg.omit_repeated_rebalance_events:
             # The allocation cache answers an unchanged view with the same member list object: its set
             # is then the one made last time (kept with it, so the list's id is not reused), instead of
-            # a set of the whole group made and compared every round.
+            # a set of the whole group made and compared every round; a new view's set is shared by the
+            # clients of the process that see it (member_set).
             last = self._last_rebalance_seen.get(topic)
-            members = last[1] if last is not None and last[0] is cid_all else frozenset(cid_all)
+            members = last[1] if last is not None and last[0] is cid_all else member_set(cid_all)
             shown = tuple(alloc)
             self._last_rebalance_seen[topic] = (cid_all, members, shown)
             if (
@@ -297,7 +300,7 @@ class RebalanceImpl:
             client_id=self.client_id,
             topic=topic,
             strategy=strategy,
-            **rebalance_event_fields(cid_all, alloc, cfg.rebalance_event_digest_over),
+            **rebalance_event_fields(cid_all, alloc, cfg.rebalance_event_digest_over, members),
             changed=bool(changed),
         )
 

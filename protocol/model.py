@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import operator
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,6 +147,11 @@ class MessageQueue:
             _req(d, "brokerName", str, where),
             _req(d, "queueId", int, where),
         )
+
+
+# MessageQueue's own order (``__lt__``) as a sort key: the same order, compared in C instead of a Python
+# call per comparison (a consumer sorts its queues every rebalance round).
+MQ_ORDER = operator.attrgetter("topic", "broker_name", "queue_id")
 
 
 def java_string_hash(s: str) -> int:

@@ -493,11 +493,21 @@ class Connection(asyncio.Protocol):
         await w
 
     async def invoke_oneway(self, cmd: RemotingCommand, timeout_s: float = 3.0) -> None:
+        if not self.send_oneway(cmd):
+            await self.wait_oneway_written(cmd, timeout_s)
+
+    def send_oneway(self, cmd: RemotingCommand) -> bool:
+        """``invoke_oneway`` up to its write, without a coroutine: True when that is all (the usual
+        case: no timer to arm), False when the write buffer is full and the caller has to wait for it
+        with ``wait_oneway_written``. A closed connection raises as ``invoke_oneway`` does."""
         cmd.opaque = self._next_opaque()
         cmd.flag = (cmd.flag | _ONEWAY) & ~_RESPONSE
         self._write(cmd)
-        if not self._write_paused or self.closed:
-            return  # nothing to wait for, so no timer to arm (a broker's NOTIFY goes to every member)
+        return not self._write_paused or self.closed
+
+    async def wait_oneway_written(self, cmd: RemotingCommand, timeout_s: float) -> None:
+        """The rest of a one-way request whose write found the buffer full: wait for the peer to read,
+        at most ``timeout_s``."""
         try:
             async with asyncio.timeout(timeout_s):
                 await self._drain()
@@ -810,6 +820,19 @@ class RemotingClient:
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> None:
         conn = self._open(addr) or await self.connection(addr)
         await conn.invoke_oneway(cmd, timeout_s)
+
+    def send_oneway(
+        self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0
+    ) -> Awaitable[None] | None:
+        """``invoke_oneway`` without a coroutine when the connection is open and its write buffer has
+        room: None once the request is written, otherwise what is left of it to await (connecting, or
+        the wait for the buffer). Errors of the write raise here, as they would from the await."""
+        conn = self._open(addr)
+        if conn is None:
+            return self.invoke_oneway(addr, cmd, timeout_s)
+        if conn.send_oneway(cmd):
+            return None
+        return conn.wait_oneway_written(cmd, timeout_s)
 
     def close_connection(self, addr: str) -> None:
         conn = self._conns.pop(addr, None)

@@ -94,7 +94,7 @@ class ConsumerManageProcessor:
             )
         return cmd.response(ext={"offset": offset})
 
-    def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         group = ext_name(cmd, "consumerGroup")
         topic = ext_name(cmd, "topic")
         queue_id = ext_queue_id(cmd)
@@ -102,7 +102,9 @@ class ConsumerManageProcessor:
         if offset < 0:
             raise InvalidParameter("commitOffset", f"must be >= 0, got {offset}")
         self.broker.commit_offset(conn, group, topic, queue_id, offset)
-        return cmd.response()
+        # persistAll sends it one-way (the usual case, each held queue every 5 s), and the remoting
+        # layer answers no one-way request: no answer to build and drop
+        return None if cmd.is_oneway else cmd.response()
 
     async def lock_batch_mq(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group, client_id, mqs = parse_lock_body(cmd)

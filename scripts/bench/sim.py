@@ -10,6 +10,7 @@ and the very same file simulated, both in RocketMQ seconds per wall second.
     python scripts/bench/sim.py --huge --no-baseline --limit 1800   # adds 10,000 consumers, 30 min cap
     python scripts/bench/sim.py --sizes 1000 --goal --no-baseline    # the goal case: an hour of 1,000
     python scripts/bench/sim.py --sizes 100 --no-baseline --wire bytes   # frames through the codec
+    python scripts/bench/sim.py --sizes 1000 --seconds 120 --steady 600 --no-baseline  # steady state
 
 A simulation past ``--limit`` wall seconds is killed and reported with its last progress line. Each
 result carries the load average before and after it: wall time on a shared machine says little, CPU
@@ -190,6 +191,18 @@ def real(text: str, work: Path) -> dict[str, Any]:
     }
 
 
+def steady(n: int, long_s: float, short: dict[str, Any], work: Path, limit: float | None) -> dict[str, Any]:
+    """The longer run of ``n`` consumers, and the CPU its extra minutes cost: both runs start and end
+    alike (the registrations, then the teardown), so the difference is the steady state's."""
+    longer = simulate(experiment(n, long_s), work, f"n{n}-steady", limit)
+    print(f"{n} consumers, {long_s:g} s: {longer}", file=sys.stderr, flush=True)
+    result: dict[str, Any] = {"run": longer}
+    if all("error" not in r and not r.get("killed_at_limit") for r in (short, longer)):
+        minutes = (longer["rocketmq_seconds"] - short["rocketmq_seconds"]) / 60
+        result["cpu_s_per_rocketmq_minute"] = round((longer["cpu_s"] - short["cpu_s"]) / minutes, 2)
+    return result
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000], help="group sizes")
@@ -200,6 +213,14 @@ def main() -> int:
         "--goal",
         action="store_true",
         help="also the goal case itself: 1,000 consumers for 3,600 RocketMQ seconds (long)",
+    )
+    p.add_argument(
+        "--steady",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="also run each size for this many RocketMQ seconds and report the CPU seconds per RocketMQ "
+        "minute between the two runs: the steady state, without the start-up and the teardown",
     )
     p.add_argument("--limit", type=float, default=None, help="kill a simulation after this many wall seconds")
     p.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary folder)")
@@ -233,9 +254,14 @@ def main() -> int:
         for unit in ("wall", "cpu"):
             key = f"rocketmq_s_per_{unit}_s"
             b[f"sim_over_real_per_{unit}_s"] = round(b["simulated"][key] / b["real_processes"][key], 1)
+    if args.steady is not None and args.steady <= args.seconds:
+        p.error(f"--steady must be longer than --seconds ({args.seconds:g})")
     for n in sizes:
         out["sizes"][str(n)] = simulate(experiment(n, args.seconds), work, f"n{n}", args.limit)
         print(f"{n} consumers: {out['sizes'][str(n)]}", file=sys.stderr, flush=True)
+        if args.steady is not None:
+            short = out["sizes"][str(n)]
+            short["steady"] = steady(n, args.steady, short, work, args.limit)
     if args.goal:
         goal = out["goal_hour_1000"] = simulate(experiment(1000, 3600), work, "goal", args.limit)
         print(f"goal case: {goal}", file=sys.stderr, flush=True)

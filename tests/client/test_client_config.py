@@ -10,6 +10,7 @@ from client.cli_common import add_config_args, layered_settings
 from client.config import ConfigError, ConsumerConfig, ProducerConfig
 from client.consumer_base import normalize_enums
 from protocol.model import ConsumeFromWhere, MessageModel
+from protocol.runtime import TimeScale
 
 
 def test_rocketmq_defaults() -> None:
@@ -125,3 +126,20 @@ def test_consume_timestamp_in_local_time_ms_per_config() -> None:
         want = int(time.mktime((int(text[:4]), int(text[4:6]), int(text[6:8]), 0, 0, 0, 0, 0, -1))) * 1000
         want += (int(text[8:10]) * 3600 + int(text[10:12]) * 60 + int(text[12:])) * 1000
         assert ConsumerConfig(consume_timestamp=text).consume_timestamp_ms() == want
+
+
+@pytest.mark.parametrize("factor", [0.05, 1.0, 3, 0.1])
+def test_intervals_scale_exactly_as_time_scale_does(factor: float) -> None:
+    c = ConsumerConfig(time_scale=factor)
+    for value in (0, 1, 1_000, 15_000, 20_000.5, 3):
+        assert c.ms(value) == TimeScale(factor).ms(value)
+        assert c.seconds(value) == TimeScale(factor).seconds(value)
+
+
+@pytest.mark.parametrize("factor", [0.0, -1.0, 0])
+def test_a_time_scale_that_is_not_positive_is_refused_when_used(factor: float) -> None:
+    c = ConsumerConfig(time_scale=factor)
+    with pytest.raises(ValueError, match="time scale must be > 0"):
+        c.seconds(1_000)
+    with pytest.raises(ValueError, match="time scale must be > 0"):
+        c.ms(1_000)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from typing import Any
 
 import pytest
 
-from client.errors import MQBrokerError, OffsetNotFoundError
+from client.config import ConsumerConfig
+from client.errors import MQBrokerError, MQClientError, OffsetNotFoundError
+from client.instance import InstanceOffsetApi
 from client.offset_store import (
     LocalFileOffsetStore,
     ReadOffsetType,
@@ -109,6 +112,91 @@ async def test_remote_remove_offset_and_persist_all_forgets_unused() -> None:
     await store.persist_all([mq(0)])
     assert broker.sent == [(mq(0), 10)]
     assert set(store.offset_table) == {mq(0)}
+
+
+class Warnings:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, object]]] = []
+
+    def warning(self, msg: str, **kv: object) -> None:
+        self.lines.append((msg, kv))
+
+
+class SometimesWaitingBroker:
+    """update_consumer_offset_oneway as the client's own API has it: a plain function that sends at once
+    (None), fails at once, or returns what is left to await, which may fail too."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, int]] = []
+
+    async def query_consumer_offset(self, mq: MessageQueue, group: str) -> int:
+        raise OffsetNotFoundError("not found")
+
+    def update_consumer_offset_oneway(self, mq: MessageQueue, group: str, offset: int) -> Any:
+        if mq.queue_id == 1:
+            raise ConnectionError("connection to aaa is closed")
+
+        async def later() -> None:
+            await asyncio.sleep(0)
+            if mq.queue_id == 3:
+                raise TimeoutError("peer not reading")
+            self.sent.append((mq.queue_id, offset))
+
+        if mq.queue_id in (2, 3):
+            return later()
+        self.sent.append((mq.queue_id, offset))
+        return None
+
+
+async def test_persist_all_sends_each_queue_whether_its_send_waits_or_fails() -> None:
+    broker, warnings = SometimesWaitingBroker(), Warnings()
+    store = RemoteBrokerOffsetStore("g", broker, warnings)  # type: ignore[arg-type]
+    for q in range(5):
+        store.update_offset(mq(q), 100 + q, False)
+    await store.persist_all([mq(q) for q in range(5)])
+    assert broker.sent == [(0, 100), (2, 102), (4, 104)]  # in queue order, past both failures
+    assert [(kv["mq"], kv["error"]) for _, kv in warnings.lines] == [
+        (mq(1).short, repr(ConnectionError("connection to aaa is closed"))),
+        (mq(3).short, repr(TimeoutError("peer not reading"))),
+    ]
+    await store.persist(mq(2))  # one queue: the same rules
+    await store.persist(mq(1))
+    assert broker.sent[-1] == (2, 102) and len(warnings.lines) == 3
+
+
+class AddressBook:
+    """The GroupApi calls InstanceOffsetApi makes: the broker's address is known only after a lookup."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, str] = {}
+        self.sent: list[tuple[str, int]] = []
+
+    def find_broker_address_in_subscribe(self, broker_name: str, broker_id: int, only_master: bool) -> Any:
+        return self.known.get(broker_name)
+
+    async def find_broker_address_in_subscribe_or_update(
+        self, topic: str, broker_name: str, broker_id: int, only_master: bool
+    ) -> Any:
+        await asyncio.sleep(0)  # the name server's answer
+        if broker_name == "aaa":
+            self.known[broker_name] = "10.0.0.2:10911"
+        return self.known.get(broker_name)
+
+    def update_consumer_offset_oneway(self, addr: str, group: str, mq: MessageQueue, offset: int) -> None:
+        self.sent.append((addr, offset))
+
+
+async def test_offset_api_sends_at_once_when_the_address_is_known_and_looks_it_up_otherwise() -> None:
+    book = AddressBook()
+    api = InstanceOffsetApi(book, ConsumerConfig())  # type: ignore[arg-type]
+    pending = api.update_consumer_offset_oneway(mq(0), "g", 7)
+    assert pending is not None and book.sent == []  # unknown broker: the lookup is left to await
+    await pending
+    assert book.sent == [("10.0.0.2:10911", 7)]
+    assert api.update_consumer_offset_oneway(mq(0), "g", 8) is None  # known now: sent, nothing to await
+    assert book.sent[-1] == ("10.0.0.2:10911", 8)
+    with pytest.raises(MQClientError, match="not exist"):
+        await api.update_consumer_offset_oneway(MessageQueue("FooBar", "bbb", 0), "g", 9)  # type: ignore[misc]
 
 
 async def test_frozen_offset_ignores_updates_until_removed() -> None:

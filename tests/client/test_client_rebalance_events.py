@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from client.group_state import cid_all_digest, rebalance_event_fields
+from client.group_state import cid_all_digest, member_set, rebalance_event_fields
 from protocol.runtime import EventLog
 from tests.client.test_client_rebalance_impl import FakeGroupApi, Rig, mq
 
@@ -33,6 +33,19 @@ def test_list_up_to_the_threshold_digest_above() -> None:
     # repeated ids count once
     assert "cid_all" in rebalance_event_fields(["a", "a", "b"], [], 2)
     assert "cid_all" in rebalance_event_fields(["a"] * 100, [], None)
+
+
+def test_a_member_list_seen_again_gives_the_same_set_and_digest() -> None:
+    ids = [f"10.0.0.{i}@{i}#1" for i in range(40)]
+    members = member_set(ids)
+    assert members == frozenset(ids) and member_set(ids) is members  # one set per list object
+    assert member_set(list(ids)) == members and member_set(list(ids)) is not members  # another list
+    assert member_set(["a", "b"]) == {"a", "b"}
+    fields = rebalance_event_fields(ids, [], 2, members)
+    assert fields == {"cid_all_digest": cid_all_digest(ids), "allocated": []}
+    assert fields == rebalance_event_fields(list(reversed(ids)), [], 2)  # the set made here instead
+    two = ids[:2]
+    assert rebalance_event_fields(two, [], 2, member_set(two)) == {"cid_all": two, "allocated": []}
 
 
 class Lines:

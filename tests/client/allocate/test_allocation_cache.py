@@ -205,3 +205,22 @@ def test_a_changing_member_list_sorts_an_unchanged_queue_set_once(monkeypatch: p
     other = frozenset(_queues(8))  # another queue set is sorted for itself
     _, _, mine = cache.allocate(avg, "G", "c0", other, cids)
     assert mine == avg.allocate("G", "c0", sort_mq_all(other), cids) and sorts == 2
+
+
+def test_member_lists_are_told_apart_by_value_whatever_happens_to_the_caller_s_list() -> None:
+    """The cache remembers the last member lists as its own copies: a list changed after the call is seen
+    as changed, an equal list (another object, or a tuple) finds the entry, and so does another order of
+    the same members (the strategies sort them), down to the sorted list object."""
+    cache = AllocationCache()
+    avg = AllocateMessageQueueAveragely()
+    cids = ["c1", "c2", "c3"]
+    first = cache.allocate(avg, "G", "c1", _queues(6), cids)[2]
+    assert len(first) == 2
+    cids.append("c4")  # the caller changes its list and asks again with it
+    assert cache.allocate(avg, "G", "c1", _queues(6), cids)[1] == ["c1", "c2", "c3", "c4"]
+    assert cache.allocate(avg, "G", "c1", _queues(6), ["c1", "c2", "c3"])[2] == first
+    assert cache.allocate(avg, "G", "c2", _queues(6), ("c1", "c2", "c3"))[1] == ["c1", "c2", "c3"]
+    assert (cache.hits, cache.misses) == (1, 3)  # c1's first view found again; c2 new in it
+    _, sorted_cids, mine = cache.allocate(avg, "G", "c1", _queues(6), ["c3", "c2", "c1"])
+    assert mine == first and (cache.hits, cache.misses) == (2, 3)
+    assert sorted_cids is cache.allocate(avg, "G", "c2", _queues(6), ["c1", "c2", "c3"])[1]

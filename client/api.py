@@ -343,10 +343,6 @@ class PopClientAPI:
 
     def __init__(self, remoting: RemotingClient) -> None:
         self.remoting = remoting
-        # per group, copies of the last consumer lists found to hold only strings, newest first (see
-        # get_consumer_id_list): each broker lists the members in its own order, and a round asks one of
-        # them at random
-        self._checked_consumer_ids: dict[str, list[list[str]]] = {}
 
     async def query_assignment(
         self,

@@ -821,9 +821,7 @@ class RemotingClient:
         conn = self._open(addr) or await self.connection(addr)
         await conn.invoke_oneway(cmd, timeout_s)
 
-    def send_oneway(
-        self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0
-    ) -> Awaitable[None] | None:
+    def send_oneway(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> Awaitable[None] | None:
         """``invoke_oneway`` without a coroutine when the connection is open and its write buffer has
         room: None once the request is written, otherwise what is left of it to await (connecting, or
         the wait for the buffer). Errors of the write raise here, as they would from the await."""

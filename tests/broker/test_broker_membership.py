@@ -35,7 +35,6 @@ async def test_join_notifies_every_connection_including_the_joining_one(broker, 
     assert len(broker.log.of("notify_sent", group="g")) == 2
 
 
-
 async def test_notify_sent_lists_the_members_up_to_a_limit(make_broker, make_peer):
     broker = await make_broker(time_scale=0.01, notify_event_ids_max=2)
     peers = [make_peer(broker.address) for _ in range(3)]
@@ -45,6 +44,7 @@ async def test_notify_sent_lists_the_members_up_to_a_limit(make_broker, make_pee
     events = broker.log.of("notify_sent", group="g")
     assert [e["client_count"] for e in events] == [1, 2, 3]
     assert [e.get("client_ids") for e in events] == [["A"], ["A", "B"], None]  # 3 > 2: the number only
+
 
 async def test_empty_group_is_system_error_and_connection_list(broker, make_peer):
     a = make_peer(broker.address)
@@ -299,7 +299,6 @@ async def test_offsets_commit_query_and_set_zero_rule(broker, make_peer):
     assert resp.code == ResponseCode.INVALID_PARAMETER and "commitOffset" in resp.remark
 
 
-
 async def test_offset_committed_only_when_the_committed_offset_changes(make_broker, make_peer, tmp_path):
     store = str(tmp_path / "store")
     b1 = await make_broker(time_scale=0.01, store_dir=store)
@@ -320,6 +319,7 @@ async def test_offset_committed_only_when_the_committed_offset_changes(make_brok
     assert not b2.log.of("offset_committed")
     await c.ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 7})
     assert [e["offset"] for e in b2.log.of("offset_committed", group="g")] == [7]
+
 
 @pytest.mark.parametrize("rocketmq5", [False, True])
 async def test_broadcasting_groups_get_no_notify_from_a_rocketmq5_broker(make_broker, make_peer, rocketmq5):

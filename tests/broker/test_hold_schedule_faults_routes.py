@@ -31,7 +31,6 @@ def test_hold_woken_by_matching_arrival_on_its_queue_only():
     assert hs.remove_connection(3) == [c] and len(hs) == 0
 
 
-
 def test_a_closed_connection_takes_its_held_pulls_in_the_tables_order():
     hs = PullRequestHoldService()
     q1 = HeldPull("T", 1, 0, [], 1000, conn_id=7)
@@ -46,6 +45,7 @@ def test_a_closed_connection_takes_its_held_pulls_in_the_tables_order():
     assert hs.remove_connection(7) == [q0, q1, again]
     assert hs.remove_connection(7) == [] and hs.remove_connection(99) == []
     assert len(hs) == 1 and hs.remove_connection(8) == [other] and len(hs) == 0
+
 
 def test_an_arrival_also_wakes_pulls_past_their_suspend_time():
     hs = PullRequestHoldService()

@@ -389,7 +389,6 @@ async def test_rebalance_service_wakeups_coalesce() -> None:
         task.cancel()
 
 
-
 async def test_a_notify_that_finds_a_wakeup_pending_is_counted_in_the_next_event() -> None:
     inst = _Round([])
     log = RecordingLog()
@@ -415,6 +414,7 @@ async def test_a_notify_that_finds_a_wakeup_pending_is_counted_in_the_next_event
         assert len(inst.rounds) == 2
     finally:
         task.cancel()
+
 
 async def test_rebalance_service_5x_retries_after_min_interval_when_unbalanced() -> None:
     inst = _Round([False, True], rebalance_retry_when_unbalanced=True, rebalance_wait_interval=100_000)

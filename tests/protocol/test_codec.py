@@ -138,7 +138,6 @@ def test_typed_field_access_names_the_field() -> None:
     assert CommandError(17, "no topic").code == 17
 
 
-
 @pytest.mark.parametrize(
     ("read", "value", "problem"),
     [
@@ -201,6 +200,7 @@ def test_header_fields_read_like_the_field_functions(read, ok, bad, problem) -> 
     assert getattr(RemotingCommand.request(11, {"n": None}), read)("n", None) is None
     with pytest.raises(InvalidParameter, match="n: missing"):
         getattr(RemotingCommand.request(11, {}), read)("n")
+
 
 def test_message_queue_order_str_and_wire() -> None:
     a0 = MessageQueue("T", "broker-a", 0)

@@ -164,34 +164,32 @@ class RemoteBrokerOffsetStore(OffsetStore):
 
     async def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
         send, unused = self.plan_persist_all(mqs)
-        update = self.api.update_consumer_offset_oneway
-        group = self.group
         for mq, off in send:
-            # _send inline: this loop runs for every held queue every 5 s
-            try:
-                pending = update(mq, group, off)
-                if pending is not None:
-                    await pending
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._warn_persist(mq, exc)
+            # every held queue every 5 s: a coroutine only for a send that has to wait
+            if (pending := self._send(mq, off)) is not None:
+                await pending
         for mq in unused:
             self.remove_offset(mq)
 
     async def persist(self, mq: MessageQueue) -> None:
         off = self.offset_table.get(mq)
-        if off is not None:
-            await self._send(mq, off)
+        if off is not None and (pending := self._send(mq, off)) is not None:
+            await pending
 
-    async def _send(self, mq: MessageQueue, off: int) -> None:
+    def _send(self, mq: MessageQueue, off: int) -> Awaitable[None] | None:
+        """Send ``mq``'s offset one-way: None when that is done (a failure logged), otherwise what is left
+        of it to await (its failure logged too)."""
         try:
             pending = self.api.update_consumer_offset_oneway(mq, self.group, off)
-            if pending is not None:
-                await pending
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:
+            self._warn_persist(mq, exc)
+            return None
+        return None if pending is None else self._finish_send(mq, pending)
+
+    async def _finish_send(self, mq: MessageQueue, pending: Awaitable[None]) -> None:
+        try:
+            await pending
+        except Exception as exc:  # CancelledError is not an Exception: it passes
             self._warn_persist(mq, exc)
 
     def _warn_persist(self, mq: MessageQueue, exc: Exception) -> None:

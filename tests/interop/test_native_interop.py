@@ -235,7 +235,16 @@ def test_cpp_client_stops_pulling_a_queue_it_gets_back(lab: Lab):
         20,
         lab,
     )
-    time.sleep(2.0)  # the regained queues had as long; a working client has pulled them by now
+
+    def answers_dropped() -> bool:
+        dropped = {
+            e["queue_id"] for e in lab.events("cpp-1", "pull_answer_ignored") if e["ts_ms"] >= regained_at
+        }
+        return set(given_up) <= dropped
+
+    # what the client does wrong shows first (the answer dropped); under load it can take a while
+    wait_for("cpp-1 to drop the first pull answer of each regained queue", answers_dropped, 20, lab)
+    time.sleep(2.0)  # then as long again: a working client would have pulled the queues by now
     consumed = consumed_positions(lab, group, topic)
     for q in given_up:
         # Answered pulls since the queue came back: the new request's first pull and the long poll the

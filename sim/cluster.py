@@ -237,8 +237,11 @@ class SimCluster:
         seed: int | None = None,
         out: TextIO | None = None,
         progress: bool = True,
+        manifest_extra: dict[str, Any] | None = None,
     ) -> None:
         self.sx = sx
+        # keys a caller adds to manifest.json (a sweep: its point and the varied parameters)
+        self.manifest_extra = dict(manifest_extra or {})
         self.exp = sx.exp
         self.seed = self.exp.seed if seed is None else seed
         self.run_dir = Path(run_dir)
@@ -985,6 +988,7 @@ class SimCluster:
             "errors": self.result.errors,
             "interrupted": False,
             "loop_errors": self.loop.errors[:50],
+            **self.manifest_extra,
         }
         self.log.emit(
             "experiment_finished",

@@ -534,7 +534,9 @@ def run_task(spec: RunSpec, out_dir: str) -> dict[str, Any]:
     hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         sx: SimExperiment = parse(spec.text, source=spec.source, default_name=spec.name)
-        result = SimCluster(sx, run_dir, out=printed, progress=False).run()
+        # rmq-analyze takes a run's parameters from "params" when there is one: the sweep's varied keys
+        extra = {"params": spec.params, "sweep": {"point": spec.point, "rel": spec.rel}}
+        result = SimCluster(sx, run_dir, out=printed, progress=False, manifest_extra=extra).run()
     except Exception:
         (run_dir / SIM_LOG).write_text(printed.getvalue(), encoding="utf-8")
         (run_dir / ERROR).write_text(traceback.format_exc(), encoding="utf-8")
@@ -543,12 +545,6 @@ def run_task(spec: RunSpec, out_dir: str) -> dict[str, Any]:
         gc.collect()
         sys.unraisablehook = hook
     (run_dir / SIM_LOG).write_text(printed.getvalue(), encoding="utf-8")
-    manifest_path = run_dir / "manifest.json"
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    # rmq-analyze takes a run's parameters from "params" when there is one: the sweep's varied keys
-    manifest["params"] = spec.params
-    manifest["sweep"] = {"point": spec.point, "rel": spec.rel}
-    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str), encoding="utf-8")
     sim_cpu, sim_wall = time.process_time() - cpu0, time.monotonic() - wall0
     # The analysis builds a few objects per event, nearly all alive until it ends: the collector's 75 or
     # so passes during it found about 30 objects in all (measured); the next run's start collects them.

@@ -291,7 +291,9 @@ def group_markers(data: PlotData, group: str, summary_group: dict[str, Any] | No
     out = [
         Marker(
             ts,
-            ", ".join(f"{a['action']} {a['target']}" for a in acts),
+            ", ".join(f"{a['action']} {a['target']}" for a in acts)
+            if len(acts) < MANY_ACTIONS
+            else _many_actions([(a["action"], a["target"]) for a in acts]),
             ACTION_COLORS.get(acts[0]["action"], "gray"),
             "nemesis",
         )
@@ -649,13 +651,36 @@ def plot_convergence(entries: list[dict[str, Any]], group: str, clock: RunClock)
     return _png(fig)
 
 
+MANY_ACTIONS = 6  # a change of this many actions or more is told by verb and count, not action by action
+NAMED_TARGETS = 3  # how many of their targets such a summary names
+
+
+def _many_actions(actions: list[tuple[str, str]]) -> str:
+    """'start of 1,000 consumers (consumer-107, consumer-117, consumer-164 and 997 more)': actions of
+    one instant by verb, in the order the verbs first come, each with its count and first targets."""
+    by_verb: dict[str, list[str]] = {}
+    for verb, target in actions:
+        by_verb.setdefault(verb, []).append(target)
+    parts = []
+    for verb, targets in by_verb.items():
+        kind = "consumer" if all(t.startswith("consumer") for t in targets) else "node"
+        named = ", ".join(targets[:NAMED_TARGETS])
+        rest = len(targets) - NAMED_TARGETS
+        which = f"{named} and {rest:,} more" if rest > 0 else named
+        parts.append(f"{verb} of {len(targets):,} {kind}{'s' if len(targets) > 1 else ''} ({which})")
+    return "; ".join(parts)
+
+
 def _short_cause(cause: str) -> str:
-    """'start 127.0.0.1@123#456 on consumer-3' -> 'start consumer-3' (client ids are in summary.json)."""
+    """'start 127.0.0.1@123#456 on consumer-3' -> 'start consumer-3' (client ids are in summary.json);
+    a cause of many actions (a group's start-up) by verb and count."""
     parts = []
     for one in cause.split("; "):
         words = one.split(" ")
         parts.append(f"{words[0]} {words[-1]}" if len(words) == 4 and words[2] == "on" else one)
-    return "; ".join(parts)
+    if len(parts) < MANY_ACTIONS:
+        return "; ".join(parts)
+    return _many_actions([(p.split(" ", 1)[0], p.split(" ", 1)[-1]) for p in parts])
 
 
 # -- text ---------------------------------------------------------------------------------------------
@@ -824,19 +849,20 @@ def answer_for_group(
     dups: list[tuple[Marker | None, int]],
 ) -> list[str]:
     """One sentence per change the chaos runner made to the group: what it cost, in RocketMQ seconds,
-    with the RocketMQ timer that explains it."""
+    with the RocketMQ timer that explains it. Past GROUP_CHANGES_OVER changes, those with the same
+    outcome share one sentence."""
     gap = IDLE_THRESHOLD_RMQ_MS / 1000
     episodes = _episodes(g.get("unavailability") or {}, gap)
     changes = [m for m in markers if m.kind == "nemesis" and not m.text.startswith(("resume", "start"))]
     expiries = [m for m in markers if m.kind == "channel_expired"]
     takeovers = [m for m in markers if m.kind == "lock_taken_over"]
     dup_of = {id(m): n for m, n in dups if m is not None}
-    out = []
+    outcomes: list[tuple[str, float, str]] = []  # (change, t, what followed it)
     for i, m in enumerate(changes):
         at = clock.at_s(m.ts)
         until = clock.at_s(changes[i + 1].ts) if i + 1 < len(changes) else math.inf
         mine = [e for e in episodes if at - 0.5 <= e["from_s"] < until]
-        text = f"{name}: after '{m.text}' at t = {at:z.1f} s"
+        text = ""  # what followed the change; the change itself is named when the sentences are made
         conv = [
             e
             for e in g["convergence"]
@@ -943,7 +969,34 @@ def answer_for_group(
         text += f"; {_plural(total, 'duplicate delivery', 'duplicate deliveries')} followed"
         if n_res and resumes:
             text += f" ({n_res} after '{resumes[0].text}')"
-        out.append(text + ".")
+        outcomes.append((m.text, at, text))
+    if len(outcomes) <= GROUP_CHANGES_OVER:
+        return [f"{name}: after '{what}' at t = {at:z.1f} s{text}." for what, at, text in outcomes]
+    return [f"{name}: {sentence}" for sentence in _grouped(outcomes)]
+
+
+GROUP_CHANGES_OVER = 6  # more changes than this: those with the same outcome share one sentence
+
+
+def _grouped(outcomes: list[tuple[str, float, str]]) -> list[str]:
+    """One sentence per distinct outcome, in the order of its first change: a change whose outcome no
+    other change shares keeps its own sentence; the others are counted and the first few named."""
+    by_outcome: dict[str, list[tuple[str, float]]] = {}
+    for what, at, text in outcomes:
+        by_outcome.setdefault(text, []).append((what, at))
+    out = []
+    for text, changes in by_outcome.items():
+        if len(changes) == 1:
+            what, at = changes[0]
+            out.append(f"after '{what}' at t = {at:z.1f} s{text}.")
+            continue
+        shown = changes if len(changes) <= NAMED_TARGETS + 1 else changes[:NAMED_TARGETS]
+        names = [f"'{what}' at t = {at:z.1f} s" for what, at in shown]
+        rest = changes[len(shown) :]
+        if rest:
+            names.append(f"{len(rest)} more up to t = {rest[-1][1]:z.1f} s")
+        named = ", ".join(names[:-1]) + " and " + names[-1]
+        out.append(f"after each of {len(changes)} changes ({named}){text}.")
     return out
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import base64
 import html
 import io
+import itertools
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +66,12 @@ RATE_TEXT = (
     "sent. A consumer that stops at a kill or pause drops to zero; the others speed up to drain "
     "the backlog once they take over its queues."
 )
+MANY_NODES = 20  # past the palette's 20 colours, the rates of a group's nodes are drawn summed
+RATES_TEXT = (
+    "Messages the group's {nodes} consumer nodes finished per wall second, all together (a line each "
+    "would be {nodes} lines); the grey line is what the producers sent. A dip below it is a backlog "
+    "growing, a rise above it the backlog being drained."
+)
 
 DUPLICATES_TEXT = (
     "Deliveries of a message after its first one, by when they happened: after a kill the new "
@@ -96,6 +104,12 @@ class PlotData:
     sends: list[dict[str, Any]] = field(default_factory=list)  # group bucket n
     orderly: set[str] = field(default_factory=set)  # groups with ORDERLY consumption
     clock: RunClock | None = None  # the run's t = 0 and time scale (summary.json's run fields)
+    intervals_cut_at: int | None = None  # start of the first interval left out (past MAX_INTERVALS)
+
+
+# Ownership intervals collected per run: a 1,000-consumer group on 4,000 queues churned every 30 s for
+# ten minutes has about 43,000; past the cap the health map shows the rest as not collected.
+MAX_INTERVALS = 200_000
 
 
 def pick_bucket_ms(duration_ms: int, target: int = 150) -> int:
@@ -107,7 +121,9 @@ def pick_bucket_ms(duration_ms: int, target: int = 150) -> int:
     return 60_000 * math.ceil(raw / 60_000)
 
 
-def collect_plot_data(analysis: Any, max_intervals: int = 20_000, clock: RunClock | None = None) -> PlotData:
+def collect_plot_data(
+    analysis: Any, max_intervals: int = MAX_INTERVALS, clock: RunClock | None = None
+) -> PlotData:
     """What the plots of a single run need: the control plane's intervals and nemeses, and three small
     aggregates of the message lines (collected in one Spark job)."""
     start = analysis.stats.start_ms or 0
@@ -118,7 +134,7 @@ def collect_plot_data(analysis: Any, max_intervals: int = 20_000, clock: RunCloc
 
 
 def plot_data_by_run(
-    analysis: Any, spans: dict[str, tuple[int, int]], max_intervals: int = 20_000
+    analysis: Any, spans: dict[str, tuple[int, int]], max_intervals: int = MAX_INTERVALS
 ) -> dict[str, PlotData]:
     """The plot data of every run of `analysis` by run prefix ("" for a single run, whose names carry
     no prefix), given each run's (start, end); buckets are chosen per run."""
@@ -153,6 +169,8 @@ def plot_data_by_run(
                     "end": iv.end,
                 }
             )
+        elif data.intervals_cut_at is None:
+            data.intervals_cut_at = iv.start
     for ts, action, target in sorted(m.nemeses, key=lambda n: n[0]):
         prefix, name = split(target)
         if len(out[prefix].nemeses) < 2000:
@@ -291,7 +309,9 @@ def group_markers(data: PlotData, group: str, summary_group: dict[str, Any] | No
     out = [
         Marker(
             ts,
-            ", ".join(f"{a['action']} {a['target']}" for a in acts),
+            ", ".join(f"{a['action']} {a['target']}" for a in acts)
+            if len(acts) < MANY_ACTIONS
+            else _many_actions([(a["action"], a["target"]) for a in acts]),
             ACTION_COLORS.get(acts[0]["action"], "gray"),
             "nemesis",
         )
@@ -440,16 +460,195 @@ def _queue_sort_key(q: tuple[str, str]) -> tuple[Any, ...]:
     return (q[0], broker, int(qid) if qid.isdigit() else qid)
 
 
+# Past this many queues the ownership chart is a health map: at 0.3 inch a row, 64 rows already make a
+# picture of about 2,000 px, two screens, and a group that large has more consumers than a palette has
+# colours that can be told apart.
+MANY_QUEUES = 64
+MAP_ROWS = 128  # rows of cells at most: about 4 px each at the map's height
+MAP_COLUMNS = 150  # columns of cells (time buckets): about 5 px each
+MAP_H = 5.2  # inches
+# A cell's states from least to most severe (key, legend text, colour): a cell shows the most severe
+# state any of its queues was in at any moment of its time. Messages waiting (unavailable) is the harm
+# itself, so it ranks above the ownership states that lead to it.
+MAP_STATES: list[tuple[str, str, str]] = [
+    ("unassigned", "before the group's first assignment", "#ffffff"),
+    ("not_collected", "not collected (too many ownership intervals)", "#d9d9d9"),
+    ("one_owner", "one owner", "#c7e9c0"),
+    ("overlap", "two or more owners (overlap)", "#6baed6"),
+    ("paused", "owned only by paused consumers", "#c5b0d5"),
+    ("orphan", "no owner (orphan)", "#fdae6b"),
+    *((f"unavailable_{c}", f"unavailable: {CAUSE_TEXT[c].split(' (')[0]}", CAUSE_COLORS[c]) for c in CAUSES),
+]
+RANK = {key: i for i, (key, _, _) in enumerate(MAP_STATES)}
+
+MAP_TEXT = (
+    "The group has {queues} queues, too many for a row each. Each row of cells is {per} in the order "
+    "topic, broker, queue id; each column is {col} of RocketMQ time. A cell has the colour of the worst "
+    "state any of its queues was in at any moment of that time, worst first: messages waited and nobody "
+    "consumed them (by cause), no owner, owned only by paused consumers, two or more owners, one owner. "
+    "Numbered markers above the map are the chaos runner's actions (dashed) and the broker's channel "
+    "expiries and lock take-overs (dotted); small ticks are the broker's NOTIFY sends."
+)
+
+
+@dataclass
+class HealthMap:
+    """The cells of a many-queue group's health map: `cells[row][column]` is an index in MAP_STATES."""
+
+    cells: Any  # numpy array, rows x columns
+    queues: list[tuple[str, str]]  # in row order, `per_row` to a row
+    per_row: int
+    x0: float  # RocketMQ seconds at the left edge
+    x1: float
+    column_s: float
+
+
+def _map_shape(queues: int) -> tuple[int, int]:
+    """(queues per row, rows) of a health map."""
+    per = max(1, math.ceil(queues / MAP_ROWS))
+    return per, math.ceil(queues / per)
+
+
+def health_map(data: PlotData, group: str, summary_group: dict[str, Any] | None = None) -> HealthMap | None:
+    """The group's queues (binned) against time buckets, each cell at its worst state, from the ownership
+    intervals, the pauses and the summary's unavailable spans."""
+    import numpy as np
+
+    rows = [r for r in data.intervals if r["group"] == group]
+    if not rows:
+        return None
+    clock = _clock(data)
+    x = clock.at_s
+    queues = sorted({(r["topic"], r["queue"]) for r in rows}, key=_queue_sort_key)
+    index = {q: i for i, q in enumerate(queues)}
+    x0, x1 = min(0.0, x(data.run_start)), max(x(data.run_end), 0.001)
+    width = (x1 - x0) / MAP_COLUMNS
+    cells = np.zeros((len(queues), MAP_COLUMNS), dtype=np.int8)
+
+    def mark(row: int, start_s: float, end_s: float, state: str) -> None:
+        c0 = min(max(int((start_s - x0) // width), 0), MAP_COLUMNS - 1)
+        c1 = min(max(math.ceil((end_s - x0) / width), c0 + 1), MAP_COLUMNS)
+        np.maximum(cells[row, c0:c1], RANK[state], out=cells[row, c0:c1])
+
+    paused: dict[str, list[tuple[int, int]]] = {}
+    for node, ps, pe in pause_spans(data):
+        paused.setdefault(node, []).append((ps, pe))
+    by_queue: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        by_queue.setdefault((r["topic"], r["queue"]), []).append(r)
+    first = min(r["start"] for r in rows)
+    end = data.run_end if data.intervals_cut_at is None else min(data.run_end, data.intervals_cut_at)
+    for queue, ivs in by_queue.items():
+        # the queue's time cut where its owners or their pauses change; each piece has one state
+        cuts = {first, end}
+        for r in ivs:
+            cuts.update((r["start"], r["end"]))
+            for ps, pe in paused.get(r["node"], ()):
+                cuts.update((max(ps, r["start"]), min(pe, r["end"])))
+        edges = sorted(t for t in cuts if first <= t <= end)
+        for a, b in itertools.pairwise(edges):
+            owners = [r for r in ivs if r["start"] <= a < r["end"]]
+            if not owners:
+                state = "orphan"
+            elif all(any(ps <= a < pe for ps, pe in paused.get(r["node"], ())) for r in owners):
+                state = "paused"
+            else:
+                state = "overlap" if len({r["client_id"] for r in owners}) > 1 else "one_owner"
+            mark(index[queue], x(a), x(b), state)
+    if data.intervals_cut_at is not None:
+        c0 = max(int((x(data.intervals_cut_at) - x0) // width), 0)
+        cells[:, c0:] = RANK["not_collected"]
+    for q in (summary_group or {}).get("unavailability", {}).get("queues", []):
+        row = index.get((q["topic"], q["queue"]))
+        if row is not None:
+            for sp in q["spans"]:
+                mark(row, sp["from_s"], sp["to_s"], f"unavailable_{sp['cause']}")
+    per, n_rows = _map_shape(len(queues))
+    padded = np.zeros((n_rows * per, MAP_COLUMNS), dtype=np.int8)
+    padded[: len(queues)] = cells
+    return HealthMap(padded.reshape(n_rows, per, MAP_COLUMNS).max(axis=1), queues, per, x0, x1, width)
+
+
+def plot_health_map(
+    data: PlotData, group: str, markers: list[Marker], summary_group: dict[str, Any] | None = None
+) -> str | None:
+    """The ownership chart of a group of many queues: its health map, with the other charts' marker
+    lane and time axis, and a legend of the states in it."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+
+    hm = health_map(data, group, summary_group)
+    if hm is None:
+        return None
+    clock = _clock(data)
+    n_rows = hm.cells.shape[0]
+    fig, lane, ax = _figure(MAP_H, markers)
+    ax.imshow(
+        hm.cells,
+        cmap=ListedColormap([c for _, _, c in MAP_STATES]),
+        vmin=-0.5,
+        vmax=len(MAP_STATES) - 0.5,
+        interpolation="nearest",
+        aspect="auto",
+        extent=(hm.x0, hm.x1, n_rows, 0),
+    )
+    many_topics = len(_real_topics(sorted({q[0] for q in hm.queues}))) > 1
+    ticks = list(range(0, n_rows, max(1, math.ceil(n_rows / 8))))
+    ax.set_yticks([t + 0.5 for t in ticks])
+    ax.set_yticklabels(
+        [_queue_label(*hm.queues[t * hm.per_row], many_topics) for t in ticks], fontsize=FONT - 2
+    )
+    ax.set_ylabel(f"queues ({hm.per_row} a row)" if hm.per_row > 1 else "queues", fontsize=FONT)
+    ax.tick_params(axis="x", labelsize=FONT - 1)
+    ax.set_xlim(hm.x0, hm.x1)
+    _x_label(ax, clock)
+    (lane or ax).set_title(f"{group}: health of its {len(hm.queues):,} queues over time", fontsize=FONT + 1)
+    _draw_markers(lane, ax, markers, clock, hm.x1, _notifies(summary_group))
+    for line in ax.lines:  # the marker lines, thin and faint so the cells at a change stay visible
+        line.set_linewidth(0.7)
+        line.set_alpha(0.5)
+    seen = {int(v) for v in set(hm.cells.flat)} | {RANK["one_owner"]}
+    shown = [(text, color) for i, (_, text, color) in enumerate(MAP_STATES) if i in seen]
+    ax.legend(
+        [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="#888", linewidth=0.5) for _, c in shown],
+        [text for text, _ in shown],
+        fontsize=FONT - 1,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.7 / (0.85 * MAP_H)),
+        ncol=2,
+        frameon=False,
+    )
+    return _png(fig)
+
+
+def ownership_text(data: PlotData, group: str) -> str:
+    """The caption of the group's ownership chart: what a bar is, or for a health map what a cell is."""
+    queues = {(r["topic"], r["queue"]) for r in data.intervals if r["group"] == group}
+    if len(queues) <= MANY_QUEUES:
+        return OWNERSHIP_TEXT
+    clock = _clock(data)
+    span = max(clock.at_s(data.run_end), 0.001) - min(0.0, clock.at_s(data.run_start))
+    per, _ = _map_shape(len(queues))
+    return MAP_TEXT.format(
+        queues=f"{len(queues):,}",
+        per="one queue" if per == 1 else f"{per} queues",
+        col=f"{span / MAP_COLUMNS:.2g} s",
+    )
+
+
 def plot_ownership(
     data: PlotData, group: str, markers: list[Marker], summary_group: dict[str, Any] | None = None
 ) -> str | None:
     """Gantt chart: one row per queue, one bar per ownership interval, coloured by consumer; paused
-    stretches hatched; unavailable stretches as a strip under the bars, coloured by cause."""
+    stretches hatched; unavailable stretches as a strip under the bars, coloured by cause. A group of
+    more than MANY_QUEUES queues gets its health map instead."""
     import matplotlib.pyplot as plt
 
     rows = [r for r in data.intervals if r["group"] == group]
     if not rows:
         return None
+    if len({(r["topic"], r["queue"]) for r in rows}) > MANY_QUEUES:
+        return plot_health_map(data, group, markers, summary_group)
     clock = _clock(data)
     queues = sorted({(r["topic"], r["queue"]) for r in rows}, key=_queue_sort_key)
     label = client_labels(rows)
@@ -578,13 +777,27 @@ def plot_rates(data: PlotData, group: str, markers: list[Marker]) -> str | None:
             linewidth=2.5,
             label="sent (all producers)",
         )
-    for node in sorted({r["node"] for r in rows}):
+    nodes = sorted({r["node"] for r in rows})
+    if len(nodes) > MANY_NODES:  # one line each would be a tangle with a legend taller than a screen
+        total: dict[int, int] = {}
+        for r in rows:
+            total[r["bucket"]] = total.get(r["bucket"], 0) + r["n"]
+        label = f"all {len(nodes):,} consumers together"
+        ax.plot(at, [_per_second(total.get(b, 0), data.bucket_ms) for b in xs], linewidth=1.2, label=label)
+        nodes = []
+    for node in nodes:
         counts = {r["bucket"]: r["n"] for r in rows if r["node"] == node}
         # Buckets without a line are zeros (a paused or dead consumer), not gaps to draw across.
         ax.plot(at, [_per_second(counts.get(b, 0), data.bucket_ms) for b in xs], linewidth=1.2, label=node)
     _time_axes(data, lane, ax, markers, "messages / wall s", f"{group}: consumption rate per consumer")
     ax.legend(fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, frameon=False)
     return _png(fig)
+
+
+def rate_text(data: PlotData, group: str) -> str:
+    """The caption of the group's rate chart, which sums the nodes of a large group."""
+    nodes = {r["node"] for r in data.rates if r["group"] == group}
+    return RATE_TEXT if len(nodes) <= MANY_NODES else RATES_TEXT.format(nodes=f"{len(nodes):,}")
 
 
 def _time_axes(data: PlotData, lane: Any, ax: Any, markers: list[Marker], ylabel: str, title: str) -> None:
@@ -623,7 +836,9 @@ def plot_convergence(entries: list[dict[str, Any]], group: str, clock: RunClock)
     if not entries:
         return None
     fig, ax = plt.subplots(figsize=(FIG_W, max(2.0, 0.34 * len(entries) + 1.0)))
-    labels = [f"t = {clock.at_s(e['change_ms']):z.1f} s  {_short_cause(e['cause'])}"[:48] for e in entries]
+    labels = [f"t = {clock.at_s(e['change_ms']):z.1f} s  {_short_cause(e['cause'])}" for e in entries]
+    # a label too long for the margin loses the named targets of a many-action change first
+    labels = [(re.sub(r" \([^)]*\)", "", t) if len(t) > 48 else t)[:48] for t in labels]
     values = [clock.rmq_ms(e["convergence_ms"]) / 1000 if e["converged"] else 0 for e in entries]
     top = max([*values, 0.001])
     colors = ["steelblue" if e["converged"] else "crimson" for e in entries]
@@ -649,13 +864,36 @@ def plot_convergence(entries: list[dict[str, Any]], group: str, clock: RunClock)
     return _png(fig)
 
 
+MANY_ACTIONS = 6  # a change of this many actions or more is told by verb and count, not action by action
+NAMED_TARGETS = 3  # how many of their targets such a summary names
+
+
+def _many_actions(actions: list[tuple[str, str]]) -> str:
+    """'start of 1,000 consumers (consumer-107, consumer-117, consumer-164 and 997 more)': actions of
+    one instant by verb, in the order the verbs first come, each with its count and first targets."""
+    by_verb: dict[str, list[str]] = {}
+    for verb, target in actions:
+        by_verb.setdefault(verb, []).append(target)
+    parts = []
+    for verb, targets in by_verb.items():
+        kind = "consumer" if all(t.startswith("consumer") for t in targets) else "node"
+        named = ", ".join(targets[:NAMED_TARGETS])
+        rest = len(targets) - NAMED_TARGETS
+        which = f"{named} and {rest:,} more" if rest > 0 else named
+        parts.append(f"{verb} of {len(targets):,} {kind}{'s' if len(targets) > 1 else ''} ({which})")
+    return "; ".join(parts)
+
+
 def _short_cause(cause: str) -> str:
-    """'start 127.0.0.1@123#456 on consumer-3' -> 'start consumer-3' (client ids are in summary.json)."""
+    """'start 127.0.0.1@123#456 on consumer-3' -> 'start consumer-3' (client ids are in summary.json);
+    a cause of many actions (a group's start-up) by verb and count."""
     parts = []
     for one in cause.split("; "):
         words = one.split(" ")
         parts.append(f"{words[0]} {words[-1]}" if len(words) == 4 and words[2] == "on" else one)
-    return "; ".join(parts)
+    if len(parts) < MANY_ACTIONS:
+        return "; ".join(parts)
+    return _many_actions([(p.split(" ", 1)[0], p.split(" ", 1)[-1]) for p in parts])
 
 
 # -- text ---------------------------------------------------------------------------------------------
@@ -824,19 +1062,20 @@ def answer_for_group(
     dups: list[tuple[Marker | None, int]],
 ) -> list[str]:
     """One sentence per change the chaos runner made to the group: what it cost, in RocketMQ seconds,
-    with the RocketMQ timer that explains it."""
+    with the RocketMQ timer that explains it. Past GROUP_CHANGES_OVER changes, those with the same
+    outcome share one sentence."""
     gap = IDLE_THRESHOLD_RMQ_MS / 1000
     episodes = _episodes(g.get("unavailability") or {}, gap)
     changes = [m for m in markers if m.kind == "nemesis" and not m.text.startswith(("resume", "start"))]
     expiries = [m for m in markers if m.kind == "channel_expired"]
     takeovers = [m for m in markers if m.kind == "lock_taken_over"]
     dup_of = {id(m): n for m, n in dups if m is not None}
-    out = []
+    outcomes: list[tuple[str, float, str]] = []  # (change, t, what followed it)
     for i, m in enumerate(changes):
         at = clock.at_s(m.ts)
         until = clock.at_s(changes[i + 1].ts) if i + 1 < len(changes) else math.inf
         mine = [e for e in episodes if at - 0.5 <= e["from_s"] < until]
-        text = f"{name}: after '{m.text}' at t = {at:z.1f} s"
+        text = ""  # what followed the change; the change itself is named when the sentences are made
         conv = [
             e
             for e in g["convergence"]
@@ -943,7 +1182,34 @@ def answer_for_group(
         text += f"; {_plural(total, 'duplicate delivery', 'duplicate deliveries')} followed"
         if n_res and resumes:
             text += f" ({n_res} after '{resumes[0].text}')"
-        out.append(text + ".")
+        outcomes.append((m.text, at, text))
+    if len(outcomes) <= GROUP_CHANGES_OVER:
+        return [f"{name}: after '{what}' at t = {at:z.1f} s{text}." for what, at, text in outcomes]
+    return [f"{name}: {sentence}" for sentence in _grouped(outcomes)]
+
+
+GROUP_CHANGES_OVER = 6  # more changes than this: those with the same outcome share one sentence
+
+
+def _grouped(outcomes: list[tuple[str, float, str]]) -> list[str]:
+    """One sentence per distinct outcome, in the order of its first change: a change whose outcome no
+    other change shares keeps its own sentence; the others are counted and the first few named."""
+    by_outcome: dict[str, list[tuple[str, float]]] = {}
+    for what, at, text in outcomes:
+        by_outcome.setdefault(text, []).append((what, at))
+    out = []
+    for text, changes in by_outcome.items():
+        if len(changes) == 1:
+            what, at = changes[0]
+            out.append(f"after '{what}' at t = {at:z.1f} s{text}.")
+            continue
+        shown = changes if len(changes) <= NAMED_TARGETS + 1 else changes[:NAMED_TARGETS]
+        names = [f"'{what}' at t = {at:z.1f} s" for what, at in shown]
+        rest = changes[len(shown) :]
+        if rest:
+            names.append(f"{len(rest)} more up to t = {rest[-1][1]:z.1f} s")
+        named = ", ".join(names[:-1]) + " and " + names[-1]
+        out.append(f"after each of {len(changes)} changes ({named}){text}.")
     return out
 
 
@@ -1102,12 +1368,12 @@ def render_html(
                 (
                     "Queue ownership",
                     plot_ownership(data, name, markers, g),
-                    OWNERSHIP_TEXT,
+                    ownership_text(data, name),
                 ),
                 (
                     "Consumption rate",
                     plot_rates(data, name, markers),
-                    RATE_TEXT,
+                    rate_text(data, name),
                 ),
                 (
                     "Duplicates",

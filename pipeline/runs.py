@@ -21,7 +21,7 @@ from pipeline.discover import BadRun, RunDir
 from pipeline.ingest import RUN_SEP, load_json_runs, run_prefix
 from pipeline.metrics import Analysis
 from pipeline.pop_spark import add_pop_metrics_of_runs
-from pipeline.report import PlotData, answers, plot_data_by_run
+from pipeline.report import MAX_INTERVALS, PlotData, answers, plot_data_by_run
 from pipeline.unavailability import CAUSES
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ def split_qualified(name: str) -> tuple[str, str]:
 
 
 def collect_plot_data_of_runs(
-    analysis: Analysis, stats: dict[str, Any], max_intervals: int = 20_000
+    analysis: Analysis, stats: dict[str, Any], max_intervals: int = MAX_INTERVALS
 ) -> dict[str, PlotData]:
     """The report's plot data of every run by run prefix (the single-run report's implementation, with
     buckets per run)."""

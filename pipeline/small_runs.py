@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.discover import BadRun, RunDir
-from pipeline.report import PlotData, answers, pick_bucket_ms
+from pipeline.report import MAX_INTERVALS, PlotData, answers, pick_bucket_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -87,7 +87,7 @@ def deal(sized: list[tuple[RunDir, int]], tasks: int) -> list[list[RunDir]]:
     return [sorted(members, key=lambda r: r.rel) for _load, _i, members in bins if members]
 
 
-def plot_data(model: RunModel, clock: RunClock, max_intervals: int = 20_000) -> PlotData:
+def plot_data(model: RunModel, clock: RunClock, max_intervals: int = MAX_INTERVALS) -> PlotData:
     """The report's plot data of one run from its reference model: what `pipeline.report`'s Spark
     collection gathers (intervals that last, nemeses, consumption and send rates, duplicates per bucket,
     orderly groups), in the same order."""
@@ -102,6 +102,8 @@ def plot_data(model: RunModel, clock: RunClock, max_intervals: int = 20_000) -> 
         (iv for iv in model.intervals if iv.end > iv.start),
         key=lambda iv: (iv.start, iv.group, iv.client, iv.topic, iv.queue),
     )
+    if len(lasting) > max_intervals:
+        data.intervals_cut_at = lasting[max_intervals].start
     for iv in lasting[:max_intervals]:
         data.intervals.append(
             {

@@ -1,0 +1,196 @@
+"""report.html of a large group (many consumers, many queues, many changes), built synthetically: the
+ownership chart becomes a health map of bounded size, a many-action change is told in short, and the
+answer gives equal outcomes one sentence."""
+
+from __future__ import annotations
+
+import base64
+import re
+import struct
+from typing import Any
+
+import pytest
+
+from pipeline import report
+from pipeline.report import (
+    MAP_STATES,
+    OWNERSHIP_TEXT,
+    Marker,
+    PlotData,
+    _short_cause,
+    answer_for_group,
+    group_markers,
+    group_story,
+    health_map,
+    ownership_text,
+    plot_ownership,
+    render_html,
+)
+from pipeline.unavailability import RunClock
+
+END = 600_000  # a ten-minute run, t = 0 at 0 ms, time scale 1
+CLOCK = RunClock(0, 1.0)
+STATE = {key: i for i, (key, _, _) in enumerate(MAP_STATES)}
+
+
+def png_size(b64: str) -> tuple[int, int]:
+    """(width, height) from the PNG's IHDR chunk."""
+    raw = base64.b64decode(b64[:64])
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", raw[16:24])
+
+
+def large_group(queues: int, consumers: int, kills: int = 0) -> PlotData:
+    """`queues` queues of topic T on two brokers dealt round to `consumers` consumers from t = 0; every
+    30 s from t = 30 s one consumer is killed and its queues go to the next one 5 ms later."""
+    names = [f"consumer-{i}" for i in range(1, consumers + 1)]
+    data = PlotData(0, END, 4000, clock=CLOCK)
+    owner = {q: names[q % consumers] for q in range(queues)}
+    since = dict.fromkeys(range(queues), 0)
+
+    def interval(q: int, client: str, start: int, end: int) -> None:
+        broker = "broker-a" if q < queues // 2 else "broker-b"
+        data.intervals.append(
+            {"group": "G", "client_id": client, "node": client, "topic": "T",
+             "queue": f"{broker}:{q % (queues // 2)}", "start": start, "end": end}
+        )  # fmt: skip
+
+    for k in range(kills):
+        ts, dead = 30_000 * (k + 1), names[k]
+        data.nemeses.append({"ts_ms": ts, "action": "kill", "target": dead})
+        heir = names[k + 1]
+        for q in range(queues):
+            if owner[q] == dead:
+                interval(q, dead, since[q], ts)
+                owner[q], since[q] = heir, ts + 5
+    for q in range(queues):
+        interval(q, owner[q], since[q], END)
+    data.intervals.sort(key=lambda r: r["start"])
+    return data
+
+
+def test_a_many_queue_group_gets_a_health_map_of_bounded_size_without_a_legend_of_consumers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = large_group(queues=400, consumers=100, kills=3)
+    legends: list[list[str]] = []
+    png = report._png
+
+    def keep_legend(fig: Any) -> str:
+        legends.extend(
+            [t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes if ax.get_legend()
+        )
+        return png(fig)
+
+    monkeypatch.setattr(report, "_png", keep_legend)
+    out = plot_ownership(data, "G", group_markers(data, "G", None), None)
+    assert out is not None
+    width, height = png_size(out)
+    assert width <= 1000 and height <= 900  # one screen; the Gantt of 400 queues was 12,000 px tall
+    (legend,) = legends
+    assert not any(text.startswith("consumer-") for text in legend)
+    assert "one owner" in legend and "no owner (orphan)" in legend  # each kill leaves its queues 5 ms
+    assert ownership_text(data, "G").startswith("The group has 400 queues")
+
+
+def test_the_map_keeps_the_worst_state_of_each_cell() -> None:
+    """100 queues (a row each), 150 columns of 4 s: an overlap, a paused owner, an unavailable span,
+    and intervals left uncollected each show where they happened."""
+    data = large_group(queues=100, consumers=10)
+    data.intervals.append(  # consumer-2 owns b:0 too from t = 100 s to 110 s
+        {"group": "G", "client_id": "consumer-2", "node": "consumer-2", "topic": "T", "queue": "broker-b:0",
+         "start": 100_000, "end": 110_000}
+    )  # fmt: skip
+    data.nemeses += [  # consumer-4 paused from t = 200 s to 240 s
+        {"ts_ms": 200_000, "action": "pause", "target": "consumer-4"},
+        {"ts_ms": 240_000, "action": "resume", "target": "consumer-4"},
+    ]
+    spans = [{"from_s": 300.0, "to_s": 320.0, "cause": "owner_idle"}]
+    summary_group = {"unavailability": {"queues": [{"topic": "T", "queue": "broker-a:7", "spans": spans}]}}
+    hm = health_map(data, "G", summary_group)
+    assert hm is not None and hm.per_row == 1 and hm.cells.shape == (100, 150)
+    row = {f"{t} {q}": i for i, (t, q) in enumerate(hm.queues)}
+    assert hm.cells[row["T broker-b:0"], 26] == STATE["overlap"]  # t = 104-108 s
+    assert hm.cells[row["T broker-b:0"], 24] == STATE["one_owner"]
+    assert hm.cells[row["T broker-a:3"], 55] == STATE["paused"]  # queue 3 is consumer-4's
+    assert hm.cells[row["T broker-a:4"], 55] == STATE["one_owner"]
+    assert hm.cells[row["T broker-a:7"], 77] == STATE["unavailable_owner_idle"]
+    assert hm.cells[row["T broker-a:7"], 81] == STATE["one_owner"]
+    data.intervals_cut_at = 400_000  # what started from t = 400 s on was not collected
+    hm = health_map(data, "G", summary_group)
+    assert hm is not None and set(hm.cells[:, 100:].flat) == {STATE["not_collected"]}
+
+
+def test_up_to_64_queues_keep_the_gantt_chart() -> None:
+    assert ownership_text(large_group(queues=64, consumers=4), "G") == OWNERSHIP_TEXT
+    assert ownership_text(large_group(queues=66, consumers=4), "G") != OWNERSHIP_TEXT
+
+
+def test_a_cause_of_many_actions_is_told_in_short_and_a_short_one_as_it_is() -> None:
+    start_up = "; ".join(f"start 10.0.0.{i % 250}@{i}#1 on consumer-{i}" for i in range(1, 1001))
+    short = "start of 1,000 consumers (consumer-1, consumer-2, consumer-3 and 997 more)"
+    assert _short_cause(start_up) == short
+    assert _short_cause("stop 1.2.3.4@1#1 on consumer-1; start 1.2.3.4@2#1 on consumer-1") == (
+        "stop consumer-1; start consumer-1"
+    )
+    g = {
+        "consumed_unique": 10, "sent": 10, "topics": ["T"], "lost": 0, "duplicates": 0,
+        "duplicated_messages": 0, "orphan_ms": 0, "overlap_ms": 0, "stalled_ms": 0, "verdict": "ok",
+        "concurrent_consume_ms": 0, "order_violations": 0,
+        "convergence": [{"change_ms": 0, "cause": start_up, "converged": True, "convergence_ms": 4004}],
+    }  # fmt: skip
+    (story,) = [s for s in group_story("G", g, CLOCK, False) if s.startswith("After")]
+    assert story == f"After '{short}' at t = 0.0 s the group was whole again 4.0 s later (4004 ms wall)."
+    data = PlotData(0, END, 4000, clock=CLOCK)  # the chaos runner starting them all at one instant
+    data.nemeses = [{"ts_ms": 0, "action": "start", "target": f"consumer-{i}"} for i in range(1, 1001)]
+    (marker,) = group_markers(data, "G", None)
+    assert marker.text == short
+
+
+def test_many_changes_with_the_same_outcome_share_a_sentence_and_a_differing_one_keeps_its_own() -> None:
+    kills = [Marker(30_000 * k, f"kill consumer-{k}", "k", "nemesis") for k in range(1, 11)]
+    entries = [
+        {"change_ms": m.ts, "cause": f"kill 1.2.3.4@{k}#1 on consumer-{k}", "converged": k != 9,
+         "convergence_ms": 3}
+        for k, m in enumerate(kills, start=1)
+    ]  # fmt: skip
+    g = {"convergence": entries, "mode": "client", "unavailability": {"queues": []}}
+    said = answer_for_group("G", g, CLOCK, kills, [(kills[4], 2)])  # 2 duplicates after the 5th
+    assert said == [
+        "G: after each of 8 changes ('kill consumer-1' at t = 30.0 s, 'kill consumer-2' at t = 60.0 s, "
+        "'kill consumer-3' at t = 90.0 s and 5 more up to t = 300.0 s), the group was whole again within "
+        "0.0 s of RocketMQ time (the broker notified the group at once) and no queue's messages waited "
+        "longer than 3 s; no duplicate deliveries followed.",
+        "G: after 'kill consumer-5' at t = 150.0 s, the group was whole again within 0.0 s of RocketMQ time "
+        "(the broker notified the group at once) and no queue's messages waited longer than 3 s; 2 "
+        "duplicate deliveries followed.",
+        "G: after 'kill consumer-9' at t = 270.0 s, no queue's messages waited longer than 3 s of RocketMQ "
+        "time; no duplicate deliveries followed.",
+    ]
+    # six changes or fewer: one sentence each, as before
+    assert len(answer_for_group("G", g, CLOCK, kills[:6], [])) == 6
+
+
+def test_the_report_of_a_large_group_stays_small() -> None:
+    data = large_group(queues=800, consumers=200, kills=10)
+    summary = {
+        "run": {"events": 1, "malformed_lines": 0, "start_ms": 0, "end_ms": END, "t0_ms": 0,
+                "time_scale": 1.0},
+        "groups": {
+            "G": {
+                "topics": ["T"], "sent": 1, "consumed_unique": 1, "lost": 0, "duplicates": 0,
+                "duplicated_messages": 0, "overlap_ms": 0, "orphan_ms": 50, "stalled_ms": 0,
+                "concurrent_consume_ms": 0, "order_violations": 0, "verdict": "ok", "mode": "client",
+                "convergence": [
+                    {"change_ms": n["ts_ms"], "cause": f"{n['action']} 1.2.3.4@1#1 on {n['target']}",
+                     "converged": True, "convergence_ms": 3}
+                    for n in data.nemeses
+                ],
+            }
+        },
+    }  # fmt: skip
+    page = render_html(summary, data, "Run x")
+    images = re.findall(r"base64,([^']+)'", page)
+    assert images and all(png_size(b)[1] <= 1200 for b in images)
+    assert len(page) < 1_000_000
+    assert page.count("After each of 10 changes") == 1

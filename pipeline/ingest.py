@@ -480,14 +480,15 @@ class LoadedRun:
 
 def free(*frames: DataFrame) -> None:
     """Free cached or locally checkpointed DataFrames (best effort: Spark frees them anyway once
-    they are no longer referenced)."""
+    they are no longer referenced). Blocking: a removal still under way when the session stops right
+    after (rmq-analyze's last step) has its futures rejected, and Spark prints their stack traces."""
     for df in frames:
         try:
             plan = df._jdf.queryExecution().analyzed()
             if plan.getClass().getSimpleName() == "LogicalRDD":
-                plan.rdd().unpersist(False)
+                plan.rdd().unpersist(True)
             else:
-                df.unpersist()
+                df.unpersist(blocking=True)
         except Exception:  # nothing to free is not an error
             pass
 

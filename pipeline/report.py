@@ -107,6 +107,12 @@ class PlotData:
     intervals_cut_at: int | None = None  # start of the first interval left out (past MAX_INTERVALS)
 
 
+# Nemesis actions kept per run for the markers: sim-scale.toml's hour has 2,179 (GC pauses included).
+MAX_NEMESES = 20_000
+# Past this many markers a chart's lane draws ticks instead of numbered circles (which would pile up),
+# and the list of them under the ownership chart is folded.
+MANY_MARKERS = 40
+
 # Ownership intervals collected per run: a 1,000-consumer group on 4,000 queues churned every 30 s for
 # ten minutes has about 43,000; past the cap the health map shows the rest as not collected.
 MAX_INTERVALS = 200_000
@@ -173,7 +179,7 @@ def plot_data_by_run(
             data.intervals_cut_at = iv.start
     for ts, action, target in sorted(m.nemeses, key=lambda n: n[0]):
         prefix, name = split(target)
-        if len(out[prefix].nemeses) < 2000:
+        if len(out[prefix].nemeses) < MAX_NEMESES:
             out[prefix].nemeses.append({"ts_ms": ts, "action": action, "target": name})
 
     # Each line's bucket, from its run's start and bucket width.
@@ -382,8 +388,15 @@ def _draw_markers(
     if lane is None:
         return
     xs = [clock.at_s(m.ts) for m in markers]
+    if len(markers) > MANY_MARKERS:
+        # a tick per marker in the lane, the chaos runner's above the broker's, and no line through
+        # the data: hundreds of them would hide it
+        for m, x in zip(markers, xs, strict=True):
+            low, high = (1.6, 3.6) if m.kind == "nemesis" else (0.3, 1.4)
+            lane.plot([x, x], [low, high], color=m.color, linewidth=0.8, alpha=0.8)
+        xs = []
     levels = _levels(xs, gap=max(x_max, 1e-9) * 0.035)
-    for i, (m, x, level) in enumerate(zip(markers, xs, levels, strict=True), start=1):
+    for i, (m, x, level) in enumerate(zip(markers, xs, levels, strict=False), start=1):
         dashed = "--" if m.kind == "nemesis" else ":"
         ax.axvline(x, color=m.color, linestyle=dashed, linewidth=1.2)
         lane.axvline(x, color=m.color, linestyle=dashed, linewidth=0.8, alpha=0.5)
@@ -1394,9 +1407,17 @@ def render_html(
                 parts.append(f"<h3>{esc(caption)}</h3><p><small>{esc(explanation)}</small></p>")
                 parts.append(f"<img alt='{esc(caption)}' src='data:image/png;base64,{png}'>")
                 if caption == "Queue ownership" and markers:
+                    many = len(markers) > MANY_MARKERS
+                    if many:  # drawn as ticks, not numbered: the list is there on demand
+                        parts.append(
+                            f"<details><summary>the {len(markers):,} chaos actions and broker changes the "
+                            "ticks above the charts mark</summary>"
+                        )
                     parts.append("<ol class='marks'>")
                     parts += [f"<li>{esc(m.text)} at {esc(_when(m.ts, clock))}</li>" for m in markers]
                     parts.append("</ol>")
+                    if many:
+                        parts.append("</details>")
         parts.append("<details><summary>convergence entries (summary.json)</summary><pre>")
         parts.append(esc(json.dumps(g["convergence"], indent=1)))
         parts.append("</pre></details>")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.discover import BadRun, RunDir
-from pipeline.report import MAX_INTERVALS, PlotData, answers, pick_bucket_ms
+from pipeline.report import MAX_INTERVALS, MAX_NEMESES, PlotData, answers, pick_bucket_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 SMALL_RUN_BYTES = 64 * 1024 * 1024
 ANALYSIS_CHOICES = ("auto", "spark", "reference")
 TASKS_PER_CORE = 3  # a few tasks per core, so that a task of larger runs does not leave a core idle
-MAX_PLOT_NEMESES = 2000  # as the Spark path's plot data keeps
 
 
 def run_bytes(run: RunDir) -> int:
@@ -117,7 +116,7 @@ def plot_data(model: RunModel, clock: RunClock, max_intervals: int = MAX_INTERVA
             }
         )
     nemeses = [e for e in events if e.event == "nemesis"]  # event order, then stably by time
-    for e in sorted(nemeses, key=lambda e: e.ts)[:MAX_PLOT_NEMESES]:
+    for e in sorted(nemeses, key=lambda e: e.ts)[:MAX_NEMESES]:
         data.nemeses.append({"ts_ms": e.ts, "action": e.get("action"), "target": e.get("target")})
     width = data.bucket_ms
 

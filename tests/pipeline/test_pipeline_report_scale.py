@@ -194,3 +194,37 @@ def test_the_report_of_a_large_group_stays_small() -> None:
     assert images and all(png_size(b)[1] <= 1200 for b in images)
     assert len(page) < 1_000_000
     assert page.count("After each of 10 changes") == 1
+
+
+def test_many_markers_are_ticks_and_their_list_is_folded_while_a_few_stay_numbered() -> None:
+    import matplotlib.pyplot as plt
+
+    def lane_of(kills: int) -> tuple[Any, Any, list[Marker]]:
+        data = large_group(queues=200, consumers=kills + 2, kills=kills)
+        markers = group_markers(data, "G", None)
+        fig, lane, ax = report._figure(3.0, markers)
+        report._draw_markers(lane, ax, markers, CLOCK, END / 1000)
+        plt.close(fig)  # the axes keep what was drawn
+        return lane, ax, markers
+
+    lane, ax, markers = lane_of(report.MANY_MARKERS + 1)
+    assert len(markers) == report.MANY_MARKERS + 1
+    assert not lane.texts and not ax.lines  # no numbered circles, no line through the data
+    assert len(lane.lines) == len(markers)  # a tick each
+    lane, ax, markers = lane_of(3)
+    assert [t.get_text() for t in lane.texts] == ["1", "2", "3"] and len(ax.lines) == 3
+
+    data = large_group(queues=200, consumers=60, kills=50)
+    summary = {
+        "run": {"events": 1, "malformed_lines": 0, "start_ms": 0, "end_ms": END, "t0_ms": 0,
+                "time_scale": 1.0},
+        "groups": {"G": {
+            "topics": ["T"], "sent": 1, "consumed_unique": 1, "lost": 0, "duplicates": 0,
+            "duplicated_messages": 0, "overlap_ms": 0, "orphan_ms": 0, "stalled_ms": 0,
+            "concurrent_consume_ms": 0, "order_violations": 0, "verdict": "ok", "mode": "client",
+            "convergence": [],
+        }},
+    }  # fmt: skip
+    page = render_html(summary, data, "Run x")
+    assert "<details><summary>the 50 chaos actions and broker changes" in page
+    assert page.count("<li>kill consumer-") == 50  # folded, not dropped

@@ -53,13 +53,21 @@ VERDICT_RULES = (
     "every running consumer has rebalanced with the current member list. Otherwise the verdict is OK."
 )
 
-OWNERSHIP_TEXT = (
-    "Each row is a queue; each bar is the time one consumer owned it (colour = consumer; a "
-    "restarted node's new process is '#2'). Hatched: the owner was paused. The thin strip under "
-    "a row marks the time its messages waited and nobody consumed them, coloured by cause. "
-    "Numbered markers above the chart are the chaos runner's actions (dashed) and the broker's "
+NUMBERED_MARKERS_TEXT = (
+    "Numbered markers above the {what} are the chaos runner's actions (dashed) and the broker's "
     "channel expiries and lock take-overs (dotted); small ticks are the broker's NOTIFY sends."
 )
+TICK_MARKERS_TEXT = (
+    "Above the {what}, a tick per action of the chaos runner (upper row) and per channel expiry or lock "
+    "take-over of the broker (lower row), coloured by kind; the small ticks under them are the broker's "
+    "NOTIFY sends."
+)
+OWNERSHIP_BASE_TEXT = (
+    "Each row is a queue; each bar is the time one consumer owned it (colour = consumer; a "
+    "restarted node's new process is '#2'). Hatched: the owner was paused. The thin strip under "
+    "a row marks the time its messages waited and nobody consumed them, coloured by cause."
+)
+OWNERSHIP_TEXT = f"{OWNERSHIP_BASE_TEXT} {NUMBERED_MARKERS_TEXT.format(what='chart')}"
 
 RATE_TEXT = (
     "Messages each consumer node finished per wall second; the grey line is what the producers "
@@ -498,9 +506,7 @@ MAP_TEXT = (
     "The group has {queues} queues, too many for a row each. Each row of cells is {per} in the order "
     "topic, broker, queue id; each column is {col} of RocketMQ time. A cell has the colour of the worst "
     "state any of its queues was in at any moment of that time, worst first: messages waited and nobody "
-    "consumed them (by cause), no owner, owned only by paused consumers, two or more owners, one owner. "
-    "Numbered markers above the map are the chaos runner's actions (dashed) and the broker's channel "
-    "expiries and lock take-overs (dotted); small ticks are the broker's NOTIFY sends."
+    "consumed them (by cause), no owner, owned only by paused consumers, two or more owners, one owner."
 )
 
 
@@ -634,19 +640,23 @@ def plot_health_map(
     return _png(fig)
 
 
-def ownership_text(data: PlotData, group: str) -> str:
-    """The caption of the group's ownership chart: what a bar is, or for a health map what a cell is."""
+def ownership_text(data: PlotData, group: str, markers: int = 0) -> str:
+    """The caption of the group's ownership chart: what a bar is, or for a health map what a cell is,
+    and what its ``markers`` markers look like (numbered, or ticks past MANY_MARKERS)."""
     queues = {(r["topic"], r["queue"]) for r in data.intervals if r["group"] == group}
-    if len(queues) <= MANY_QUEUES:
-        return OWNERSHIP_TEXT
+    what = "chart" if len(queues) <= MANY_QUEUES else "map"
+    marks = (TICK_MARKERS_TEXT if markers > MANY_MARKERS else NUMBERED_MARKERS_TEXT).format(what=what)
+    if what == "chart":
+        return f"{OWNERSHIP_BASE_TEXT} {marks}"
     clock = _clock(data)
     span = max(clock.at_s(data.run_end), 0.001) - min(0.0, clock.at_s(data.run_start))
     per, _ = _map_shape(len(queues))
-    return MAP_TEXT.format(
+    text = MAP_TEXT.format(
         queues=f"{len(queues):,}",
         per="one queue" if per == 1 else f"{per} queues",
         col=f"{span / MAP_COLUMNS:.2g} s",
     )
+    return f"{text} {marks}"
 
 
 def plot_ownership(
@@ -1381,7 +1391,7 @@ def render_html(
                 (
                     "Queue ownership",
                     plot_ownership(data, name, markers, g),
-                    ownership_text(data, name),
+                    ownership_text(data, name, len(markers)),
                 ),
                 (
                     "Consumption rate",

@@ -227,4 +227,5 @@ def test_many_markers_are_ticks_and_their_list_is_folded_while_a_few_stay_number
     }  # fmt: skip
     page = render_html(summary, data, "Run x")
     assert "<details><summary>the 50 chaos actions and broker changes" in page
+    assert "a tick per action of the chaos runner" in page and "Numbered markers" not in page
     assert page.count("<li>kill consumer-") == 50  # folded, not dropped

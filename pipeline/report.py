@@ -519,7 +519,6 @@ class HealthMap:
     per_row: int
     x0: float  # RocketMQ seconds at the left edge
     x1: float
-    column_s: float
 
 
 def _map_shape(queues: int) -> tuple[int, int]:
@@ -585,7 +584,7 @@ def health_map(data: PlotData, group: str, summary_group: dict[str, Any] | None 
     per, n_rows = _map_shape(len(queues))
     padded = np.zeros((n_rows * per, MAP_COLUMNS), dtype=np.int8)
     padded[: len(queues)] = cells
-    return HealthMap(padded.reshape(n_rows, per, MAP_COLUMNS).max(axis=1), queues, per, x0, x1, width)
+    return HealthMap(padded.reshape(n_rows, per, MAP_COLUMNS).max(axis=1), queues, per, x0, x1)
 
 
 def plot_health_map(

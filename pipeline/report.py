@@ -1206,11 +1206,16 @@ def answer_for_group(
             text += f" ({n_res} after '{resumes[0].text}')"
         outcomes.append((m.text, at, text))
     if len(outcomes) <= GROUP_CHANGES_OVER:
-        return [f"{name}: after '{what}' at t = {at:z.1f} s{text}." for what, at, text in outcomes]
+        return [f"{name}: {_after(what, at, text)}" for what, at, text in outcomes]
     return [f"{name}: {sentence}" for sentence in _grouped(outcomes)]
 
 
 GROUP_CHANGES_OVER = 6  # more changes than this: those with the same outcome share one sentence
+
+
+def _after(what: str, at: float, text: str) -> str:
+    """The answer's sentence for one change and what followed it."""
+    return f"after '{what}' at t = {at:z.1f} s{text}."
 
 
 def _grouped(outcomes: list[tuple[str, float, str]]) -> list[str]:
@@ -1222,8 +1227,7 @@ def _grouped(outcomes: list[tuple[str, float, str]]) -> list[str]:
     out = []
     for text, changes in by_outcome.items():
         if len(changes) == 1:
-            what, at = changes[0]
-            out.append(f"after '{what}' at t = {at:z.1f} s{text}.")
+            out.append(_after(*changes[0], text))
             continue
         shown = changes if len(changes) <= NAMED_TARGETS + 1 else changes[:NAMED_TARGETS]
         names = [f"'{what}' at t = {at:z.1f} s" for what, at in shown]

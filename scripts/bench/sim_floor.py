@@ -58,7 +58,7 @@ if str(REPO) not in sys.path:
 from protocol.codes import RequestCode, ResponseCode  # noqa: E402
 from protocol.command import RemotingCommand  # noqa: E402
 from protocol.remoting import Connection, RemotingClient, RemotingServer  # noqa: E402
-from protocol.runtime import Clock, EventLog  # noqa: E402
+from protocol.runtime import EventLog, ManualClock  # noqa: E402
 from sim.cluster import LogFiles, SimCluster, _Sink  # noqa: E402
 from sim.dist import Distribution  # noqa: E402
 from sim.experiment import parse as parse_sim_experiment  # noqa: E402
@@ -172,14 +172,6 @@ async def _remoting(pairs: int, callers: int, net: Network, sync: bool = False, 
     server_main.cancel()
 
 
-class _FixedClock(Clock):
-    def now_ms(self) -> int:
-        return 1_700_000_000_000
-
-    def monotonic_ms(self) -> int:
-        return 0
-
-
 def _event_lines(n: int, samples: list[tuple[str, dict[str, Any]]], work: Path) -> None:
     """``n`` lines through a simulated node's EventLog, cycling over real lines' events and fields."""
     files = LogFiles()
@@ -187,7 +179,7 @@ def _event_lines(n: int, samples: list[tuple[str, dict[str, Any]]], work: Path) 
         "consumer-1",
         "consumer",
         None,
-        clock=_FixedClock(),
+        clock=ManualClock(),
         console=False,
         sink=_Sink(files, work / "consumer-1.jsonl", lambda _line: None, lambda _record: None),
     )

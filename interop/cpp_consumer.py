@@ -64,6 +64,13 @@ _IGNORED_RE = re.compile(r"Pull request for queue\[" + _MQ + r"\] has been set a
 _FACTORY_RE = re.compile(r"MQClientFactory:(?P<cid>\S+) start")
 
 
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 def client_log_dirs(extra: str | None) -> list[str]:
     """Where the library writes ``<pid>_rocketmq-cpp.log.N``: the folder given with ``--client-log-dir``,
     else this build's /logs/rocketmq-client or Apache's sources' $HOME/logs/rocketmq-cpp."""
@@ -85,7 +92,10 @@ class ClientLogFollower(threading.Thread):
         self.client_id = ""
         self.client_id_known = threading.Event()
         self.stop_event = threading.Event()
-        self._positions: dict[str, int] = {}
+        # The library names its files after the process id only, and ids come round again (32768 of
+        # them by default): a file left by an earlier process with this id would give its client id and
+        # queues as ours. Made before the client starts, so everything already there is someone else's.
+        self._positions: dict[str, int] = {path: _size(path) for path in self._log_files()}
         self._round: dict[str, Any] | None = None
 
     def run(self) -> None:
@@ -99,6 +109,8 @@ class ClientLogFollower(threading.Thread):
         for path in self._log_files():
             try:
                 with open(path, "rb") as f:
+                    if _size(path) < self._positions.get(path, 0):
+                        self._positions[path] = 0  # truncated and begun again: all of it is new
                     f.seek(self._positions.get(path, 0))
                     data = f.read()
                     # Only whole lines; a partial one is read again next time.
@@ -309,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     instance = args.instance or str(time.monotonic_ns())
     mode = "ORDERLY" if args.orderly else "CONCURRENTLY"
 
+    # Before the client exists, so that it takes in only the log files that were there already.
+    follower = ClientLogFollower(client_log_dirs(args.client_log_dir), events, args.group, args.topic)
     consumer = PushConsumer(args.group, orderly=args.orderly)
     consumer.set_namesrv_addr(args.namesrv)
     consumer.set_instance_name(instance)
@@ -322,8 +336,6 @@ def main(argv: list[str] | None = None) -> int:
     dll.SetPushConsumerMessageTrace.argtypes = [ctypes.c_void_p, ctypes.c_int]
     dll.SetPushConsumerMessageTrace(consumer._handle, 0)
     brokers = BrokerNames(dll, args.broker_addrs, args.broker_name)
-
-    follower = ClientLogFollower(client_log_dirs(args.client_log_dir), events, args.group, args.topic)
 
     def on_message(msg: Any) -> None:
         started = now_ms()

@@ -268,6 +268,30 @@ def test_cpp_client_stops_pulling_a_queue_it_gets_back(lab: Lab):
 
 
 @needs_cpp
+def test_cpp_driver_ignores_a_client_log_left_by_an_earlier_process_with_its_pid(lab: Lab):
+    # The library names its log files after the process id alone, and ids come round again: what an
+    # earlier process wrote there is not this client's (it once gave a test a dead client's id).
+    group, topic = "GS", "TS"
+    lab.start_broker([topic])
+    argv = lab.cpp_consumer_argv("cpp-s", group, topic)
+    log_dir = lab.dir / "cpp-s.client-log"
+    log_dir.mkdir()
+    stale = "[2026-01-01 00:00:00.000001](info):MQClientFactory:10.9.9.9@1#OLD start[start:70]\n"
+    stale += "[2026-01-01 00:00:00.000002](info):Add mq:MessageQueue [topic=TS, brokerName=broker-a, "
+    stale += "queueId=7], request initial offset:0\n"
+    (lab.dir / "stale.log").write_text(stale)
+    # The earlier process's file, named with the pid the driver is about to run as (exec keeps it).
+    seed = f'cp {lab.dir / "stale.log"} {log_dir}/$$_rocketmq-cpp.log.0; exec "$@"'
+    cpp = lab.start("cpp-s", ["bash", "-c", seed, "bash", *argv])
+    cid = cpp.wait_ready()
+    assert "#OLD" not in cid
+    wait_for("cpp-s to own every queue", lambda: converged(lab, group, topic, [cid], 4), 20, lab)
+    assert cid in {e["client_id"] for e in lab.events("broker-a", "consumer_registered")}
+    assert {e["queue_id"] for e in lab.events("cpp-s", "mq_added")} == {0, 1, 2, 3}
+    assert (log_dir / f"{cpp.popen.pid}_rocketmq-cpp.log.0").read_text().startswith(stale)
+
+
+@needs_cpp
 def test_cpp_orderly_consumer_locks_consumes_in_order_and_leaves(lab: Lab):
     group, topic = "GO", "TO"
     lab.start_broker([topic])

@@ -107,7 +107,7 @@ class Lab:
         self.native = ""
         self.proxy = ""
 
-    def _start(self, name: str, argv: list[str], role_dir: str = "") -> Proc:
+    def start(self, name: str, argv: list[str]) -> Proc:
         events = self.dir / f"{name}.jsonl"
         proc = Proc(name, argv, events, self.dir)
         self.procs.append(proc)
@@ -119,43 +119,47 @@ class Lab:
         argv += ["--log-file", str(self.dir / "broker-a.jsonl"), *extra]
         for t in topics:
             argv += ["--create-topic", t]
-        proc = self._start("broker-a", argv)
+        proc = self.start("broker-a", argv)
         ready = proc.wait_ready()
         self.addr, _, native = ready.partition(" native=")
         self.native = native
 
     def cpp_consumer(self, name: str, group: str, topic: str, *extra: str) -> Proc:
+        return self.start(name, self.cpp_consumer_argv(name, group, topic, *extra))
+
+    def cpp_consumer_argv(self, name: str, group: str, topic: str, *extra: str) -> list[str]:
+        """The C++ driver's command line, its client's own log in ``<name>.client-log`` of the run."""
         argv = [str(REAL_PYTHON), "interop/cpp_consumer.py", "--namesrv", self.native, "--group", group]
-        argv += ["--topic", topic, "--node", name, "--log-file", str(self.dir / f"{name}.jsonl"), *extra]
-        return self._start(name, argv)
+        argv += ["--topic", topic, "--node", name, "--log-file", str(self.dir / f"{name}.jsonl")]
+        return [*argv, "--client-log-dir", str(self.dir / f"{name}.client-log"), *extra]
 
     def js_consumer(self, name: str, group: str, topic: str, *extra: str) -> Proc:
         argv = [NODE, "interop/js/consumer.js", "--namesrv", self.native, "--group", group, "--topic", topic]
         argv += ["--node", name, "--log-file", str(self.dir / f"{name}.jsonl"), *extra]
-        return self._start(name, argv)
+        return self.start(name, argv)
 
     def py_consumer(self, name: str, group: str, topic: str, *extra: str) -> Proc:
         argv = [sys.executable, "-m", "client.consumer_main", "--namesrv", self.addr, "--group", group]
         argv += ["--topic", topic, "--node", name, "--log-file", str(self.dir / f"{name}.jsonl"), *extra]
-        return self._start(name, argv)
+        return self.start(name, argv)
 
     def py_producer(self, name: str, topic: str, count: int) -> Proc:
         argv = [sys.executable, "-m", "client.producer_main", "--namesrv", self.addr, "--topic", topic]
         argv += ["--rate", "1000", "--count", str(count), "--node", name]
         argv += ["--log-file", str(self.dir / f"{name}.jsonl")]
-        return self._start(name, argv)
+        return self.start(name, argv)
 
     def cpp_producer(self, name: str, topic: str, count: int, prefix: str, *extra: str) -> Proc:
         argv = [str(REAL_PYTHON), "interop/cpp_producer.py", "--namesrv", self.native, "--topic", topic]
         argv += ["--count", str(count), "--prefix", prefix, "--node", name, *extra]
         argv += ["--log-file", str(self.dir / f"{name}.jsonl")]
-        return self._start(name, argv)
+        return self.start(name, argv)
 
     def start_proxy(self, *extra: str) -> str:
         """rmq-proxy over this lab's broker (its embedded name server); returns the gRPC address."""
         argv = [sys.executable, "-m", "proxy", "--namesrv", self.addr, "--port", "0", "--node", "proxy"]
         argv += ["--log-file", str(self.dir / "proxy.jsonl"), *extra]
-        self.proxy = self._start("proxy", argv).wait_ready()
+        self.proxy = self.start("proxy", argv).wait_ready()
         return self.proxy
 
     def v5_consumer(self, client: str, name: str, group: str, topic: str, *extra: str) -> Proc:
@@ -165,7 +169,7 @@ class Lab:
         )
         argv = [*program, "consumer", "--endpoints", self.proxy, "--group", group, "--topic", topic]
         argv += ["--node", name, "--log-file", str(self.dir / f"{name}.jsonl"), *extra]
-        return self._start(name, argv)
+        return self.start(name, argv)
 
     def v5_producer(self, client: str, name: str, topic: str, count: int, prefix: str) -> Proc:
         program = (
@@ -173,7 +177,7 @@ class Lab:
         )
         argv = [*program, "producer", "--endpoints", self.proxy, "--topic", topic, "--count", str(count)]
         argv += ["--prefix", prefix]
-        return self._start(name, argv)
+        return self.start(name, argv)
 
     def close(self) -> None:
         for proc in reversed(self.procs):

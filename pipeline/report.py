@@ -290,6 +290,11 @@ def _rmq_s(ms: int | None) -> str:
     return "-" if ms is None else f"{ms / 1000:.1f} s"
 
 
+def _short_s(ms: float) -> str:
+    """A duration that may be milliseconds: '4 ms' under a second, '2.8 s' from there."""
+    return f"{ms:.0f} ms" if ms < 999.5 else f"{ms / 1000:.1f} s"
+
+
 def pause_spans(data: PlotData) -> list[tuple[str, int, int]]:
     """(node, start, end) of each paused stretch: a pause until the next resume, kill or stop."""
     out, since = [], {}
@@ -857,6 +862,8 @@ def plot_convergence(entries: list[dict[str, Any]], group: str, clock: RunClock)
 
     if not entries:
         return None
+    if len(entries) > MANY_MARKERS:
+        return _plot_convergence_over_time(entries, group, clock)
     fig, ax = plt.subplots(figsize=(FIG_W, max(2.0, 0.34 * len(entries) + 1.0)))
     labels = [f"t = {clock.at_s(e['change_ms']):z.1f} s  {_short_cause(e['cause'])}" for e in entries]
     # a label too long for the margin loses the named targets of a many-action change first
@@ -884,6 +891,56 @@ def plot_convergence(entries: list[dict[str, Any]], group: str, clock: RunClock)
     ax.set_xlabel("RocketMQ seconds until the group was whole again", fontsize=FONT)
     ax.set_title(f"{group}: convergence after each change of membership", fontsize=FONT + 1)
     return _png(fig)
+
+
+def _plot_convergence_over_time(entries: list[dict[str, Any]], group: str, clock: RunClock) -> str:
+    """Past MANY_MARKERS changes a bar each would be a page tall: one dot per change at its time, its
+    convergence on a log scale (from a millisecond to a minute are both common), never as a red cross."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(FIG_W - 1.4, 3.4))  # the legend beside it takes the rest
+    done = [e for e in entries if e["converged"]]
+    never = [e for e in entries if not e["converged"]]
+    ys = [max(clock.rmq_ms(e["convergence_ms"]) / 1000, CONVERGENCE_FLOOR_S) for e in done]
+    top = max([*ys, 1.0]) * 3
+    ax.scatter([clock.at_s(e["change_ms"]) for e in done], ys, s=14, color="steelblue", label="whole again")
+    if never:
+        ax.scatter(
+            [clock.at_s(e["change_ms"]) for e in never],
+            [top] * len(never),
+            s=40,
+            marker="x",
+            color="crimson",
+            label="never whole again",
+        )
+    ax.set_yscale("log")
+    ax.set_ylim(CONVERGENCE_FLOOR_S / 2, top * 2)
+    # beside the axes: inside, it would hide the dots and crosses of the last minutes
+    ax.legend(fontsize=FONT - 2, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.tick_params(labelsize=FONT - 1)
+    _x_label(ax, clock)
+    ax.set_ylabel("RocketMQ seconds", fontsize=FONT)
+    ax.set_title(
+        f"{group}: convergence after each of {len(entries):,} changes of membership", fontsize=FONT + 1
+    )
+    return _png(fig)
+
+
+CONVERGENCE_FLOOR_S = 0.001  # a change converged at once is drawn at a millisecond (a log scale has no 0)
+CONVERGENCE_TEXT = (
+    "For each start, stop or kill in the group: how long until every queue had exactly one live owner and "
+    "every running consumer had rebalanced with the current member list. Red: never."
+)
+CONVERGENCE_DOTS_TEXT = (
+    "For each of the group's starts, stops and kills, a dot at its time: how long until every queue had "
+    "exactly one live owner and every running consumer had rebalanced with the current member list, on a "
+    "log scale (under a millisecond drawn at one). Red crosses at the top: never. Each change is listed "
+    "in the convergence entries below."
+)
+
+
+def convergence_text(entries: list[dict[str, Any]]) -> str:
+    return CONVERGENCE_DOTS_TEXT if len(entries) > MANY_MARKERS else CONVERGENCE_TEXT
 
 
 MANY_ACTIONS = 6  # a change of this many actions or more is told by verb and count, not action by action
@@ -991,10 +1048,7 @@ def group_story(
         f"{g['duplicates']} extra deliveries of {g['duplicated_messages']} message(s)."
     ]
     if dups:
-        parts = [
-            f"{n} after {m.text} ({_when(m.ts, clock)})" if m else f"{n} before any change" for m, n in dups
-        ]
-        out.append("Extra deliveries by the change they followed: " + "; ".join(parts) + ".")
+        out.append(_duplicates_by_change(dups, clock))
     un = g.get("unavailability")
     if un and un["total_ms"]:
         causes = ", ".join(
@@ -1019,16 +1073,21 @@ def group_story(
             f"Queues were held only by paused consumers for {_rmq_s(rmq['stalled_ms'])} "
             f"({g['stalled_ms']} ms wall), summed over queues."
         )
-    for e in g["convergence"]:
-        when = _when(e["change_ms"], clock)
-        cause = _short_cause(e["cause"])
-        if e["converged"]:
-            out.append(
-                f"After '{cause}' at {when} the group was whole again "
-                f"{_rmq_s(clock.rmq_ms(e['convergence_ms']))} later ({e['convergence_ms']} ms wall)."
-            )
-        else:
-            out.append(f"After '{cause}' at {when} the group never became whole again before the run ended.")
+    if len(g["convergence"]) > GROUP_CHANGES_OVER:
+        out += _convergence_in_short(g["convergence"], clock)
+    else:
+        for e in g["convergence"]:
+            when = _when(e["change_ms"], clock)
+            cause = _short_cause(e["cause"])
+            if e["converged"]:
+                out.append(
+                    f"After '{cause}' at {when} the group was whole again "
+                    f"{_rmq_s(clock.rmq_ms(e['convergence_ms']))} later ({e['convergence_ms']} ms wall)."
+                )
+            else:
+                out.append(
+                    f"After '{cause}' at {when} the group never became whole again before the run ended."
+                )
     reasons = []
     if g["lost"]:
         reasons.append(f"{g['lost']} message(s) were lost")
@@ -1048,6 +1107,51 @@ def group_story(
     else:
         out.append(
             "Verdict OK: nothing was lost, order held where it had to, and every change was recovered from."
+        )
+    return out
+
+
+def _duplicates_by_change(dups: list[tuple[Marker | None, int]], clock: RunClock) -> str:
+    """The story's sentence on which change the extra deliveries followed; past GROUP_CHANGES_OVER
+    changes, how many changes had any and the ones with the most."""
+    named = [(m, n) for m, n in dups if m is not None]
+    before = sum(n for m, n in dups if m is None)
+    if len(dups) <= GROUP_CHANGES_OVER:
+        parts = [
+            f"{n} after {m.text} ({_when(m.ts, clock)})" if m else f"{n} before any change" for m, n in dups
+        ]
+        return "Extra deliveries by the change they followed: " + "; ".join(parts) + "."
+    most = sorted(named, key=lambda mn: -mn[1])[:NAMED_TARGETS]
+    text = f"Extra deliveries followed {len(named)} of the changes ({sum(n for _, n in named)} in all); "
+    text += "the most " + ", ".join(f"{n} after {m.text} ({_when(m.ts, clock)})" for m, n in most)
+    return text + (f"; {before} before any change." if before else ".")
+
+
+def _convergence_in_short(entries: list[dict[str, Any]], clock: RunClock) -> list[str]:
+    """Past GROUP_CHANGES_OVER changes of membership: how many the group recovered from and how fast
+    (median, nine in ten, slowest), and the ones it never recovered from; each is in the chart."""
+    done = [e for e in entries if e["converged"]]
+    never = [e for e in entries if not e["converged"]]
+    out = []
+    if done:
+        ms = sorted(clock.rmq_ms(e["convergence_ms"]) for e in done)
+        slowest = max(done, key=lambda e: e["convergence_ms"])
+        out.append(
+            f"After {len(done)} of its {len(entries)} changes of membership the group was whole again: "
+            f"half of them within {_short_s(ms[(len(ms) - 1) // 2])}, nine in ten within "
+            f"{_short_s(ms[math.ceil(0.9 * len(ms)) - 1])}, the slowest {_short_s(ms[-1])} after "
+            f"'{_short_cause(slowest['cause'])}' at {_when(slowest['change_ms'], clock)} (RocketMQ time; "
+            "every change is in the convergence chart)."
+        )
+    if never:
+        shown = never if len(never) <= NAMED_TARGETS + 1 else never[:NAMED_TARGETS]
+        names = [f"'{_short_cause(e['cause'])}' at {_when(e['change_ms'], clock)}" for e in shown]
+        if len(never) > len(shown):
+            names.append(f"{len(never) - len(shown)} more")
+        which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        out.append(
+            f"After {len(never)} of the {len(entries)} changes it never became whole again before the run "
+            f"ended: {which}."
         )
     return out
 
@@ -1411,8 +1515,7 @@ def render_html(
             (
                 "Convergence",
                 plot_convergence(g["convergence"], name, clock),
-                "For each start, stop or kill in the group: how long until every queue had exactly one live "
-                "owner and every running consumer had rebalanced with the current member list. Red: never.",
+                convergence_text(g["convergence"]),
             )
         )
         for caption, png, explanation in images:

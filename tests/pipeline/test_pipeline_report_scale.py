@@ -229,3 +229,66 @@ def test_many_markers_are_ticks_and_their_list_is_folded_while_a_few_stay_number
     assert "<details><summary>the 50 chaos actions and broker changes" in page
     assert "a tick per action of the chaos runner" in page and "Numbered markers" not in page
     assert page.count("<li>kill consumer-") == 50  # folded, not dropped
+
+
+def convergence_entries(n: int, never: set[int] = frozenset(), slow: int | None = None) -> list[dict]:
+    """A kill every 30 s from t = 30 s: whole again 3 ms later (the k-th in `never`: never; `slow`: 9 s)."""
+    return [
+        {"change_ms": 30_000 * k, "cause": f"kill 1.2.3.4@{k}#1 on consumer-{k}", "converged": k not in never,
+         "convergence_ms": 9_000 if k == slow else 3}
+        for k in range(1, n + 1)
+    ]  # fmt: skip
+
+
+def story_of(entries: list[dict], dups: list = ()) -> list[str]:  # type: ignore[assignment]
+    g = {"topics": ["T"], "sent": 1, "consumed_unique": 1, "lost": 0, "duplicates": 0,
+         "duplicated_messages": 0, "overlap_ms": 0, "orphan_ms": 0, "stalled_ms": 0,
+         "concurrent_consume_ms": 0, "order_violations": 0, "verdict": "ok",
+         "convergence": entries}  # fmt: skip
+    return group_story("G", g, CLOCK, False, dups)
+
+
+def test_the_story_of_many_changes_tells_their_convergence_in_short_and_names_the_unrecovered() -> None:
+    story = story_of(convergence_entries(100, never={40, 70}, slow=12))
+    assert not [s for s in story if s.startswith("After 'kill")]  # not one sentence per change
+    assert (
+        "After 98 of its 100 changes of membership the group was whole again: half of them within 3 ms, "
+        "nine in ten within 3 ms, the slowest 9.0 s after 'kill consumer-12' at t = 360.0 s"
+        in " ".join(story)
+    )
+    assert (
+        "After 2 of the 100 changes it never became whole again before the run ended: 'kill consumer-40' at "
+        "t = 1200.0 s and 'kill consumer-70' at t = 2100.0 s." in story
+    )
+    many_never = story_of(convergence_entries(20, never=set(range(1, 21))))
+    assert not [s for s in many_never if "whole again:" in s]
+    assert "at t = 90.0 s and 17 more." in " ".join(many_never)
+    # six or fewer: a sentence each, as before
+    few = story_of(convergence_entries(6, never={2}))
+    assert len([s for s in few if s.startswith("After 'kill")]) == 6
+
+
+def test_the_story_names_the_changes_most_duplicates_followed_when_there_are_many() -> None:
+    marks = [Marker(30_000 * k, f"kill consumer-{k}", "k", "nemesis") for k in range(1, 11)]
+    dups = [(None, 4), *[(m, k) for k, m in enumerate(marks, start=1)]]
+    said = [s for s in story_of([], dups) if s.startswith("Extra")]
+    assert said == [
+        "Extra deliveries followed 10 of the changes (55 in all); the most 10 after kill consumer-10 "
+        "(t = 300.0 s), 9 after kill consumer-9 (t = 270.0 s), 8 after kill consumer-8 (t = 240.0 s); "
+        "4 before any change."
+    ]
+    few = [s for s in story_of([], dups[:3]) if s.startswith("Extra")]
+    assert few == [
+        "Extra deliveries by the change they followed: 4 before any change; 1 after kill consumer-1 "
+        "(t = 30.0 s); 2 after kill consumer-2 (t = 60.0 s)."
+    ]
+
+
+def test_many_changes_get_a_convergence_chart_over_time_of_bounded_height() -> None:
+    many = convergence_entries(report.MANY_MARKERS + 1, never={5})
+    width, height = png_size(report.plot_convergence(many, "G", CLOCK) or "")
+    assert height <= 400 and width <= 900
+    assert report.convergence_text(many) == report.CONVERGENCE_DOTS_TEXT
+    few = convergence_entries(report.MANY_MARKERS)
+    assert png_size(report.plot_convergence(few, "G", CLOCK) or "")[1] > 1000  # a bar each, as before
+    assert report.convergence_text(few) == report.CONVERGENCE_TEXT

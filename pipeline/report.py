@@ -902,24 +902,31 @@ def _plot_convergence_over_time(entries: list[dict[str, Any]], group: str, clock
     done = [e for e in entries if e["converged"]]
     never = [e for e in entries if not e["converged"]]
     ys = [max(clock.rmq_ms(e["convergence_ms"]) / 1000, CONVERGENCE_FLOOR_S) for e in done]
-    top = max([*ys, 1.0]) * 3
+    # ticks at powers of ten up to one at or above the slowest; "never" a decade above, set apart
+    decade = 10.0 ** math.ceil(math.log10(max([*ys, 1.0])))
     ax.scatter([clock.at_s(e["change_ms"]) for e in done], ys, s=14, color="steelblue", label="whole again")
+    ticks = [t for t in (0.001, 0.01, 0.1, 1, 10, 100, 1000, 10_000) if t <= decade]
+    labels = [f"{t:g} s" if t >= 1 else f"{t * 1000:g} ms" for t in ticks]  # "10 ms", not 10⁻²
     if never:
         ax.scatter(
             [clock.at_s(e["change_ms"]) for e in never],
-            [top] * len(never),
+            [decade * 10] * len(never),
             s=40,
             marker="x",
             color="crimson",
             label="never whole again",
         )
+        ax.axhline(decade * 10**0.5, color="#999", lw=0.8, ls="--")
+        ticks, labels = [*ticks, decade * 10], [*labels, "never"]
     ax.set_yscale("log")
-    ax.set_ylim(CONVERGENCE_FLOOR_S / 2, top * 2)
+    ax.set_ylim(CONVERGENCE_FLOOR_S / 2, ticks[-1] * 2)
+    ax.set_yticks(ticks, labels)
+    ax.minorticks_off()
     # beside the axes: inside, it would hide the dots and crosses of the last minutes
     ax.legend(fontsize=FONT - 2, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.tick_params(labelsize=FONT - 1)
     _x_label(ax, clock)
-    ax.set_ylabel("RocketMQ seconds", fontsize=FONT)
+    ax.set_ylabel("RocketMQ time", fontsize=FONT)
     ax.set_title(
         f"{group}: convergence after each of {len(entries):,} changes of membership", fontsize=FONT + 1
     )
@@ -934,8 +941,8 @@ CONVERGENCE_TEXT = (
 CONVERGENCE_DOTS_TEXT = (
     "For each of the group's starts, stops and kills, a dot at its time: how long until every queue had "
     "exactly one live owner and every running consumer had rebalanced with the current member list, on a "
-    "log scale (under a millisecond drawn at one). Red crosses at the top: never. Each change is listed "
-    "in the convergence entries below."
+    "log scale (under a millisecond drawn at one). Red crosses in the top row: never. Each change is "
+    "listed in the convergence entries below."
 )
 
 
@@ -983,6 +990,9 @@ def _real_topics(topics: list[str]) -> list[str]:
     return [t for t in topics if not t.startswith(("%RETRY%", "%DLQ%"))]
 
 
+NEMESES_NAMED = 20  # the run's sentence names this many chaos actions; past it, counts by kind first
+
+
 def narrative(summary: dict[str, Any], data: PlotData | None) -> list[str]:
     """Plain sentences about the run as a whole."""
     run = summary["run"]
@@ -1009,9 +1019,16 @@ def narrative(summary: dict[str, Any], data: PlotData | None) -> list[str]:
         out.append("No consumer group appears in this run.")
     if data is not None and data.nemeses:
         actions = [f"{n['action']} {n['target']} at {_when(n['ts_ms'], clock)}" for n in data.nemeses]
-        shown = "; ".join(actions[:20]) + ("; ..." if len(actions) > 20 else "")
+        shown = "; ".join(actions[:NEMESES_NAMED])
+        if len(actions) > NEMESES_NAMED:  # how many of each kind tells more than the first few
+            kinds: dict[str, int] = {}
+            for n in data.nemeses:
+                kinds[n["action"]] = kinds.get(n["action"], 0) + 1
+            shown = (
+                ", ".join(f"{c:,} {a}" for a, c in kinds.items()) + f"; the first {NEMESES_NAMED}: {shown}"
+            )
         out.append(
-            f"The chaos runner wrote {len(actions)} nemesis event(s) (a restart is written as a stop and a "
+            f"The chaos runner wrote {len(actions):,} nemesis event(s) (a restart is written as a stop and a "
             f"start): {shown}."
         )
     elif data is not None:
@@ -1305,16 +1322,28 @@ def answer_for_group(
         ]
         n_res = sum(dup_of.get(id(r), 0) for r in resumes)
         total = n + n_exp + n_res
-        text += f"; {_plural(total, 'duplicate delivery', 'duplicate deliveries')} followed"
+        dup = f"; {_plural(total, 'duplicate delivery', 'duplicate deliveries')} followed"
         if n_res and resumes:
-            text += f" ({n_res} after '{resumes[0].text}')"
-        outcomes.append((m.text, at, text))
+            dup += f" ({n_res} after '{resumes[0].text}')"
+        outcomes.append(Outcome(m.text, at, text, total, dup))
     if len(outcomes) <= GROUP_CHANGES_OVER:
-        return [f"{name}: {_after(what, at, text)}" for what, at, text in outcomes]
+        return [f"{name}: {_after(o.what, o.at, o.text + o.dup)}" for o in outcomes]
     return [f"{name}: {sentence}" for sentence in _grouped(outcomes)]
 
 
 GROUP_CHANGES_OVER = 6  # more changes than this: those with the same outcome share one sentence
+
+
+@dataclass
+class Outcome:
+    """A change of the answer and what followed it: ``text`` the unavailability or convergence,
+    ``dup`` the duplicate deliveries (``dups`` of them) as their own sentence tells them."""
+
+    what: str
+    at: float
+    text: str
+    dups: int
+    dup: str
 
 
 def _after(what: str, at: float, text: str) -> str:
@@ -1322,24 +1351,30 @@ def _after(what: str, at: float, text: str) -> str:
     return f"after '{what}' at t = {at:z.1f} s{text}."
 
 
-def _grouped(outcomes: list[tuple[str, float, str]]) -> list[str]:
+def _grouped(outcomes: list[Outcome]) -> list[str]:
     """One sentence per distinct outcome, in the order of its first change: a change whose outcome no
-    other change shares keeps its own sentence; the others are counted and the first few named."""
-    by_outcome: dict[str, list[tuple[str, float]]] = {}
-    for what, at, text in outcomes:
-        by_outcome.setdefault(text, []).append((what, at))
+    other change shares keeps its own sentence; the others are counted, the first few named, and their
+    duplicate deliveries summed (counts differ from change to change more than outcomes do)."""
+    by_outcome: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        by_outcome.setdefault(o.text, []).append(o)
     out = []
     for text, changes in by_outcome.items():
         if len(changes) == 1:
-            out.append(_after(*changes[0], text))
+            out.append(_after(changes[0].what, changes[0].at, text + changes[0].dup))
             continue
         shown = changes if len(changes) <= NAMED_TARGETS + 1 else changes[:NAMED_TARGETS]
-        names = [f"'{what}' at t = {at:z.1f} s" for what, at in shown]
+        names = [f"'{o.what}' at t = {o.at:z.1f} s" for o in shown]
         rest = changes[len(shown) :]
         if rest:
-            names.append(f"{len(rest)} more up to t = {rest[-1][1]:z.1f} s")
+            names.append(f"{len(rest)} more up to t = {rest[-1].at:z.1f} s")
         named = ", ".join(names[:-1]) + " and " + names[-1]
-        out.append(f"after each of {len(changes)} changes ({named}){text}.")
+        total = sum(o.dups for o in changes)
+        most = max(changes, key=lambda o: o.dups)
+        dup = f"; {_plural(total, 'duplicate delivery', 'duplicate deliveries')} followed them in all"
+        if total:
+            dup += f", at most {most.dups} after one ('{most.what}' at t = {most.at:z.1f} s)"
+        out.append(f"after each of {len(changes)} changes ({named}){text}{dup}.")
     return out
 
 

@@ -147,7 +147,7 @@ def test_a_cause_of_many_actions_is_told_in_short_and_a_short_one_as_it_is() -> 
     assert marker.text == short
 
 
-def test_many_changes_with_the_same_outcome_share_a_sentence_and_a_differing_one_keeps_its_own() -> None:
+def test_many_changes_with_the_same_outcome_share_a_sentence_with_their_duplicates_summed() -> None:
     kills = [Marker(30_000 * k, f"kill consumer-{k}", "k", "nemesis") for k in range(1, 11)]
     entries = [
         {"change_ms": m.ts, "cause": f"kill 1.2.3.4@{k}#1 on consumer-{k}", "converged": k != 9,
@@ -155,18 +155,18 @@ def test_many_changes_with_the_same_outcome_share_a_sentence_and_a_differing_one
         for k, m in enumerate(kills, start=1)
     ]  # fmt: skip
     g = {"convergence": entries, "mode": "client", "unavailability": {"queues": []}}
-    said = answer_for_group("G", g, CLOCK, kills, [(kills[4], 2)])  # 2 duplicates after the 5th
+    said = answer_for_group("G", g, CLOCK, kills, [(kills[4], 2), (kills[6], 3)])  # after the 5th, 7th
     assert said == [
-        "G: after each of 8 changes ('kill consumer-1' at t = 30.0 s, 'kill consumer-2' at t = 60.0 s, "
-        "'kill consumer-3' at t = 90.0 s and 5 more up to t = 300.0 s), the group was whole again within "
+        "G: after each of 9 changes ('kill consumer-1' at t = 30.0 s, 'kill consumer-2' at t = 60.0 s, "
+        "'kill consumer-3' at t = 90.0 s and 6 more up to t = 300.0 s), the group was whole again within "
         "0.0 s of RocketMQ time (the broker notified the group at once) and no queue's messages waited "
-        "longer than 3 s; no duplicate deliveries followed.",
-        "G: after 'kill consumer-5' at t = 150.0 s, the group was whole again within 0.0 s of RocketMQ time "
-        "(the broker notified the group at once) and no queue's messages waited longer than 3 s; 2 "
-        "duplicate deliveries followed.",
+        "longer than 3 s; 5 duplicate deliveries followed them in all, at most 3 after one ('kill "
+        "consumer-7' at t = 210.0 s).",
         "G: after 'kill consumer-9' at t = 270.0 s, no queue's messages waited longer than 3 s of RocketMQ "
         "time; no duplicate deliveries followed.",
     ]
+    quiet = answer_for_group("G", g, CLOCK, kills, [])
+    assert quiet[0].endswith("no duplicate deliveries followed them in all.")
     # six changes or fewer: one sentence each, as before
     assert len(answer_for_group("G", g, CLOCK, kills[:6], [])) == 6
 
@@ -292,3 +292,18 @@ def test_many_changes_get_a_convergence_chart_over_time_of_bounded_height() -> N
     few = convergence_entries(report.MANY_MARKERS)
     assert png_size(report.plot_convergence(few, "G", CLOCK) or "")[1] > 1000  # a bar each, as before
     assert report.convergence_text(few) == report.CONVERGENCE_TEXT
+
+
+def test_many_chaos_actions_are_counted_by_kind_before_the_first_ones_are_named() -> None:
+    summary = {"run": {"events": 1, "malformed_lines": 0, "start_ms": 0, "end_ms": END}, "groups": {}}
+    data = large_group(queues=200, consumers=40, kills=report.NEMESES_NAMED + 1)
+    data.nemeses.append({"ts_ms": END - 1, "action": "pause", "target": "consumer-40"})
+    said = [s for s in report.narrative(summary, data) if s.startswith("The chaos runner")]
+    assert said[0].startswith(
+        "The chaos runner wrote 22 nemesis event(s) (a restart is written as a stop and a start): 21 kill, "
+        "1 pause; the first 20: kill consumer-1 at t = 30.0 s; kill consumer-2 at t = 60.0 s;"
+    )
+    assert "consumer-21 " not in said[0]
+    data.nemeses = data.nemeses[:3]
+    said = [s for s in report.narrative(summary, data) if s.startswith("The chaos runner")]
+    assert "kill;" not in said[0] and said[0].endswith("kill consumer-3 at t = 90.0 s.")

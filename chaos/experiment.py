@@ -20,11 +20,12 @@ channels or locks: see ``REAL_CLIENT_MIN_TIME_SCALE``.
 from __future__ import annotations
 
 import difflib
+import math
 import random
 import re
 import tomllib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -336,6 +337,10 @@ class Step:
     group: str | None
     params: dict[str, Any]
     source: int  # index of the [[nemesis]] entry
+    # A ``random`` pick: the nodes it was drawn from (on its first step only) and which occurrence of
+    # its entry it is (on its undo too), so that live_random_targets can draw again and move both.
+    choices: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    occurrence: int = field(default=-1, compare=False, repr=False)
 
     def describe(self) -> str:
         extra = " ".join(f"{k}={v}" for k, v in sorted(self.params.items()) if k != "fault_id")
@@ -1193,6 +1198,7 @@ def expand_schedule(exp: Experiment) -> list[Step]:
     for n in exp.nemeses:
         rng = random.Random(f"{exp.seed}:nemesis:{n.index}:targets")
         matching = candidates(n.target, n.group, nodes)
+        drawn = tuple(matching) if n.target.endswith(":random") else ()
         for k, t in enumerate(nemesis_times(n, exp)):
             for target in pick_targets(n.target, matching, k, rng):
                 info = nodes[target]
@@ -1203,10 +1209,65 @@ def expand_schedule(exp: Experiment) -> list[Step]:
                         params["group"] = n.group
                     if n.for_s is not None:
                         params["for"] = n.for_s
-                steps.append(Step(t, n.action, target, info.role, group, params, n.index))
+                steps.append(Step(t, n.action, target, info.role, group, params, n.index, drawn, k))
                 undo = _UNDO.get(n.action)
                 if n.for_s is not None and undo:
                     undo_params = {"broker": params["broker"]} if "broker" in params else {}
-                    steps.append(Step(t + n.for_s, undo, target, info.role, group, undo_params, n.index))
+                    steps.append(
+                        Step(t + n.for_s, undo, target, info.role, group, undo_params, n.index, (), k)
+                    )
     steps.sort(key=lambda s: (s.t, s.source))
-    return steps
+    return live_random_targets(steps, exp)
+
+
+# What a process action needs of its target, by the schedule so far: a node can be running, paused,
+# hung or down. Any other action may name a node in any state.
+_NEEDS = {
+    "kill": ("running", "paused", "hung"),
+    "stop": ("running", "paused", "hung"),
+    "restart": ("running", "paused", "hung"),
+    "pause": ("running",),
+    "hang": ("running",),
+    "start": ("down",),
+    "resume": ("paused",),
+    "unhang": ("hung",),
+}
+_BECOMES = {"kill": "down", "stop": "down", "start": "running", "pause": "paused", "resume": "running"}
+_BECOMES |= {"hang": "hung", "unhang": "running", "restart": "running"}
+
+
+def live_random_targets(steps: list[Step], exp: Experiment) -> list[Step]:
+    """``random`` means a node the action can act on: a random pick that the schedule before it has
+    left in the wrong state (killed and not started again, already paused, ...) is drawn again from
+    the nodes in the right state, with its undo; a pick that was fine is kept, so a schedule without
+    such a pick is unchanged. With no node in the right state the pick stays (the runner skips it).
+    ``steps`` in time order; a restart's target is down for its ``down`` seconds."""
+    state: dict[str, str] = {}
+    back_at: dict[str, float] = {}  # restarted nodes: running again from then
+    moved: dict[tuple[int, int], str] = {}  # (entry, occurrence) -> the target drawn again
+    nodes = exp.nodes()
+    out = []
+
+    def now(node: str, t: float) -> str:
+        return "down" if t < back_at.get(node, -math.inf) else state.get(node, "running")
+
+    for step in steps:
+        needs = _NEEDS.get(step.action)
+        key = (step.source, step.occurrence)
+        if key in moved and not step.choices:  # the undo of a pick drawn again follows it
+            step = replace(step, target=moved[key])
+        elif step.choices and needs and now(step.target, step.t) not in needs:
+            live = [n for n in step.choices if now(n, step.t) in needs]
+            if live:
+                rng = random.Random(f"{exp.seed}:nemesis:{step.source}:{step.occurrence}:again")
+                target = rng.choice(live)
+                info = nodes[target]
+                group = info.group if info.role == "consumer" else None
+                moved[key] = target
+                step = replace(step, target=target, target_role=info.role, group=group)
+        if step.action in _BECOMES:
+            state[step.target] = _BECOMES[step.action]
+            if step.action == "restart":
+                back_at[step.target] = step.t + float(step.params.get("down", 0.0))
+        out.append(step)
+    return out

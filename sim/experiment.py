@@ -30,7 +30,7 @@ from __future__ import annotations
 import random
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +112,8 @@ class SimExperiment:
         """The chaos schedule plus the GC pauses drawn from the seed, in time order."""
         steps = self.exp.schedule() + gc_steps(self)
         steps.sort(key=lambda s: (s.t, s.source))
-        return steps
+        # again over both: a pause drawn at random goes to a consumer the chaos schedule left running
+        return chaos_experiment.live_random_targets(steps, self.exp)
 
 
 def _blank_sim_tables(text: str) -> str:
@@ -323,13 +324,15 @@ def gc_steps(sx: SimExperiment) -> list[Step]:
         if not matching:
             raise ExperimentError(exp.source, [(None, f"sim.gc[{g.index}]: no node matches {g.target!r}")])
         rng = random.Random(f"{exp.seed}:gc:{g.index}")
+        drawn = tuple(matching) if g.target.endswith(":random") else ()
         for k, t in enumerate(times):
             for target in chaos_experiment.pick_targets(g.target, matching, k, rng):
                 info = nodes[target]
                 group = info.group if info.role == "consumer" else None
                 length = round(g.pause_s.sample(rng), 3)
-                steps.append(Step(t, "pause", target, info.role, group, {"gc": True}, spec.index))
+                pause = Step(t, "pause", target, info.role, group, {"gc": True}, spec.index, drawn, k)
+                steps.append(pause)
                 steps.append(
-                    Step(round(t + length, 6), "resume", target, info.role, group, {"gc": True}, spec.index)
+                    replace(pause, t=round(t + length, 6), action="resume", params={"gc": True}, choices=())
                 )
     return steps

@@ -321,3 +321,52 @@ def test_hang_for_a_while_or_until_the_end() -> None:
     got = problems(bad)
     assert any("lab's own consumers" in msg for _, msg in got), got
     assert any(line == line_of(bad, "broker-a") for line, _ in got)
+
+
+RANDOM_KILLS = """
+[[nemesis]]
+action = "kill"
+target = "consumer:random"
+every = 10
+times = 4
+
+[[nemesis]]
+action = "pause"
+target = "consumer:random"
+at = [45, 47, 52]
+for = 5
+
+[[nemesis]]
+action = "start"
+target = "consumer:random"
+at = [60]
+"""
+
+
+def test_a_random_target_is_one_the_schedule_left_able_to_take_the_action() -> None:
+    # Four kills of four consumers: drawn from the whole group, some would land on a dead one (and be
+    # skipped); each is drawn from the living instead, so all four die, and the pauses that follow have
+    # nobody to pause (they stay as drawn, to be skipped), and the start brings one back.
+    steps = ex.parse(BASE + RANDOM_KILLS).schedule()
+    kills = [s.target for s in steps if s.action == "kill"]
+    assert sorted(kills) == ["consumer-1", "consumer-2", "consumer-3", "consumer-4"]
+    started = [s.target for s in steps if s.action == "start"]
+    assert len(started) == 1 and started[0] in kills
+    # with two kills only, the three pauses (and their resumes) go to the two left, never one paused
+    # twice (the second comes while the first is paused; the third after the first's resume)
+    two = RANDOM_KILLS.replace("times = 4", "times = 2")
+    steps = ex.parse(BASE + two).schedule()
+    dead = {s.target for s in steps if s.action == "kill"}
+    pauses = [s for s in steps if s.action == "pause"]
+    assert len(dead) == 2 and not dead & {s.target for s in pauses}
+    assert pauses[0].target != pauses[1].target
+    assert [s.target for s in steps if s.action == "resume"] == [s.target for s in pauses]
+    assert steps == ex.parse(BASE + two).schedule()  # still the same for the same seed
+
+
+def test_a_schedule_whose_random_picks_all_fit_is_drawn_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    fits = BASE + NEMESES  # random pauses of four running consumers
+    drawn = ex.parse(fits).schedule()
+    monkeypatch.setattr(ex, "live_random_targets", lambda steps, exp: steps)
+    assert drawn == ex.parse(fits).schedule()
+    assert ex.parse(BASE + RANDOM_KILLS).schedule() != drawn  # (the stand-in above draws differently)

@@ -805,7 +805,9 @@ def plot_rates(data: PlotData, group: str, markers: list[Marker]) -> str | None:
             label="sent (all producers)",
         )
     nodes = sorted({r["node"] for r in rows})
+    title = f"{group}: consumption rate per consumer"
     if len(nodes) > MANY_NODES:  # one line each would be a tangle with a legend taller than a screen
+        title = f"{group}: consumption rate of its {len(nodes):,} consumers together"
         total: dict[int, int] = {}
         for r in rows:
             total[r["bucket"]] = total.get(r["bucket"], 0) + r["n"]
@@ -816,7 +818,7 @@ def plot_rates(data: PlotData, group: str, markers: list[Marker]) -> str | None:
         counts = {r["bucket"]: r["n"] for r in rows if r["node"] == node}
         # Buckets without a line are zeros (a paused or dead consumer), not gaps to draw across.
         ax.plot(at, [_per_second(counts.get(b, 0), data.bucket_ms) for b in xs], linewidth=1.2, label=node)
-    _time_axes(data, lane, ax, markers, "messages / wall s", f"{group}: consumption rate per consumer")
+    _time_axes(data, lane, ax, markers, "messages / wall s", title)
     ax.legend(fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, frameon=False)
     return _png(fig)
 

@@ -307,3 +307,36 @@ def test_many_chaos_actions_are_counted_by_kind_before_the_first_ones_are_named(
     data.nemeses = data.nemeses[:3]
     said = [s for s in report.narrative(summary, data) if s.startswith("The chaos runner")]
     assert "kill;" not in said[0] and said[0].endswith("kill consumer-3 at t = 90.0 s.")
+
+
+def test_the_rates_of_many_consumers_are_one_summed_line_and_the_title_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    drawn: list[tuple[list[str], list[str], list[list[float]]]] = []
+    png = report._png
+
+    def keep(fig: Any) -> str:
+        for ax in fig.axes:
+            if ax.get_legend():
+                texts = [t.get_text() for t in ax.get_legend().get_texts()]
+                drawn.append(
+                    (texts, [a.get_title() for a in fig.axes], [list(ln.get_ydata()) for ln in ax.lines])
+                )
+        return png(fig)
+
+    monkeypatch.setattr(report, "_png", keep)
+    for nodes in (report.MANY_NODES + 1, 3):
+        data = PlotData(0, END, 4000, clock=CLOCK)
+        data.rates = [
+            {"group": "G", "node": f"consumer-{i}", "bucket": b, "n": 4}
+            for i in range(nodes)
+            for b in range(3)
+        ]
+        assert report.plot_rates(data, "G", []) is not None
+    (many, many_titles, many_lines), (few, few_titles, _) = drawn
+    assert many == ["all 21 consumers together"] and many_lines == [
+        [21.0, 21.0, 21.0]
+    ]  # 4 per 4 s, 21 of them
+    assert "G: consumption rate of its 21 consumers together" in many_titles
+    assert few == ["consumer-0", "consumer-1", "consumer-2"]
+    assert "G: consumption rate per consumer" in few_titles

@@ -506,12 +506,18 @@ MAP_STATES: list[tuple[str, str, str]] = [
     *((f"unavailable_{c}", f"unavailable: {CAUSE_TEXT[c].split(' (')[0]}", CAUSE_COLORS[c]) for c in CAUSES),
 ]
 RANK = {key: i for i, (key, _, _) in enumerate(MAP_STATES)}
+# A cell whose worst state lasted under this share of its queue-time (its queues x its seconds) is drawn
+# pale: at a thousand consumers a rebalance leaves hundreds of queues without an owner for milliseconds,
+# and a full colour would read as the whole cell's time.
+BRIEF_SHARE = 0.05
 
 MAP_TEXT = (
     "The group has {queues} queues, too many for a row each. Each row of cells is {per} in the order "
     "topic, broker, queue id; each column is {col} of RocketMQ time. A cell has the colour of the worst "
     "state any of its queues was in at any moment of that time, worst first: messages waited and nobody "
-    "consumed them (by cause), no owner, owned only by paused consumers, two or more owners, one owner."
+    "consumed them (by cause), no owner, owned only by paused consumers, two or more owners, one owner; "
+    f"pale when that state took under {BRIEF_SHARE:.0%} of the cell's queue-time (its queues times its "
+    "seconds), as the milliseconds without an owner that a rebalance leaves do."
 )
 
 
@@ -520,6 +526,8 @@ class HealthMap:
     """The cells of a many-queue group's health map: `cells[row][column]` is an index in MAP_STATES."""
 
     cells: Any  # numpy array, rows x columns
+    # True where the cell's state (worse than one owner) lasted under BRIEF_SHARE of its queue-time
+    brief: Any
     queues: list[tuple[str, str]]  # in row order, `per_row` to a row
     per_row: int
     x0: float  # RocketMQ seconds at the left edge
@@ -547,11 +555,17 @@ def health_map(data: PlotData, group: str, summary_group: dict[str, Any] | None 
     x0, x1 = min(0.0, x(data.run_start)), max(x(data.run_end), 0.001)
     width = (x1 - x0) / MAP_COLUMNS
     cells = np.zeros((len(queues), MAP_COLUMNS), dtype=np.int8)
+    # seconds each queue spent in each state within each column: how long the worst state lasted
+    spent = np.zeros((len(MAP_STATES), len(queues), MAP_COLUMNS), dtype=np.float32)
 
     def mark(row: int, start_s: float, end_s: float, state: str) -> None:
         c0 = min(max(int((start_s - x0) // width), 0), MAP_COLUMNS - 1)
         c1 = min(max(math.ceil((end_s - x0) / width), c0 + 1), MAP_COLUMNS)
         np.maximum(cells[row, c0:c1], RANK[state], out=cells[row, c0:c1])
+        left = x0 + width * np.arange(c0, c1)
+        spent[RANK[state], row, c0:c1] += np.clip(
+            np.minimum(end_s, left + width) - np.maximum(start_s, left), 0, None
+        )
 
     paused: dict[str, list[tuple[int, int]]] = {}
     for node, ps, pe in pause_spans(data):
@@ -589,7 +603,22 @@ def health_map(data: PlotData, group: str, summary_group: dict[str, Any] | None 
     per, n_rows = _map_shape(len(queues))
     padded = np.zeros((n_rows * per, MAP_COLUMNS), dtype=np.int8)
     padded[: len(queues)] = cells
-    return HealthMap(padded.reshape(n_rows, per, MAP_COLUMNS).max(axis=1), queues, per, x0, x1)
+    worst = padded.reshape(n_rows, per, MAP_COLUMNS).max(axis=1)
+    time = np.zeros((len(MAP_STATES), n_rows * per, MAP_COLUMNS), dtype=np.float32)
+    time[:, : len(queues)] = spent
+    in_worst = np.take_along_axis(
+        time.reshape(len(MAP_STATES), n_rows, per, MAP_COLUMNS).sum(axis=2), worst[None], 0
+    )[0]
+    queue_time = np.minimum(per, len(queues) - per * np.arange(n_rows))[:, None] * width
+    brief = (worst > RANK["one_owner"]) & (in_worst < BRIEF_SHARE * queue_time)
+    return HealthMap(worst, brief, queues, per, x0, x1)
+
+
+def _pale(color: str) -> str:
+    """The colour three fifths of the way to white: a state that lasted only briefly in its cell."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    return to_hex(tuple(1 - 0.4 * (1 - c) for c in to_rgb(color)))
 
 
 def plot_health_map(
@@ -606,11 +635,13 @@ def plot_health_map(
     clock = _clock(data)
     n_rows = hm.cells.shape[0]
     fig, lane, ax = _figure(MAP_H, markers)
+    n = len(MAP_STATES)
+    colors = [c for _, _, c in MAP_STATES] + [_pale(c) for _, _, c in MAP_STATES]
     ax.imshow(
-        hm.cells,
-        cmap=ListedColormap([c for _, _, c in MAP_STATES]),
+        hm.cells + n * hm.brief,  # a brief state's pale twin sits n further along the colour map
+        cmap=ListedColormap(colors),
         vmin=-0.5,
-        vmax=len(MAP_STATES) - 0.5,
+        vmax=2 * n - 0.5,
         interpolation="nearest",
         aspect="auto",
         extent=(hm.x0, hm.x1, n_rows, 0),
@@ -630,8 +661,12 @@ def plot_health_map(
     for line in ax.lines:  # the marker lines, thin and faint so the cells at a change stay visible
         line.set_linewidth(0.7)
         line.set_alpha(0.5)
-    seen = {int(v) for v in set(hm.cells.flat)} | {RANK["one_owner"]}
+    seen = {int(v) for v in set(hm.cells[~hm.brief].flat)} | {RANK["one_owner"]}
+    pale = {int(v) for v in set(hm.cells[hm.brief].flat)}
     shown = [(text, color) for i, (_, text, color) in enumerate(MAP_STATES) if i in seen]
+    shown += [
+        (f"{text}, briefly", _pale(color)) for i, (_, text, color) in enumerate(MAP_STATES) if i in pale
+    ]
     ax.legend(
         [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="#888", linewidth=0.5) for _, c in shown],
         [text for text, _ in shown],

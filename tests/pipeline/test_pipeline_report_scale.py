@@ -89,7 +89,9 @@ def test_a_many_queue_group_gets_a_health_map_of_bounded_size_without_a_legend_o
     assert width <= 1000 and height <= 900  # one screen; the Gantt of 400 queues was 12,000 px tall
     (legend,) = legends
     assert not any(text.startswith("consumer-") for text in legend)
-    assert "one owner" in legend and "no owner (orphan)" in legend  # each kill leaves its queues 5 ms
+    assert "one owner" in legend
+    # each kill leaves its queues 5 ms without an owner: a pale cell, not a cell's worth of orphan
+    assert "no owner (orphan), briefly" in legend and "no owner (orphan)" not in legend
     assert ownership_text(data, "G").startswith("The group has 400 queues")
 
 
@@ -116,9 +118,33 @@ def test_the_map_keeps_the_worst_state_of_each_cell() -> None:
     assert hm.cells[row["T broker-a:4"], 55] == STATE["one_owner"]
     assert hm.cells[row["T broker-a:7"], 77] == STATE["unavailable_owner_idle"]
     assert hm.cells[row["T broker-a:7"], 81] == STATE["one_owner"]
+    assert not hm.brief[row["T broker-b:0"], 26] and not hm.brief[row["T broker-a:7"], 77]
+    assert not hm.brief[row["T broker-a:3"], 55] and not hm.brief[row["T broker-a:4"], 55]
     data.intervals_cut_at = 400_000  # what started from t = 400 s on was not collected
     hm = health_map(data, "G", summary_group)
     assert hm is not None and set(hm.cells[:, 100:].flat) == {STATE["not_collected"]}
+
+
+def test_a_state_that_took_a_sliver_of_its_cell_is_told_apart_as_brief() -> None:
+    # consumer-1 killed at t = 30 s: its queues have no owner for 5 ms, then 10 s for queue a:0
+    data = large_group(queues=100, consumers=10, kills=1)
+    a0 = next(r for r in data.intervals if r["queue"] == "broker-a:0" and r["start"] > 0)
+    a0["start"] = 40_000
+    hm = health_map(data, "G")
+    assert hm is not None
+    row = {f"{t} {q}": i for i, (t, q) in enumerate(hm.queues)}
+    column = 30 // 4  # t = 28-32 s
+    for queue, brief in (("broker-a:10", True), ("broker-a:0", False)):  # 5 ms, and 2 s of the 4 s
+        assert hm.cells[row[f"T {queue}"], column] == STATE["orphan"]
+        assert hm.brief[row[f"T {queue}"], column] == brief
+    assert not hm.brief[row["T broker-a:0"], column + 1]  # t = 32-36 s: an orphan all along
+    assert not hm.brief.any(where=hm.cells == STATE["one_owner"])  # one owner is never pale
+    # binned rows (two queues a row past 128): a row's queue-time counts both queues
+    data = large_group(queues=200, consumers=10, kills=1)
+    hm = health_map(data, "G")
+    assert (
+        hm is not None and hm.per_row == 2 and hm.brief[0, column] and hm.cells[0, column] == STATE["orphan"]
+    )
 
 
 def test_up_to_64_queues_keep_the_gantt_chart() -> None:

@@ -494,8 +494,8 @@ MAP_ROWS = 128  # rows of cells at most: about 4 px each at the map's height
 MAP_COLUMNS = 150  # columns of cells (time buckets): about 5 px each
 MAP_H = 5.2  # inches
 # A cell's states from least to most severe (key, legend text, colour): a cell shows the most severe
-# state any of its queues was in at any moment of its time. Messages waiting (unavailable) is the harm
-# itself, so it ranks above the ownership states that lead to it.
+# state its queues were in for a share of its time (BRIEF_SHARE). Messages waiting (unavailable) is
+# the harm itself, so it ranks above the ownership states that lead to it.
 MAP_STATES: list[tuple[str, str, str]] = [
     ("unassigned", "before the group's first assignment", "#ffffff"),
     ("not_collected", "not collected (too many ownership intervals)", "#d9d9d9"),
@@ -506,18 +506,19 @@ MAP_STATES: list[tuple[str, str, str]] = [
     *((f"unavailable_{c}", f"unavailable: {CAUSE_TEXT[c].split(' (')[0]}", CAUSE_COLORS[c]) for c in CAUSES),
 ]
 RANK = {key: i for i, (key, _, _) in enumerate(MAP_STATES)}
-# A cell whose worst state lasted under this share of its queue-time (its queues x its seconds) is drawn
-# pale: at a thousand consumers a rebalance leaves hundreds of queues without an owner for milliseconds,
-# and a full colour would read as the whole cell's time.
+# A cell shows the worst state that took at least this share of its queue-time (its queues x its
+# seconds), else the worst of any moment, pale: at a thousand consumers a rebalance leaves hundreds of
+# queues without an owner for milliseconds, which in full colour would read as the whole cell's time.
 BRIEF_SHARE = 0.05
 
 MAP_TEXT = (
     "The group has {queues} queues, too many for a row each. Each row of cells is {per} in the order "
     "topic, broker, queue id; each column is {col} of RocketMQ time. A cell has the colour of the worst "
-    "state any of its queues was in at any moment of that time, worst first: messages waited and nobody "
-    "consumed them (by cause), no owner, owned only by paused consumers, two or more owners, one owner; "
-    f"pale when that state took under {BRIEF_SHARE:.0%} of the cell's queue-time (its queues times its "
-    "seconds), as the milliseconds without an owner that a rebalance leaves do."
+    "state its queues were in for at least "
+    f"{BRIEF_SHARE:.0%} of its queue-time (its queues times its seconds), worst first: messages waited "
+    "and nobody consumed them (by cause), no owner, owned only by paused consumers, two or more owners, "
+    "one owner. A pale cell had no such state: it shows the worst of any moment, such as the milliseconds "
+    "without an owner that a rebalance leaves."
 )
 
 
@@ -526,7 +527,8 @@ class HealthMap:
     """The cells of a many-queue group's health map: `cells[row][column]` is an index in MAP_STATES."""
 
     cells: Any  # numpy array, rows x columns
-    # True where the cell's state (worse than one owner) lasted under BRIEF_SHARE of its queue-time
+    # True where no state worse than one owner took BRIEF_SHARE of the cell's queue-time: the cell
+    # shows the worst it had at any moment, pale
     brief: Any
     queues: list[tuple[str, str]]  # in row order, `per_row` to a row
     per_row: int
@@ -541,8 +543,8 @@ def _map_shape(queues: int) -> tuple[int, int]:
 
 
 def health_map(data: PlotData, group: str, summary_group: dict[str, Any] | None = None) -> HealthMap | None:
-    """The group's queues (binned) against time buckets, each cell at its worst state, from the ownership
-    intervals, the pauses and the summary's unavailable spans."""
+    """The group's queues (binned) against time buckets, each cell at its worst lasting state (or its
+    worst, brief), from the ownership intervals, the pauses and the summary's unavailable spans."""
     import numpy as np
 
     rows = [r for r in data.intervals if r["group"] == group]
@@ -595,6 +597,7 @@ def health_map(data: PlotData, group: str, summary_group: dict[str, Any] | None 
     if data.intervals_cut_at is not None:
         c0 = max(int((x(data.intervals_cut_at) - x0) // width), 0)
         cells[:, c0:] = RANK["not_collected"]
+        spent[:, :, c0:] = 0  # what was seen of the owners there is a part, not a share
     for q in (summary_group or {}).get("unavailability", {}).get("queues", []):
         row = index.get((q["topic"], q["queue"]))
         if row is not None:
@@ -606,12 +609,15 @@ def health_map(data: PlotData, group: str, summary_group: dict[str, Any] | None 
     worst = padded.reshape(n_rows, per, MAP_COLUMNS).max(axis=1)
     time = np.zeros((len(MAP_STATES), n_rows * per, MAP_COLUMNS), dtype=np.float32)
     time[:, : len(queues)] = spent
-    in_worst = np.take_along_axis(
-        time.reshape(len(MAP_STATES), n_rows, per, MAP_COLUMNS).sum(axis=2), worst[None], 0
-    )[0]
     queue_time = np.minimum(per, len(queues) - per * np.arange(n_rows))[:, None] * width
-    brief = (worst > RANK["one_owner"]) & (in_worst < BRIEF_SHARE * queue_time)
-    return HealthMap(worst, brief, queues, per, x0, x1)
+    share = time.reshape(len(MAP_STATES), n_rows, per, MAP_COLUMNS).sum(axis=2) / queue_time[None]
+    # The worst state that took at least BRIEF_SHARE of the cell; failing one, the worst at any moment,
+    # pale (so a rebalance's milliseconds of orphan do not hide a lasting overlap or pause)
+    ranks = np.arange(len(MAP_STATES))[:, None, None]
+    lasting = (ranks > RANK["one_owner"]) & (share >= BRIEF_SHARE)
+    shown = np.where(lasting.any(axis=0), np.where(lasting, ranks, -1).max(axis=0), worst).astype(np.int8)
+    brief = ~lasting.any(axis=0) & (worst > RANK["one_owner"])
+    return HealthMap(shown, brief, queues, per, x0, x1)
 
 
 def _pale(color: str) -> str:
@@ -663,12 +669,21 @@ def plot_health_map(
         line.set_alpha(0.5)
     seen = {int(v) for v in set(hm.cells[~hm.brief].flat)} | {RANK["one_owner"]}
     pale = {int(v) for v in set(hm.cells[hm.brief].flat)}
-    shown = [(text, color) for i, (_, text, color) in enumerate(MAP_STATES) if i in seen]
-    shown += [
-        (f"{text}, briefly", _pale(color)) for i, (_, text, color) in enumerate(MAP_STATES) if i in pale
-    ]
+    # the full colours in the left column, the pale ones in the right (a legend fills column by column)
+    left = [(text, color) for i, (_, text, color) in enumerate(MAP_STATES) if i in seen]
+    right = [(f"{text}, briefly", _pale(c)) for i, (_, text, c) in enumerate(MAP_STATES) if i in pale]
+    if right:
+        rows = max(len(left), len(right))
+        left += [("", "")] * (rows - len(left))
+        right += [("", "")] * (rows - len(right))
+    shown = left + right
     ax.legend(
-        [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="#888", linewidth=0.5) for _, c in shown],
+        [
+            plt.Rectangle(
+                (0, 0), 1, 1, facecolor=c or "none", edgecolor="#888", linewidth=0.5, visible=bool(c)
+            )
+            for _, c in shown
+        ],
         [text for text, _ in shown],
         fontsize=FONT - 1,
         loc="upper center",

@@ -139,6 +139,17 @@ def test_a_state_that_took_a_sliver_of_its_cell_is_told_apart_as_brief() -> None
         assert hm.brief[row[f"T {queue}"], column] == brief
     assert not hm.brief[row["T broker-a:0"], column + 1]  # t = 32-36 s: an orphan all along
     assert not hm.brief.any(where=hm.cells == STATE["one_owner"])  # one owner is never pale
+    # a lasting overlap in the cell outranks the milliseconds of orphan there
+    a10 = next(r for r in data.intervals if r["queue"] == "broker-a:10" and r["start"] > 0)
+    data.intervals.append(
+        {**a10, "client_id": "consumer-9", "node": "consumer-9", "start": 30_500, "end": 31_900}
+    )
+    hm = health_map(data, "G")
+    assert hm is not None
+    assert (
+        hm.cells[row["T broker-a:10"], column] == STATE["overlap"]
+        and not hm.brief[row["T broker-a:10"], column]
+    )
     # binned rows (two queues a row past 128): a row's queue-time counts both queues
     data = large_group(queues=200, consumers=10, kills=1)
     hm = health_map(data, "G")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from chaos.experiment import CLIENT_NAMES, V5_CLIENTS, Experiment, ExperimentError, load, parse
+from chaos.experiment import CLIENT_NAMES, V5_CLIENTS, Experiment, ExperimentError, load, parse, unfit_steps
 from chaos.handdriven import add_commands
 from chaos.realclients import check_environment
 
@@ -55,7 +55,18 @@ def _warnings(exp: Experiment) -> list[str]:
             )
     if not exp.consumers:
         out.append("no [[consumers]]: nothing will be consumed")
+    unfit = unfit_steps(exp.schedule())
+    for step, state in unfit[:UNFIT_SHOWN]:
+        out.append(
+            f"{step.t:g}s {step.describe()}: the schedule before it leaves {step.target} {state}, so the "
+            "runner will skip it"
+        )
+    if len(unfit) > UNFIT_SHOWN:
+        out.append(f"... and {len(unfit) - UNFIT_SHOWN} more action(s) the runner will skip")
     return out
+
+
+UNFIT_SHOWN = 10  # validate names this many actions that will be skipped
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

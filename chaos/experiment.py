@@ -1220,20 +1220,56 @@ def expand_schedule(exp: Experiment) -> list[Step]:
     return live_random_targets(steps, exp)
 
 
-# What a process action needs of its target, by the schedule so far: a node can be running, paused,
-# hung or down. Any other action may name a node in any state.
+# What a process action needs of its target (the supervisor refuses it otherwise, and the runner skips
+# it): a node is running, paused or down, and a running one may have a hung listener. A restart takes
+# a node in any state, and any other action any node.
 _NEEDS = {
-    "kill": ("running", "paused", "hung"),
-    "stop": ("running", "paused", "hung"),
-    "restart": ("running", "paused", "hung"),
+    "kill": ("running", "paused"),
+    "stop": ("running", "paused"),
     "pause": ("running",),
     "hang": ("running",),
+    "unhang": ("hung",),
     "start": ("down",),
     "resume": ("paused",),
-    "unhang": ("hung",),
 }
-_BECOMES = {"kill": "down", "stop": "down", "start": "running", "pause": "paused", "resume": "running"}
-_BECOMES |= {"hang": "hung", "unhang": "running", "restart": "running"}
+
+
+class NodeStates:
+    """What the schedule so far has done to each node, fed its steps in time order."""
+
+    def __init__(self) -> None:
+        self._state: dict[str, str] = {}
+        self._hung: set[str] = set()
+        self._back_at: dict[str, float] = {}  # restarted nodes: running again from then
+
+    def at(self, node: str, t: float) -> str:
+        """running, hung (running with a hung listener), paused or down."""
+        if t < self._back_at.get(node, -math.inf):
+            return "down"
+        state = self._state.get(node, "running")
+        return "hung" if state == "running" and node in self._hung else state
+
+    def fits(self, step: Step, node: str | None = None) -> bool:
+        needs = _NEEDS.get(step.action)
+        state = self.at(node or step.target, step.t)
+        # a hung listener's process runs: what a running node takes, a hung one takes too
+        return needs is None or state in needs or (state == "hung" and "running" in needs)
+
+    def apply(self, step: Step) -> None:
+        a, node = step.action, step.target
+        if a in ("kill", "stop", "restart"):
+            self._state[node] = "down" if a != "restart" else "running"
+            self._hung.discard(node)
+            if a == "restart":
+                self._back_at[node] = step.t + float(step.params.get("down", 0.0))
+        elif a in ("start", "resume"):
+            self._state[node] = "running"
+        elif a == "pause":
+            self._state[node] = "paused"
+        elif a == "hang":
+            self._hung.add(node)
+        elif a == "unhang":
+            self._hung.discard(node)
 
 
 def live_random_targets(steps: list[Step], exp: Experiment) -> list[Step]:
@@ -1241,23 +1277,17 @@ def live_random_targets(steps: list[Step], exp: Experiment) -> list[Step]:
     left in the wrong state (killed and not started again, already paused, ...) is drawn again from
     the nodes in the right state, with its undo; a pick that was fine is kept, so a schedule without
     such a pick is unchanged. With no node in the right state the pick stays (the runner skips it).
-    ``steps`` in time order; a restart's target is down for its ``down`` seconds."""
-    state: dict[str, str] = {}
-    back_at: dict[str, float] = {}  # restarted nodes: running again from then
+    ``steps`` in time order."""
+    states = NodeStates()
     moved: dict[tuple[int, int], str] = {}  # (entry, occurrence) -> the target drawn again
     nodes = exp.nodes()
     out = []
-
-    def now(node: str, t: float) -> str:
-        return "down" if t < back_at.get(node, -math.inf) else state.get(node, "running")
-
     for step in steps:
-        needs = _NEEDS.get(step.action)
         key = (step.source, step.occurrence)
         if key in moved and not step.choices:  # the undo of a pick drawn again follows it
             step = replace(step, target=moved[key])
-        elif step.choices and needs and now(step.target, step.t) not in needs:
-            live = [n for n in step.choices if now(n, step.t) in needs]
+        elif step.choices and not states.fits(step):
+            live = [n for n in step.choices if states.fits(step, n)]
             if live:
                 rng = random.Random(f"{exp.seed}:nemesis:{step.source}:{step.occurrence}:again")
                 target = rng.choice(live)
@@ -1265,9 +1295,20 @@ def live_random_targets(steps: list[Step], exp: Experiment) -> list[Step]:
                 group = info.group if info.role == "consumer" else None
                 moved[key] = target
                 step = replace(step, target=target, target_role=info.role, group=group)
-        if step.action in _BECOMES:
-            state[step.target] = _BECOMES[step.action]
-            if step.action == "restart":
-                back_at[step.target] = step.t + float(step.params.get("down", 0.0))
+        if states.fits(step):  # the runner skips what does not: it changes nothing
+            states.apply(step)
         out.append(step)
+    return out
+
+
+def unfit_steps(steps: list[Step]) -> list[tuple[Step, str]]:
+    """The actions the schedule before them leaves unable to act on their target (the runner will skip
+    them), each with the state its target will be in."""
+    states = NodeStates()
+    out = []
+    for step in steps:
+        if states.fits(step):
+            states.apply(step)
+        else:
+            out.append((step, states.at(step.target, step.t)))
     return out

@@ -84,6 +84,25 @@ def test_validate_prints_schedule_and_rejects_bad_files(
     assert f"{bad}:6: nemesis[1].action: must be one of" in err
 
 
+def test_validate_warns_of_each_action_the_schedule_leaves_nothing_to_act_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = resolve("kill-one-of-four").text
+    f = tmp_path / "twice.toml"
+    nemeses = '\n[[nemesis]]\naction = "resume"\ntarget = "consumer-1"\nat = [160]\n'
+    f.write_text(text.replace("at = 150", "at = [150, 170]") + nemeses)
+    assert main(["validate", str(f)]) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: 160s resume consumer-1: the schedule before it leaves consumer-1 running, so the runner "
+        "will skip it",
+        "warning: 170s kill consumer-2: the schedule before it leaves consumer-2 down, so the runner will "
+        "skip it",
+    ]
+    assert main(["validate", "kill-one-of-four"]) == 0
+    assert "warning" not in capsys.readouterr().out
+
+
 def test_run_refuses_a_bad_file_before_starting_anything(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

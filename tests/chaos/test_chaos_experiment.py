@@ -370,3 +370,26 @@ def test_a_schedule_whose_random_picks_all_fit_is_drawn_as_before(monkeypatch: p
     monkeypatch.setattr(ex, "live_random_targets", lambda steps, exp: steps)
     assert drawn == ex.parse(fits).schedule()
     assert ex.parse(BASE + RANDOM_KILLS).schedule() != drawn  # (the stand-in above draws differently)
+
+
+def test_unfit_steps_follow_the_supervisors_rules() -> None:
+    def step(t: float, action: str, target: str, **params: object) -> ex.Step:
+        return ex.Step(t, action, target, "consumer", "g1", dict(params), 1)
+
+    steps = [
+        step(10, "hang", "consumer-1"),
+        step(11, "pause", "consumer-1"),  # a hung listener's process runs: it can be paused
+        step(12, "unhang", "consumer-2"),  # not hung
+        step(13, "resume", "consumer-1"),
+        step(14, "unhang", "consumer-1"),
+        step(20, "restart", "consumer-2", down=10.0),
+        step(25, "kill", "consumer-2"),  # down for the restart's 10 s
+        step(31, "kill", "consumer-2"),
+        step(32, "restart", "consumer-2"),  # a restart takes a node in any state
+        step(33, "start", "consumer-3"),  # running
+    ]
+    assert [(s.t, state) for s, state in ex.unfit_steps(steps)] == [
+        (12, "running"),
+        (25, "down"),
+        (33, "running"),
+    ]

@@ -557,15 +557,16 @@ def health_map(data: PlotData, group: str, summary_group: dict[str, Any] | None 
     x0, x1 = min(0.0, x(data.run_start)), max(x(data.run_end), 0.001)
     width = (x1 - x0) / MAP_COLUMNS
     cells = np.zeros((len(queues), MAP_COLUMNS), dtype=np.int8)
-    # seconds each queue spent in each state within each column: how long the worst state lasted
-    spent = np.zeros((len(MAP_STATES), len(queues), MAP_COLUMNS), dtype=np.float32)
+    per, n_rows = _map_shape(len(queues))
+    # queue-seconds in each state per cell (summed over the row's queues): how long its worst state lasted
+    spent = np.zeros((len(MAP_STATES), n_rows, MAP_COLUMNS), dtype=np.float64)
 
     def mark(row: int, start_s: float, end_s: float, state: str) -> None:
         c0 = min(max(int((start_s - x0) // width), 0), MAP_COLUMNS - 1)
         c1 = min(max(math.ceil((end_s - x0) / width), c0 + 1), MAP_COLUMNS)
         np.maximum(cells[row, c0:c1], RANK[state], out=cells[row, c0:c1])
         left = x0 + width * np.arange(c0, c1)
-        spent[RANK[state], row, c0:c1] += np.clip(
+        spent[RANK[state], row // per, c0:c1] += np.clip(
             np.minimum(end_s, left + width) - np.maximum(start_s, left), 0, None
         )
 
@@ -603,14 +604,11 @@ def health_map(data: PlotData, group: str, summary_group: dict[str, Any] | None 
         if row is not None:
             for sp in q["spans"]:
                 mark(row, sp["from_s"], sp["to_s"], f"unavailable_{sp['cause']}")
-    per, n_rows = _map_shape(len(queues))
     padded = np.zeros((n_rows * per, MAP_COLUMNS), dtype=np.int8)
     padded[: len(queues)] = cells
     worst = padded.reshape(n_rows, per, MAP_COLUMNS).max(axis=1)
-    time = np.zeros((len(MAP_STATES), n_rows * per, MAP_COLUMNS), dtype=np.float32)
-    time[:, : len(queues)] = spent
     queue_time = np.minimum(per, len(queues) - per * np.arange(n_rows))[:, None] * width
-    share = time.reshape(len(MAP_STATES), n_rows, per, MAP_COLUMNS).sum(axis=2) / queue_time[None]
+    share = spent / queue_time[None]
     # The worst state that took at least BRIEF_SHARE of the cell; failing one, the worst at any moment,
     # pale (so a rebalance's milliseconds of orphan do not hide a lasting overlap or pause)
     ranks = np.arange(len(MAP_STATES))[:, None, None]

@@ -259,6 +259,19 @@ def _is_number(value: Any) -> bool:
 MAX_TICK_LABELS = 60  # categories named under a plot of index.html; more are only counted
 
 
+PLOTTED_METRICS = (*GROUP_METRICS, "max_convergence_ms")
+
+
+def constant_metrics(rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """The metrics with one and the same value in every run and group (a plot of them says nothing)."""
+    out = []
+    for m in PLOTTED_METRICS:
+        values = {r.get(m) for r in rows if r.get(m) is not None}
+        if len(values) == 1:
+            out.append((m, values.pop()))
+    return out
+
+
 def metric_plots(columns: list[str], rows: list[dict[str, Any]], limit: int = 24) -> list[tuple[str, str]]:
     """(title, png) per metric and experiment parameter that varies across runs: the metric of every
     group of every run against the parameter (numbers on an axis, other values as categories). Without
@@ -271,7 +284,8 @@ def metric_plots(columns: list[str], rows: list[dict[str, Any]], limit: int = 24
     from pipeline.report import _png
 
     params = [c for c in columns if c.startswith("param.") and len({str(r[c]) for r in rows}) > 1]
-    metrics = [m for m in (*GROUP_METRICS, "max_convergence_ms") if any(r[m] for r in rows)]
+    same = {m for m, _ in constant_metrics(rows)}
+    metrics = [m for m in PLOTTED_METRICS if m not in same and any(r[m] is not None for r in rows)]
     by = params or ["run"]
     plots: list[tuple[str, str]] = []
     for metric in metrics:
@@ -361,7 +375,8 @@ def render_index(result: RootResult, columns: list[str], rows: list[dict[str, An
         f"<title>{esc(title)}</title>",
         "<style>body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}th{cursor:pointer;background:#f4f4f4}"
-        ".ok{color:#060}.fail{color:#b00;font-weight:bold}img{border:1px solid #eee;margin:4px}</style>"
+        ".ok{color:#060}.fail{color:#b00;font-weight:bold}img{border:1px solid #eee;margin:4px;"
+        "vertical-align:top}.wide{overflow-x:auto;max-width:100%}</style>"
         "</head><body>",
         f"<h1>{esc(title)}</h1>",
         f"<p>{len(result.runs)} runs analysed, {failed} with a failed verdict"
@@ -380,7 +395,7 @@ def render_index(result: RootResult, columns: list[str], rows: list[dict[str, An
     parts += modes_section(result)  # the question those runs answer comes before the long table
     # the question is a sentence: the title (tooltip) of the run and experiment cells, not a column
     shown = [c for c in columns if c != "question"]
-    parts.append("<h2>Runs and groups</h2><table><thead><tr>")
+    parts.append("<h2>Runs and groups</h2><div class='wide'><table><thead><tr>")
     parts += [f"<th>{esc(c.removeprefix('param.'))}</th>" for c in shown]
     parts.append("</tr></thead><tbody>")
     for row in rows:
@@ -395,13 +410,18 @@ def render_index(result: RootResult, columns: list[str], rows: list[dict[str, An
             title = f" title='{esc(question)}'" if question and c in ("run", "experiment") else ""
             cells.append(f"<td{cls}{title}>{text}</td>")
         parts.append("<tr>" + "".join(cells) + "</tr>")
-    parts.append("</tbody></table>")
+    parts.append("</tbody></table></div>")
     plots = metric_plots(columns, rows) if rows else []
-    if plots:
+    same = constant_metrics(rows) if len(rows) > 1 else []
+    if plots or same:
         parts.append("<h2>Metrics by experiment parameter</h2>")
-        parts += [
-            f"<img alt='{esc(t)}' title='{esc(t)}' src='data:image/png;base64,{png}'>" for t, png in plots
-        ]
+    if same:
+        parts.append(
+            "<p>The same in every run and group, so not plotted: "
+            + ", ".join(f"{esc(m)} {esc(str(v))}" for m, v in same)
+            + ".</p>"
+        )
+    parts += [f"<img alt='{esc(t)}' title='{esc(t)}' src='data:image/png;base64,{png}'>" for t, png in plots]
     parts.append(f"<script>{_SORT_JS}</script></body></html>")
     return "".join(parts)
 

@@ -65,9 +65,12 @@ def test_the_question_and_source_are_text_beside_the_run_not_parameters(tmp_path
     assert "<th>question</th>" not in page and "<th>source</th>" not in page
     assert "<td title='And three &lt;of them&gt;?'><a href='three/report.html'>three</a></td>" in page
     assert "<li><b>two</b>: Do two consumers share 4 queues?</li>" in page
-    # no parameter varies (the consumers' count is in a list): the metrics are plotted by run
+    # no parameter varies (the consumers' count is in a list): the metrics are plotted by run, those
+    # that differ between the runs; the others are named with their one value
     titles = [t for t, _png in metric_plots(columns, rows)]
-    assert titles == ["sent by run", "consumed_unique by run", "lost by run"]
+    assert titles == ["consumed_unique by run", "lost by run"]
+    assert "<p>The same in every run and group, so not plotted: sent 10, duplicates 0," in page
+    assert "<div class='wide'><table>" in page  # a wide table scrolls inside the page
 
 
 def test_a_plot_by_run_names_its_runs_only_when_they_are_few(monkeypatch: Any) -> None:

@@ -290,7 +290,7 @@ def render_sweep(
         "<style>body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:2px 5px;font-size:12px;text-align:right;white-space:nowrap}"
         "th{background:#f4f4f4;position:sticky;top:0}td.p{text-align:left}.fail{color:#b00;font-weight:bold}"
-        "img{border:1px solid #eee;margin:4px}code{background:#f6f6f6;padding:1px 3px}"
+        "img{border:1px solid #eee;margin:4px;vertical-align:top}code{background:#f6f6f6;padding:1px 3px}"
         ".wrap{overflow-x:auto;max-height:40em}</style></head><body>",
         f"<h1>{esc(title)}</h1>",
     ]

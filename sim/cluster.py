@@ -239,11 +239,11 @@ class SimCluster:
         progress: bool = True,
         manifest_extra: dict[str, Any] | None = None,
     ) -> None:
-        self.sx = sx
+        self.seed = sx.exp.seed if seed is None else seed
+        self.sx = sx.with_seed(self.seed)  # --seed draws the chaos schedule too, not only the network's
         # keys a caller adds to manifest.json (a sweep: its point and the varied parameters)
         self.manifest_extra = dict(manifest_extra or {})
-        self.exp = sx.exp
-        self.seed = self.exp.seed if seed is None else seed
+        self.exp = self.sx.exp
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.out = out or sys.stdout

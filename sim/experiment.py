@@ -108,6 +108,11 @@ class SimExperiment:
     exp: Experiment
     sim: SimSettings
 
+    def with_seed(self, seed: int) -> SimExperiment:
+        """The same experiment run with another seed: its random nemesis targets and times and its GC
+        pauses are drawn from that seed too, not only the simulation's own choices."""
+        return self if seed == self.exp.seed else replace(self, exp=replace(self.exp, seed=seed))
+
     def schedule(self) -> list[Step]:
         """The chaos schedule plus the GC pauses drawn from the seed, in time order."""
         steps = self.exp.schedule() + gc_steps(self)

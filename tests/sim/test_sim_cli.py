@@ -138,6 +138,16 @@ def test_another_seed_another_run(runs: Path) -> None:
     assert "consumer-1.jsonl" in differ and "broker-a.jsonl" in differ
 
 
+def test_another_seed_draws_its_own_gc_pauses(runs: Path) -> None:
+    # --seed is the run's seed for everything drawn: the [[sim.gc]] pauses' times and targets too
+    def paused(run: str) -> list[str]:
+        lines = (runs / run / "chaos.jsonl").read_text().splitlines()
+        return [e["target"] for e in map(json.loads, lines) if e.get("gc") and e["action"] == "pause"]
+
+    assert len(paused("a")) == 3 and paused("a") == paused("b")
+    assert paused("a") != paused("c")
+
+
 def test_the_run_is_a_sim_run_with_every_action(runs: Path) -> None:
     manifest = json.loads((runs / "a" / "manifest.json").read_text())
     assert manifest["mode"] == "sim" and manifest["seed"] == 3

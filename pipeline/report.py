@@ -15,10 +15,13 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pipeline.unavailability import CAUSE_TEXT, CAUSES, IDLE_THRESHOLD_RMQ_MS, RunClock
+
+T = TypeVar("T")
 
 METRICS: dict[str, str] = {
     "sent": "Distinct messages the producers sent to the group's topics and the broker acknowledged.",
@@ -1211,11 +1214,11 @@ def _convergence_in_short(entries: list[dict[str, Any]], clock: RunClock) -> lis
             "every change is in the convergence chart)."
         )
     if never:
-        shown = never if len(never) <= NAMED_TARGETS + 1 else never[:NAMED_TARGETS]
-        names = [f"'{_short_cause(e['cause'])}' at {_when(e['change_ms'], clock)}" for e in shown]
-        if len(never) > len(shown):
-            names.append(f"{len(never) - len(shown)} more")
-        which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        which = _first_named(
+            never,
+            lambda e: f"'{_short_cause(e['cause'])}' at {_when(e['change_ms'], clock)}",
+            lambda rest: f"{len(rest)} more",
+        )
         out.append(
             f"After {len(never)} of the {len(entries)} changes it never became whole again before the run "
             f"ended: {which}."
@@ -1413,12 +1416,11 @@ def _grouped(outcomes: list[Outcome]) -> list[str]:
         if len(changes) == 1:
             out.append(_after(changes[0].what, changes[0].at, text + changes[0].dup))
             continue
-        shown = changes if len(changes) <= NAMED_TARGETS + 1 else changes[:NAMED_TARGETS]
-        names = [f"'{o.what}' at t = {o.at:z.1f} s" for o in shown]
-        rest = changes[len(shown) :]
-        if rest:
-            names.append(f"{len(rest)} more up to t = {rest[-1].at:z.1f} s")
-        named = ", ".join(names[:-1]) + " and " + names[-1]
+        named = _first_named(
+            changes,
+            lambda o: f"'{o.what}' at t = {o.at:z.1f} s",
+            lambda rest: f"{len(rest)} more up to t = {rest[-1].at:z.1f} s",
+        )
         total = sum(o.dups for o in changes)
         most = max(changes, key=lambda o: o.dups)
         dup = f"; {_plural(total, 'duplicate delivery', 'duplicate deliveries')} followed them in all"
@@ -1426,6 +1428,13 @@ def _grouped(outcomes: list[Outcome]) -> list[str]:
             dup += f", at most {most.dups} after one ('{most.what}' at t = {most.at:z.1f} s)"
         out.append(f"after each of {len(changes)} changes ({named}){text}{dup}.")
     return out
+
+
+def _first_named(items: list[T], name: Callable[[T], str], rest: Callable[[list[T]], str]) -> str:
+    """'a, b and c', or past NAMED_TARGETS + 1 items 'a, b, c and <rest of them>'."""
+    shown = items if len(items) <= NAMED_TARGETS + 1 else items[:NAMED_TARGETS]
+    names = [name(i) for i in shown] + ([rest(items[len(shown) :])] if len(items) > len(shown) else [])
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _plural(n: int, one: str, many: str) -> str:

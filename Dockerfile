@@ -29,7 +29,8 @@ RUN python3 -m venv "$VIRTUAL_ENV" \
        fi \
     && rm -rf wheels
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
+COPY rmqlab ./rmqlab
 COPY protocol ./protocol
 COPY broker ./broker
 COPY client ./client
@@ -37,6 +38,8 @@ COPY chaos ./chaos
 COPY pipeline ./pipeline
 COPY sim ./sim
 COPY proxy ./proxy
+COPY interop ./interop
+COPY sweeps ./sweeps
 # With the wheels installed above, the package builds with the venv's own setuptools and needs nothing
 # more; without them, pip fetches the build backend and the dependencies from the index.
 RUN if pip show setuptools wheel msgpack >/dev/null 2>&1; then \

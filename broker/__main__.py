@@ -1,4 +1,4 @@
-"""``python -m broker`` / ``rmq-broker``: run one broker; prints ``READY host:port`` once listening."""
+"""``python -m rmqlab.broker`` / ``rmq-broker``: run one broker; prints ``READY host:port`` once listening."""
 
 from __future__ import annotations
 
@@ -7,14 +7,12 @@ import asyncio
 import sqlite3
 import sys
 
-from broker.acl import AclConfigError, PlainAccessValidator
-from broker.config import BrokerConfig
-from broker.controller import BrokerController
-from broker.store import StoreError
-from broker.topic_config import PERM_READ_WRITE, TopicConfig
-from protocol.command import DEFAULT_MAX_FRAME_BYTES
-from protocol.runtime import (
-    EventLog,
+from rmqlab.broker.acl import AclConfigError, PlainAccessValidator
+from rmqlab.broker.config import BrokerConfig
+from rmqlab.broker.controller import BrokerController
+from rmqlab.broker.store import StoreError
+from rmqlab.broker.topic_config import PERM_READ_WRITE, TopicConfig
+from rmqlab.cli import (
     add_common_args,
     add_native_port_arg,
     announce_ready,
@@ -22,8 +20,9 @@ from protocol.runtime import (
     non_negative_int,
     port_number,
     positive_int,
-    run_async_main,
 )
+from rmqlab.protocol.command import DEFAULT_MAX_FRAME_BYTES
+from rmqlab.protocol.runtime import EventLog, run_async_main
 
 
 def _namesrv(text: str) -> str:

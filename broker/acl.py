@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.acl import SignedContent, cal_signature, msgpack_signed_content
-from protocol.codes import ADMIN_CODE_RANGE, RequestCode
-from protocol.command import RemotingCommand
-from protocol.model import is_retry_topic, retry_topic
+from rmqlab.protocol.acl import SignedContent, cal_signature, msgpack_signed_content
+from rmqlab.protocol.codes import ADMIN_CODE_RANGE, RequestCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.model import is_retry_topic, retry_topic
 
 # Permission bits (org.apache.rocketmq.acl.common.Permission).
 DENY = 1

@@ -14,14 +14,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from client.allocate import (
+from rmqlab.client.allocate import (
     AllocateMessageQueueAveragely,
     AllocateMessageQueueAveragelyByCircle,
     AllocateMessageQueueStrategy,
     sort_cid_all,
     sort_mq_all,
 )
-from protocol.model import MessageModel, MessageQueue, is_retry_topic
+from rmqlab.protocol.model import MessageModel, MessageQueue, is_retry_topic
 
 # The only strategies QueryAssignmentProcessor registers.
 STRATEGIES: dict[str, AllocateMessageQueueStrategy] = {

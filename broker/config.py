@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.command import DEFAULT_MAX_FRAME_BYTES
-from protocol.runtime import TimeScale
+from rmqlab.protocol.command import DEFAULT_MAX_FRAME_BYTES
+from rmqlab.protocol.runtime import TimeScale
 
 # RocketMQ's messageDelayLevel: "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
 DELAY_LEVELS_MS: tuple[int, ...] = (

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.codes import RequestCode
-from protocol.command import RemotingCommand
-from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
-from protocol.remoting import Connection, RemotingError
-from protocol.runtime import EventLog
+from rmqlab.protocol.codes import RequestCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
+from rmqlab.protocol.remoting import Connection, RemotingError
+from rmqlab.protocol.runtime import EventLog
 
 NOTIFY_SEND_TIMEOUT_S = 0.01  # Broker2Client: invokeOneway(channel, request, 10)
 

@@ -13,30 +13,30 @@ import inspect
 import os
 from typing import Any, cast
 
-from broker.acl import ADMIN_CODES, AclDenied, PlainAccessValidator, is_loopback
-from broker.assignment import MessageRequestModeTable
-from broker.config import BrokerConfig
-from broker.consumer_manager import ConsumerIdsChangeListener, ConsumerManager, ProducerManager
-from broker.faults import FaultTable
-from broker.lock_manager import RebalanceLockManager
-from broker.long_polling import HeldPull, PullRequestHoldService
-from broker.namesrv import NamesrvProcessor
-from broker.offset_manager import ConsumerOffsetManager
-from broker.pop import PopState
-from broker.processor import register_processors
-from broker.processor.pop import PopLongPollingService, PopMessageProcessor
-from broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, Handler
-from broker.route_info import QueueData, RouteInfoManager
-from broker.schedule import ScheduleMessageService
-from broker.sqlite_store import SqliteMessageStore
-from broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, StoredMessage, StoreError
-from broker.topic_config import TopicConfig
-from client.route import TopicRouteData
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import CommandError, RemotingCommand
-from protocol.model import MessageQueue, WireError, is_retry_topic, retry_topic
-from protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer, SyncHandler
-from protocol.runtime import Clock, EventLog, SystemClock, local_ip
+from rmqlab.broker.acl import ADMIN_CODES, AclDenied, PlainAccessValidator, is_loopback
+from rmqlab.broker.assignment import MessageRequestModeTable
+from rmqlab.broker.config import BrokerConfig
+from rmqlab.broker.consumer_manager import ConsumerIdsChangeListener, ConsumerManager, ProducerManager
+from rmqlab.broker.faults import FaultTable
+from rmqlab.broker.lock_manager import RebalanceLockManager
+from rmqlab.broker.long_polling import HeldPull, PullRequestHoldService
+from rmqlab.broker.namesrv import NamesrvProcessor
+from rmqlab.broker.offset_manager import ConsumerOffsetManager
+from rmqlab.broker.pop import PopState
+from rmqlab.broker.processor import register_processors
+from rmqlab.broker.processor.pop import PopLongPollingService, PopMessageProcessor
+from rmqlab.broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, Handler
+from rmqlab.broker.route_info import QueueData, RouteInfoManager
+from rmqlab.broker.schedule import ScheduleMessageService
+from rmqlab.broker.sqlite_store import SqliteMessageStore
+from rmqlab.broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, StoredMessage, StoreError
+from rmqlab.broker.topic_config import TopicConfig
+from rmqlab.client.route import TopicRouteData
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import CommandError, RemotingCommand
+from rmqlab.protocol.model import MessageQueue, WireError, is_retry_topic, retry_topic
+from rmqlab.protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer, SyncHandler
+from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, local_ip
 
 ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused
 
@@ -54,7 +54,7 @@ class BrokerController:
         self.producer_manager = ProducerManager()
         self.offset_manager = ConsumerOffsetManager()
         self.lock_manager = RebalanceLockManager(config.lock_max_live_time)
-        from broker.topic_config import TopicConfigManager
+        from rmqlab.broker.topic_config import TopicConfigManager
 
         self.topic_manager = TopicConfigManager(config.default_topic_queue_nums, config.auto_create_topic)
         self.native_server: RemotingServer | None = None
@@ -190,7 +190,7 @@ class BrokerController:
     async def start_native_port(self, port: int) -> str:
         """Open a second port speaking RocketMQ's own remoting protocol (real RocketMQ clients) with the
         same processors; it is published to the name server as ``nativeAddr``. Returns its address."""
-        from protocol.native import start_native_port
+        from rmqlab.protocol.native import start_native_port
 
         route_ports = [self.config.advertised_port] if self.config.advertised_port else []
         self.native_server = await start_native_port(

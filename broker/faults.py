@@ -11,8 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.codes import ADMIN_CODE_RANGE
-from protocol.command import InvalidParameter, field_bool, field_int, field_int32, field_list, field_str
+from rmqlab.protocol.codes import ADMIN_CODE_RANGE
+from rmqlab.protocol.command import (
+    InvalidParameter,
+    field_bool,
+    field_int,
+    field_int32,
+    field_list,
+    field_str,
+)
 
 # Bounds of one fault and of the table (README "Limits"): a fault is a test tool, not a way to stall a
 # broker for ever or to fill its memory.

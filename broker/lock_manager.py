@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.model import MessageQueue
+from rmqlab.protocol.model import MessageQueue
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.model import tag_matches
+from rmqlab.protocol.model import tag_matches
 
 
 @dataclass(eq=False, slots=True)

@@ -10,12 +10,12 @@ import asyncio
 import contextlib
 from typing import Any
 
-from broker.config import NamesrvConfig
-from broker.route_info import RouteInfoManager, parse_topic_config_table
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import CommandError, InvalidParameter, RemotingCommand
-from protocol.remoting import Connection, RemotingServer
-from protocol.runtime import Clock, EventLog, SystemClock
+from rmqlab.broker.config import NamesrvConfig
+from rmqlab.broker.route_info import RouteInfoManager, parse_topic_config_table
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import CommandError, InvalidParameter, RemotingCommand
+from rmqlab.protocol.remoting import Connection, RemotingServer
+from rmqlab.protocol.runtime import Clock, EventLog, SystemClock
 
 
 class NamesrvProcessor:

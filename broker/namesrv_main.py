@@ -6,18 +6,11 @@ import argparse
 import asyncio
 import sys
 
-from broker.config import NamesrvConfig
-from broker.namesrv import NamesrvController
-from protocol.command import DEFAULT_MAX_FRAME_BYTES
-from protocol.runtime import (
-    EventLog,
-    add_common_args,
-    add_native_port_arg,
-    announce_ready,
-    port_number,
-    positive_int,
-    run_async_main,
-)
+from rmqlab.broker.config import NamesrvConfig
+from rmqlab.broker.namesrv import NamesrvController
+from rmqlab.cli import add_common_args, add_native_port_arg, announce_ready, port_number, positive_int
+from rmqlab.protocol.command import DEFAULT_MAX_FRAME_BYTES
+from rmqlab.protocol.runtime import EventLog, run_async_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +38,7 @@ async def serve(config: NamesrvConfig, log: EventLog, native_port: int | None = 
     native = None
     ready = ns.address
     if native_port is not None:
-        from protocol.native import start_native_port
+        from rmqlab.protocol.native import start_native_port
 
         try:
             # Brokers that opened a native port register it as nativeAddr; routes asked for here

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.command import InvalidParameter, field_int
+from rmqlab.protocol.command import InvalidParameter, field_int
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgpack
 
-from broker.store import (
+from rmqlab.broker.store import (
     ConsumeQueue,
     MemoryMessageStore,
     MessageDraft,
@@ -32,8 +32,8 @@ from broker.store import (
     StoredMessage,
     StoreError,
 )
-from broker.topic_config import TopicConfig
-from protocol.runtime import Clock
+from rmqlab.broker.topic_config import TopicConfig
+from rmqlab.protocol.runtime import Clock
 
 DB_NAME = "broker.db"
 _MAX_BATCH = 2048

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.topic_config import TopicConfig
-from protocol.model import tag_matches
-from protocol.runtime import Clock, SystemClock
+from rmqlab.broker.topic_config import TopicConfig
+from rmqlab.protocol.model import tag_matches
+from rmqlab.protocol.runtime import Clock, SystemClock
 
 # Delayed messages (retries) wait here, one queue per delay level, as in RocketMQ.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.model import dlq_topic, retry_topic
+from rmqlab.protocol.model import dlq_topic, retry_topic
 
 PERM_INHERIT = 1
 PERM_WRITE = 2

@@ -12,33 +12,31 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 
-from chaos.experiment import CLIENT_NAMES, V5_CLIENTS, Experiment, ExperimentError, load, parse, unfit_steps
-from chaos.handdriven import add_commands
-from chaos.realclients import check_environment
-
-
-def shipped() -> dict[str, str]:
-    """Shipped experiment name -> file text."""
-    out = {}
-    base = resources.files("chaos") / "experiments"
-    for entry in sorted(base.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".toml"):
-            out[entry.name[: -len(".toml")]] = entry.read_text(encoding="utf-8")
-    return out
+from rmqlab.chaos.experiment import (
+    CLIENT_NAMES,
+    V5_CLIENTS,
+    Experiment,
+    ExperimentError,
+    load,
+    parse,
+    unfit_steps,
+)
+from rmqlab.chaos.handdriven import add_commands
+from rmqlab.chaos.realclients import check_environment
+from rmqlab.cli import CHAOS_SHELVES, UnknownName, find_shipped, shipped
 
 
 def resolve(path_or_name: str) -> Experiment:
     """An experiment from a file, or a shipped one by name (``demo`` or ``demo.toml``)."""
-    p = Path(path_or_name)
-    if not p.exists() and "/" not in path_or_name:
-        name = path_or_name.removesuffix(".toml")
-        texts = shipped()
-        if name in texts:
-            return parse(texts[name], source=f"chaos/experiments/{name}.toml", default_name=name)
-    return load(p)  # also reports a file that cannot be read
+    try:
+        found = find_shipped(path_or_name, CHAOS_SHELVES)
+    except UnknownName as e:
+        raise ExperimentError(path_or_name, [(None, str(e))]) from None
+    if found is not None:
+        return parse(found.text, source=found.source, default_name=found.name)
+    return load(Path(path_or_name))  # also reports a file that cannot be read
 
 
 def _warnings(exp: Experiment) -> list[str]:
@@ -113,9 +111,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_list(_: argparse.Namespace) -> int:
     rows = []
-    for name, text in shipped().items():
+    for name, entry in shipped(CHAOS_SHELVES[:1]).items():
         try:
-            exp = parse(text, source=f"{name}.toml", default_name=name)
+            exp = parse(entry.text, source=entry.source, default_name=name)
             rows.append((name, f"{exp.wall(exp.duration):.0f}s", exp.question))
         except ExperimentError as e:
             rows.append((name, "?", f"INVALID: {e}"))
@@ -135,7 +133,7 @@ def _run_dir(exp: Experiment, out: str | None) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from chaos.runner import Runner
+    from rmqlab.chaos.runner import Runner
 
     try:
         exp = resolve(args.file)
@@ -144,7 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     image = None
     if args.backend == "docker":  # before the local checks: a real client is the backend's problem here
-        from chaos.container import BackendError, check_backend
+        from rmqlab.chaos.container import BackendError, check_backend
 
         try:
             image = check_backend(exp, args.image)

@@ -13,11 +13,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from protocol.acl import SessionCredentials
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.remoting import RemotingClient, RemotingError
-from protocol.runtime import host_port, non_negative_int, positive_int
+from rmqlab.cli import host_port, non_negative_int, positive_int
+from rmqlab.protocol.acl import SessionCredentials
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.remoting import RemotingClient, RemotingError
 
 PERM_READ_WRITE = 6
 

@@ -13,17 +13,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chaos.admin import AdminClient
-from chaos.experiment import NETWORK_ACTIONS, V5_CLIENTS
-from chaos.proxy import ClientLinks
-from chaos.realclients import RealClients
-from chaos.supervisor import EventSink, Member, Supervisor
-from protocol.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
+from rmqlab.chaos.admin import AdminClient
+from rmqlab.chaos.experiment import NETWORK_ACTIONS, V5_CLIENTS
+from rmqlab.chaos.proxy import ClientLinks
+from rmqlab.chaos.realclients import RealClients
+from rmqlab.chaos.supervisor import EventSink, Member, Supervisor
+from rmqlab.protocol.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
 
-NAMESRV_MODULE = "broker.namesrv_main"
+NAMESRV_MODULE = "rmqlab.broker.namesrv_main"
 BROKER_MODULE = "broker"
-CONSUMER_MODULE = "client.consumer_main"
-PRODUCER_MODULE = "client.producer_main"
+CONSUMER_MODULE = "rmqlab.client.consumer_main"
+PRODUCER_MODULE = "rmqlab.client.producer_main"
 PROXY_MODULE = "proxy"
 PROXY_NODE = "proxy"
 

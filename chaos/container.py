@@ -37,18 +37,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chaos.cluster import LocalCluster
-from chaos.experiment import NAMESRV_NODE, Experiment
-from chaos.netem import NetemTable, probe_answer, probe_command, probe_precondition
-from chaos.proxy import ClientLinks
-from chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
+from rmqlab.chaos.cluster import LocalCluster
+from rmqlab.chaos.experiment import NAMESRV_NODE, Experiment
+from rmqlab.chaos.netem import NetemTable, probe_answer, probe_command, probe_precondition
+from rmqlab.chaos.proxy import ClientLinks
+from rmqlab.chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
 
 IMAGE = "rocketmq-rebalance-lab:latest"
 DIGEST_LABEL = "org.rocketmq-rebalance-lab.source-digest"
 RUN_LABEL = "org.rocketmq-rebalance-lab.run"
 # The package sources that go into the image (the Dockerfile's COPY lines, less the pipeline, which runs
 # on the host: the image's rmq-analyze has no Spark).
-SOURCE_PACKAGES = ("protocol", "broker", "client", "chaos", "sim", "proxy")
+SOURCE_PACKAGES = ("rmqlab", "protocol", "broker", "client", "chaos", "sim", "proxy", "interop", "sweeps")
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 CONTAINER_RUN_DIR = "/runs"
@@ -489,7 +489,7 @@ class ContainerCluster(LocalCluster):
 
     def add_namesrv(self, node: str = "namesrv", *, native: bool = False) -> Member:
         args = ["--host", "0.0.0.0", "--port", str(NAMESRV_PORT)]
-        return self.sup.add(node, "namesrv", "broker.namesrv_main", args, port=NAMESRV_PORT)
+        return self.sup.add(node, "namesrv", "rmqlab.broker.namesrv_main", args, port=NAMESRV_PORT)
 
     def add_broker(
         self, name: str, *, durable: bool = False, flags: list[str] | None = None, native: bool = False
@@ -762,7 +762,7 @@ def leftovers(label_prefix: str = "rmqlab-") -> dict[str, list[str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m chaos.container", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m rmqlab.chaos.container", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("digest", help="print the source digest of this checkout (the image's label)")
     chk = sub.add_parser(

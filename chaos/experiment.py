@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from broker.acl import AclConfigError, PlainAccessValidator
+from rmqlab.broker.acl import AclConfigError, PlainAccessValidator
 
 PROCESS_ACTIONS = ("kill", "stop", "start", "restart", "pause", "resume", "hang", "unhang")
 NETWORK_ACTIONS = ("latency", "blackhole", "reset", "loss", "heal")
@@ -650,7 +650,7 @@ def request_code(value: int | str) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value if value >= 0 else None
     try:
-        from protocol.codes import RequestCode
+        from rmqlab.protocol.codes import RequestCode
     except ImportError:  # pragma: no cover - protocol is part of the package
         return None
     try:

@@ -1,6 +1,6 @@
 """A consumer process whose listener is a user's function (what the pytest plugin starts).
 
-``python -m chaos.listener_host --listener PATH.py::NAME [rmq-consumer flags]`` imports the function
+``python -m rmqlab.chaos.listener_host --listener PATH.py::NAME [rmq-consumer flags]`` imports the function
 ``NAME`` from the file (or ``--listener package.module:NAME`` from an importable module) and runs a
 push consumer with it, exactly as ``rmq-consumer`` does with its built-in listener: ``READY <client_id>``
 when started, a graceful shutdown on SIGTERM, a ``message_consumed`` event per acknowledged message.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from protocol.runtime import EventLog
+from rmqlab.protocol.runtime import EventLog
 
 
 class ListenerError(ValueError):
@@ -76,23 +76,23 @@ def listener_spec(fn: Callable[..., Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from client.consumer_main import build_parser as consumer_parser
+    from rmqlab.client.consumer_main import build_parser as consumer_parser
 
     p = consumer_parser()
-    p.prog = "python -m chaos.listener_host"
+    p.prog = "python -m rmqlab.chaos.listener_host"
     p.description = "A push consumer whose listener is a user's function."
     p.add_argument("--listener", required=True, help="PATH.py::NAME or package.module:NAME")
     return p
 
 
 async def run(args: argparse.Namespace, log: EventLog) -> int:
-    from client.consumer_main import serve
+    from rmqlab.client.consumer_main import serve
 
     return await serve(args, log, load_listener(args.listener))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from client.cli_common import run_client_main
+    from rmqlab.client.cli_common import run_client_main
 
     args = build_parser().parse_args(argv)
     log = EventLog(args.node or f"consumer-{args.group}", "consumer", args.log_file)

@@ -414,7 +414,7 @@ def _is_local(addr: str) -> bool:
     if host.startswith("127.") or host in ("localhost", "0.0.0.0", "::1"):
         return True
     try:
-        from protocol.runtime import local_ip
+        from rmqlab.protocol.runtime import local_ip
 
         return host == local_ip()
     except ImportError:  # pragma: no cover

@@ -12,7 +12,7 @@ Fixtures (all prefixed ``rmq_`` so they never clash with a project's own):
 - ``rmq_broker``: ``rmq_lab`` with one broker process already started (it is its own name server);
   the value is the broker's address.
 
-The run directory is a normal lab run: ``python -m pipeline RUN_DIR`` analyses it.
+The run directory is a normal lab run: ``python -m rmqlab.pipeline RUN_DIR`` analyses it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from chaos.supervisor import Supervisor, SupervisorError
+from rmqlab.chaos.supervisor import Supervisor, SupervisorError
 
 T = TypeVar("T")
 DEFAULT_TIME_SCALE = 0.05
@@ -64,7 +64,7 @@ class RmqLab:
     def __init__(
         self, run_dir: str | Path, *, time_scale: float = DEFAULT_TIME_SCALE, ready_timeout_s: float = 30
     ):
-        from protocol.runtime import EventLog
+        from rmqlab.protocol.runtime import EventLog
 
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -91,7 +91,7 @@ class RmqLab:
 
     def _admin_client(self) -> Any:
         if self._admin is None:
-            from chaos.admin import AdminClient
+            from rmqlab.chaos.admin import AdminClient
 
             async def make() -> Any:
                 return AdminClient(timeout_s=5.0)
@@ -129,7 +129,9 @@ class RmqLab:
 
     def start_namesrv(self) -> str:
         """A standalone name server (only needed for several brokers; one broker is its own)."""
-        m = self.sup.add("namesrv", "namesrv", "broker.namesrv_main", ["--host", "127.0.0.1", "--port", "0"])
+        m = self.sup.add(
+            "namesrv", "namesrv", "rmqlab.broker.namesrv_main", ["--host", "127.0.0.1", "--port", "0"]
+        )
         self.sup.start("namesrv")
         self.namesrv = f"127.0.0.1:{m.port}"
         return self.namesrv
@@ -171,7 +173,7 @@ class RmqLab:
     def _start_in_process(
         self, name: str, namesrv: str, store: str | None, release_locks: bool, notify_expired: bool
     ) -> str:
-        from broker.config import BrokerConfig
+        from rmqlab.broker.config import BrokerConfig
 
         config = BrokerConfig(
             broker_name=name,
@@ -190,7 +192,7 @@ class RmqLab:
 
     def create_topic(self, topic: str, queues: int = 4, timeout_s: float = 30.0) -> None:
         """Create ``topic`` with ``queues`` queues on every broker; wait until the name server routes it."""
-        from chaos.cluster import route_brokers
+        from rmqlab.chaos.cluster import route_brokers
 
         admin = self._admin_client()
 
@@ -238,11 +240,11 @@ class RmqLab:
             self._broadcast_groups.add(group)
         if consume_ms:
             args += ["--consume-ms", str(consume_ms)]
-        module = "client.consumer_main"
+        module = "rmqlab.client.consumer_main"
         if listener is not None:
-            from chaos.listener_host import listener_spec
+            from rmqlab.chaos.listener_host import listener_spec
 
-            module = "chaos.listener_host"
+            module = "rmqlab.chaos.listener_host"
             args += ["--listener", listener_spec(listener)]
         nodes = []
         for _ in range(count):
@@ -283,7 +285,7 @@ class RmqLab:
         node = f"producer-{self._producers}"
         args = ["--namesrv", self.namesrv, "--topic", topic, "--rate", f"{rate:g}", "--count", str(count)]
         args += ["--size", str(size)]
-        self.sup.add(node, "producer", "client.producer_main", args, expect_exit=True)
+        self.sup.add(node, "producer", "rmqlab.client.producer_main", args, expect_exit=True)
         self.sup.start(node)
         return self.wait_produced(node, timeout_s) if wait else node
 
@@ -493,8 +495,8 @@ class _InProcessBroker:
         self.log: Any = None
 
     async def start(self) -> str:
-        from broker.controller import BrokerController
-        from protocol.runtime import EventLog
+        from rmqlab.broker.controller import BrokerController
+        from rmqlab.protocol.runtime import EventLog
 
         self.log = EventLog(self.config.broker_name, "broker", self.log_path)
         self.controller = BrokerController(self.config, log=self.log)

@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chaos.experiment import CLIENT_NAMES, REAL_CLIENTS, Experiment, ExperimentError, KeyLines
+from rmqlab.chaos.experiment import CLIENT_NAMES, REAL_CLIENTS, Experiment, ExperimentError, KeyLines
 
 SETUP_SCRIPT = "scripts/setup_real_clients.sh"
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ class RealClients:
     def _proxy_missing(name: str) -> str | None:
         """The v5 clients need rmq-proxy, and rmq-proxy needs the project's [v5] extra."""
         try:
-            import proxy.v5  # noqa: F401
+            import rmqlab.proxy.v5  # noqa: F401
         except ImportError as e:
             return f"{name}: rmq-proxy cannot start: {e}"
         return None

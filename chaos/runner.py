@@ -22,16 +22,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from chaos.admin import AdminError
-from chaos.cluster import PROXY_NODE, LocalCluster
-from chaos.container import BackendError, ContainerCluster, ImageInfo
-from chaos.experiment import BROKER_ACTIONS, NETWORK_ACTIONS, V5_CLIENTS, Experiment, ExperimentError, Step
-from chaos.realclients import RealClients, check_environment
-from chaos.supervisor import ProcessFailed, SupervisorError
-from chaos.tally import LogTailer, RunTally, progress_line
-from protocol.acl import SessionCredentials
-from protocol.remoting import RemotingError
-from protocol.runtime import EventLog
+from rmqlab.chaos.admin import AdminError
+from rmqlab.chaos.cluster import PROXY_NODE, LocalCluster
+from rmqlab.chaos.container import BackendError, ContainerCluster, ImageInfo
+from rmqlab.chaos.experiment import (
+    BROKER_ACTIONS,
+    NETWORK_ACTIONS,
+    V5_CLIENTS,
+    Experiment,
+    ExperimentError,
+    Step,
+)
+from rmqlab.chaos.realclients import RealClients, check_environment
+from rmqlab.chaos.supervisor import ProcessFailed, SupervisorError
+from rmqlab.chaos.tally import LogTailer, RunTally, progress_line
+from rmqlab.protocol.acl import SessionCredentials
+from rmqlab.protocol.remoting import RemotingError
+from rmqlab.protocol.runtime import EventLog
 
 PACKAGE = "rocketmq-rebalance-lab"
 
@@ -73,7 +80,7 @@ def pipeline_available() -> bool:
     try:
         return (
             importlib.util.find_spec("pyspark") is not None
-            and importlib.util.find_spec("pipeline.__main__") is not None
+            and importlib.util.find_spec("rmqlab.pipeline.__main__") is not None
         )
     except (ImportError, ValueError):
         return False
@@ -137,7 +144,7 @@ class Runner:
         self.tty = self.out.isatty()
         self.ready_timeout_s = ready_timeout_s
         self.progress_interval_s = progress_interval_s
-        self.analysis_command = analysis_command or [sys.executable, "-m", "pipeline"]
+        self.analysis_command = analysis_command or [sys.executable, "-m", "rmqlab.pipeline"]
         self.result = RunResult(self.run_dir)
         self.tailer = LogTailer(self.run_dir)
         self.tally = RunTally({c.group: {c.topic} for c in exp.consumers})
@@ -640,7 +647,7 @@ class Runner:
         return {"real_clients": self.clients.versions(kinds)} if kinds else {}
 
     async def _start_analysis(self, after: Path | None = None) -> None:
-        """Start ``python -m pipeline`` (quiet: the runner prints the verdict). With `after`, it starts
+        """Start ``python -m rmqlab.pipeline`` (quiet: the runner prints the verdict). With `after`, it starts
         Spark now and reads the run once that file (the manifest) exists, so that the JVM start and its
         first job overlap the experiment instead of following it."""
         if not self.analyze or not pipeline_available() or self._analysis is not None:
@@ -671,7 +678,7 @@ class Runner:
                 "analysis skipped: the pipeline extra (pyspark) is not installed; showing live counts only"
             )
             return
-        self.say("analysing the run (python -m pipeline) ...")
+        self.say("analysing the run (python -m rmqlab.pipeline) ...")
         await self._start_analysis()
         proc = self._analysis
         assert proc is not None
@@ -695,7 +702,7 @@ class Runner:
         if rc in (0, 1) and self.result.summary is not None:
             self.result.verdict = "ok" if rc == 0 else "fail"
         else:
-            self.result.errors.append(f"the analysis failed (python -m pipeline exited with {rc})")
+            self.result.errors.append(f"the analysis failed (python -m rmqlab.pipeline exited with {rc})")
 
     def _print_verdict(self) -> None:
         r = self.result

@@ -18,7 +18,7 @@ import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from protocol.model import MQ_ORDER, MessageQueue
+from rmqlab.protocol.model import MQ_ORDER, MessageQueue
 
 __all__ = [
     "ALLOCATION_CACHE",

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from client.allocate import (
+from rmqlab.cli import bounded_int
+from rmqlab.client.allocate import (
     DEFAULT_VIRTUAL_NODE_CNT,
     AllocateMessageQueueStrategy,
     StaticMachineRoomResolver,
@@ -29,8 +30,7 @@ from client.allocate import (
     get_strategy,
     sort_mq_all,
 )
-from protocol.model import MessageQueue
-from protocol.runtime import bounded_int
+from rmqlab.protocol.model import MessageQueue
 
 SIMULATED = ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH", "MACHINE_ROOM_NEARBY")
 SKIPPED = {

@@ -10,9 +10,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from client.config import ClientConfig, ConfigError, _parse_scalar
-from client.errors import MQClientError
-from protocol.runtime import EventLog, run_async_main
+from rmqlab.client.config import ClientConfig, ConfigError, _parse_scalar
+from rmqlab.client.errors import MQClientError
+from rmqlab.protocol.runtime import EventLog, run_async_main
 
 
 def add_config_args(parser: argparse.ArgumentParser) -> None:

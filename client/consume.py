@@ -18,14 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.errors import MQClientError
-from client.group_state import GroupState
-from client.offset_store import OffsetStore
-from client.ports import EventSink, GroupApi, RetrySender
-from client.process_queue import ProcessQueue
-from client.rebalance import RebalanceImpl
-from protocol.model import Message, MessageModel, MessageQueue, is_retry_topic, retry_topic
-from protocol.runtime import Clock, TimerSet
+from rmqlab.client.errors import MQClientError
+from rmqlab.client.group_state import GroupState
+from rmqlab.client.offset_store import OffsetStore
+from rmqlab.client.ports import EventSink, GroupApi, RetrySender
+from rmqlab.client.process_queue import ProcessQueue
+from rmqlab.client.rebalance import RebalanceImpl
+from rmqlab.protocol.model import Message, MessageModel, MessageQueue, is_retry_topic, retry_topic
+from rmqlab.protocol.runtime import Clock, TimerSet
 
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"

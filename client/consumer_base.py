@@ -6,25 +6,25 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from client.allocate import AllocateMessageQueueStrategy, get_strategy
-from client.config import ConfigError, ConsumerConfig
-from client.errors import MQClientError
-from client.group_state import GroupState, shorts
-from client.instance import InstanceGroupApi, InstanceOffsetApi, MQClientInstance, MQClientManager
-from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
-from client.ports import GroupApi, PullDispatcher
-from client.process_queue import PullRequest
-from client.producer import check_topic, shutdown_instance, start_instance
-from client.rebalance import RebalanceImpl, emit_queue_event
-from client.route import TopicRouteData
-from protocol.model import (
+from rmqlab.client.allocate import AllocateMessageQueueStrategy, get_strategy
+from rmqlab.client.config import ConfigError, ConsumerConfig
+from rmqlab.client.errors import MQClientError
+from rmqlab.client.group_state import GroupState, shorts
+from rmqlab.client.instance import InstanceGroupApi, InstanceOffsetApi, MQClientInstance, MQClientManager
+from rmqlab.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
+from rmqlab.client.ports import GroupApi, PullDispatcher
+from rmqlab.client.process_queue import PullRequest
+from rmqlab.client.producer import check_topic, shutdown_instance, start_instance
+from rmqlab.client.rebalance import RebalanceImpl, emit_queue_event
+from rmqlab.client.route import TopicRouteData
+from rmqlab.protocol.model import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
     MessageModel,
     MessageQueue,
 )
-from protocol.runtime import Clock, EventLog, SystemClock, build_client_id, new_instance_name
+from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, build_client_id, new_instance_name
 
 DEFAULT_INSTANCE_NAME = "DEFAULT"
 

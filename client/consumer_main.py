@@ -14,19 +14,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from client.allocate import STRATEGY_NAMES
-from client.cli_common import add_config_args, layered_settings, run_client_main
-from client.config import ConsumerConfig
-from client.consumer_base import normalize_enums
-from client.push_consumer import PushConsumer
-from protocol.model import Message, MessageModel
-from protocol.runtime import (
-    EventLog,
-    add_common_args,
-    announce_ready,
-    host_port,
-    non_negative_int,
-)
+from rmqlab.cli import add_common_args, announce_ready, host_port, non_negative_int
+from rmqlab.client.allocate import STRATEGY_NAMES
+from rmqlab.client.cli_common import add_config_args, layered_settings, run_client_main
+from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.consumer_base import normalize_enums
+from rmqlab.client.push_consumer import PushConsumer
+from rmqlab.protocol.model import Message, MessageModel
+from rmqlab.protocol.runtime import EventLog
 
 
 def build_parser() -> argparse.ArgumentParser:

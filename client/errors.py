@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocol.codes import ResponseCode
+from rmqlab.protocol.codes import ResponseCode
 
 
 class MQClientError(Exception):

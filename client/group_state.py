@@ -36,11 +36,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from client.allocate import ALLOCATION_CACHE, AllocateMessageQueueStrategy, sort_mq_all
-from client.config import ConsumerConfig
-from client.process_queue import ProcessQueue
-from client.pull_core import FlowControl, flow_control_check
-from protocol.model import (
+from rmqlab.client.allocate import ALLOCATION_CACHE, AllocateMessageQueueStrategy, sort_mq_all
+from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.process_queue import ProcessQueue
+from rmqlab.client.pull_core import FlowControl, flow_control_check
+from rmqlab.protocol.model import (
     MQ_ORDER,
     ConsumeFromWhere,
     ConsumeType,

@@ -14,17 +14,17 @@ import random
 from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
-from client.api import MQClientAPI
-from client.config import ClientConfig, ConsumerConfig
-from client.errors import MQClientError
-from client.ports import GroupApi
-from client.rebalance import PullMessageService, RebalanceService, RegisteredConsumer
-from client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
-from client.scheduler import SingleThreadScheduler
-from protocol.acl import SessionCredentials
-from protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
-from protocol.remoting import RemotingClient
-from protocol.runtime import Clock, EventLog, SystemClock, build_client_id
+from rmqlab.client.api import MQClientAPI
+from rmqlab.client.config import ClientConfig, ConsumerConfig
+from rmqlab.client.errors import MQClientError
+from rmqlab.client.ports import GroupApi
+from rmqlab.client.rebalance import PullMessageService, RebalanceService, RegisteredConsumer
+from rmqlab.client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
+from rmqlab.client.scheduler import SingleThreadScheduler
+from rmqlab.protocol.acl import SessionCredentials
+from rmqlab.protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
+from rmqlab.protocol.remoting import RemotingClient
+from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, build_client_id
 
 
 class ConsumerInner(RegisteredConsumer, Protocol):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from client.route import TopicPublishInfo
-from protocol.model import MessageQueue
+from rmqlab.client.route import TopicPublishInfo
+from rmqlab.protocol.model import MessageQueue
 
 
 @dataclass(slots=True)

@@ -7,17 +7,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from client.api import FLAG_COMMIT_OFFSET, FLAG_SUSPEND
-from client.consume import listener_view
-from client.consumer_base import ConsumerBase
-from client.errors import MQBrokerError, MQClientError
-from client.group_state import DropReason
-from client.process_queue import ProcessQueue
-from client.producer import start_instance
-from client.pull_core import PullStatus
-from client.rebalance import RebalanceLitePullImpl
-from client.route import MASTER_ID
-from protocol.model import ConsumeType, Message, MessageModel, MessageQueue
+from rmqlab.client.api import FLAG_COMMIT_OFFSET, FLAG_SUSPEND
+from rmqlab.client.consume import listener_view
+from rmqlab.client.consumer_base import ConsumerBase
+from rmqlab.client.errors import MQBrokerError, MQClientError
+from rmqlab.client.group_state import DropReason
+from rmqlab.client.process_queue import ProcessQueue
+from rmqlab.client.producer import start_instance
+from rmqlab.client.pull_core import PullStatus
+from rmqlab.client.rebalance import RebalanceLitePullImpl
+from rmqlab.client.route import MASTER_ID
+from rmqlab.protocol.model import ConsumeType, Message, MessageModel, MessageQueue
 
 
 class _Cached:

@@ -14,9 +14,9 @@ import os
 from collections.abc import Awaitable, Iterable
 from typing import Protocol
 
-from client.errors import MQBrokerError, OffsetNotFoundError
-from protocol.model import MessageQueue
-from protocol.runtime import EventLog
+from rmqlab.client.errors import MQBrokerError, OffsetNotFoundError
+from rmqlab.protocol.model import MessageQueue
+from rmqlab.protocol.runtime import EventLog
 
 NOT_FOUND = -1  # QUERY_NOT_FOUND / no entry
 READ_ERROR = -2  # any other failure reading the store

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from protocol.model import Message, MessageQueue
-from protocol.pop import PROPERTY_POP_CK, ExtraInfo
+from rmqlab.protocol.model import Message, MessageQueue
+from rmqlab.protocol.pop import PROPERTY_POP_CK, ExtraInfo
 
 MODE_POP = "POP"
 MODE_PULL = "PULL"

@@ -13,17 +13,17 @@ import asyncio
 import random
 from typing import Any
 
-from client.api import PopClientAPI
-from client.consume import (
+from rmqlab.client.api import PopClientAPI
+from rmqlab.client.consume import (
     ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
     Listener,
     _ServiceBase,
     origin_msg_id,
 )
-from client.errors import MQBrokerError
-from client.group_state import DropReason, GroupState, shorts
-from client.pop import (
+from rmqlab.client.errors import MQBrokerError
+from rmqlab.client.group_state import DropReason, GroupState, shorts
+from rmqlab.client.pop import (
     CONSUME_INIT_MODE_MAX,
     CONSUME_INIT_MODE_MIN,
     MODE_POP,
@@ -36,13 +36,13 @@ from client.pop import (
     receipt_of,
     split_assignments,
 )
-from client.ports import EventSink, GroupApi
-from client.rebalance import RebalancePushImpl
-from client.route import MASTER_ID, TopicRouteData
-from protocol.codes import ResponseCode
-from protocol.model import ConsumeFromWhere, Message, MessageModel, MessageQueue, is_retry_topic
-from protocol.pop import pop_retry_topic, real_topic
-from protocol.runtime import Clock
+from rmqlab.client.ports import EventSink, GroupApi
+from rmqlab.client.rebalance import RebalancePushImpl
+from rmqlab.client.route import MASTER_ID, TopicRouteData
+from rmqlab.protocol.codes import ResponseCode
+from rmqlab.protocol.model import ConsumeFromWhere, Message, MessageModel, MessageQueue, is_retry_topic
+from rmqlab.protocol.pop import pop_retry_topic, real_topic
+from rmqlab.protocol.runtime import Clock
 
 QUERY_ASSIGNMENT_TIMEOUT_MS = 3_000  # RebalanceImpl.QUERY_ASSIGNMENT_TIMEOUT
 POP_DISPATCH_DELAY_MS = 500  # dispatchPopPullRequest(popRequestList, 500)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
-from client.api import PullResult
-from client.offset_store import ReadOffsetType
-from client.process_queue import PullRequest
-from protocol.model import Message, MessageQueue
+from rmqlab.client.api import PullResult
+from rmqlab.client.offset_store import ReadOffsetType
+from rmqlab.client.process_queue import PullRequest
+from rmqlab.protocol.model import Message, MessageQueue
 
 
 class GroupApi(Protocol):

@@ -12,7 +12,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from protocol.model import Message, MessageQueue
+from rmqlab.protocol.model import Message, MessageQueue
 
 MIB = 1024 * 1024
 

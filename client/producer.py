@@ -11,16 +11,16 @@ import dataclasses
 import re
 from typing import Any
 
-from client.api import SendResult
-from client.config import ClientConfig, ProducerConfig
-from client.errors import MQBrokerError, MQClientError
-from client.instance import MQClientInstance, MQClientManager
-from client.latency import MQFaultStrategy
-from client.route import TopicPublishInfo, TopicRouteData
-from protocol.codes import ResponseCode
-from protocol.model import MessageQueue
-from protocol.remoting import RemotingError, RemotingTimeoutError
-from protocol.runtime import Clock, EventLog, SystemClock, build_client_id, new_instance_name
+from rmqlab.client.api import SendResult
+from rmqlab.client.config import ClientConfig, ProducerConfig
+from rmqlab.client.errors import MQBrokerError, MQClientError
+from rmqlab.client.instance import MQClientInstance, MQClientManager
+from rmqlab.client.latency import MQFaultStrategy
+from rmqlab.client.route import TopicPublishInfo, TopicRouteData
+from rmqlab.protocol.codes import ResponseCode
+from rmqlab.protocol.model import MessageQueue
+from rmqlab.protocol.remoting import RemotingError, RemotingTimeoutError
+from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, build_client_id, new_instance_name
 
 DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
 TOPIC_MAX_LENGTH = 127

@@ -11,12 +11,7 @@ import argparse
 import asyncio
 import sys
 
-from client.cli_common import add_config_args, layered_settings, run_client_main
-from client.config import ConfigError, ProducerConfig
-from client.errors import MQClientError
-from client.producer import DEFAULT_PRODUCER_GROUP, Producer, check_topic
-from protocol.runtime import (
-    EventLog,
+from rmqlab.cli import (
     add_common_args,
     announce_ready,
     host_port,
@@ -24,6 +19,11 @@ from protocol.runtime import (
     positive_float,
     positive_int,
 )
+from rmqlab.client.cli_common import add_config_args, layered_settings, run_client_main
+from rmqlab.client.config import ConfigError, ProducerConfig
+from rmqlab.client.errors import MQClientError
+from rmqlab.client.producer import DEFAULT_PRODUCER_GROUP, Producer, check_topic
+from rmqlab.protocol.runtime import EventLog
 
 
 def build_parser() -> argparse.ArgumentParser:

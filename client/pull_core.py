@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import enum
 
-from client.process_queue import ProcessQueue
-from protocol.codes import ResponseCode
+from rmqlab.client.process_queue import ProcessQueue
+from rmqlab.protocol.codes import ResponseCode
 
 # -- pullMessage flow control ------------------------------------------------------------------------
 

@@ -15,23 +15,23 @@ import concurrent.futures
 from collections.abc import Callable
 from typing import Any
 
-from client.api import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, PullResult
-from client.consume import (
+from rmqlab.client.api import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, PullResult
+from rmqlab.client.consume import (
     ConsumeMessageConcurrentlyService,
     ConsumeMessageOrderlyService,
     Listener,
 )
-from client.consumer_base import ConsumerBase
-from client.errors import MQBrokerError, MQClientError
-from client.group_state import DropReason
-from client.process_queue import PullRequest
-from client.producer import inner_producer, shutdown_instance
-from client.pull_core import PullStatus, pull_exception_delay_ms
-from client.rebalance import RebalancePushImpl
-from client.route import MASTER_ID
-from protocol.codes import ResponseCode
-from protocol.model import ConsumeType, Message, MessageModel, MessageQueue
-from protocol.remoting import RemotingTimeoutError
+from rmqlab.client.consumer_base import ConsumerBase
+from rmqlab.client.errors import MQBrokerError, MQClientError
+from rmqlab.client.group_state import DropReason
+from rmqlab.client.process_queue import PullRequest
+from rmqlab.client.producer import inner_producer, shutdown_instance
+from rmqlab.client.pull_core import PullStatus, pull_exception_delay_ms
+from rmqlab.client.rebalance import RebalancePushImpl
+from rmqlab.client.route import MASTER_ID
+from rmqlab.protocol.codes import ResponseCode
+from rmqlab.protocol.model import ConsumeType, Message, MessageModel, MessageQueue
+from rmqlab.protocol.remoting import RemotingTimeoutError
 
 
 class PushConsumer(ConsumerBase):
@@ -70,8 +70,8 @@ class PushConsumer(ConsumerBase):
 
     def _build_rebalance_impl(self) -> RebalancePushImpl:
         if not self.config.client_rebalance:  # RocketMQ 5: the broker assigns (client/pop_consumer.py)
-            from client.api import PopClientAPI
-            from client.pop_consumer import RebalancePush5Impl
+            from rmqlab.client.api import PopClientAPI
+            from rmqlab.client.pop_consumer import RebalancePush5Impl
 
             return RebalancePush5Impl(
                 self.state,
@@ -111,7 +111,7 @@ class PushConsumer(ConsumerBase):
         )
         pop_service = None
         if not self.consume_orderly and not self.config.client_rebalance:
-            from client.pop_consumer import RebalancePush5Impl, attach_pop_service
+            from rmqlab.client.pop_consumer import RebalancePush5Impl, attach_pop_service
 
             assert isinstance(self.rebalance_impl, RebalancePush5Impl)
             pop_service = attach_pop_service(

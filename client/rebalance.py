@@ -20,9 +20,9 @@ import asyncio
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import Any, Protocol
 
-from client.config import ClientConfig, ConsumerConfig
-from client.errors import MQClientError
-from client.group_state import (
+from rmqlab.client.config import ClientConfig, ConsumerConfig
+from rmqlab.client.errors import MQClientError
+from rmqlab.client.group_state import (
     DropReason,
     GroupState,
     StartKind,
@@ -31,16 +31,16 @@ from client.group_state import (
     rebalance_event_fields,
     shorts,
 )
-from client.offset_store import ReadOffsetType
-from client.ports import EventSink, GroupApi, GroupOffsets, MessageQueueListener, PullDispatcher
-from client.process_queue import ProcessQueue, PullRequest
-from client.route import MASTER_ID
-from client.scheduler import SingleThreadScheduler, Wakeup
-from protocol.codes import RequestCode
-from protocol.command import RemotingCommand
-from protocol.model import MessageModel, MessageQueue, is_retry_topic
-from protocol.remoting import Connection, RemotingClient
-from protocol.runtime import Clock, TimerSet
+from rmqlab.client.offset_store import ReadOffsetType
+from rmqlab.client.ports import EventSink, GroupApi, GroupOffsets, MessageQueueListener, PullDispatcher
+from rmqlab.client.process_queue import ProcessQueue, PullRequest
+from rmqlab.client.route import MASTER_ID
+from rmqlab.client.scheduler import SingleThreadScheduler, Wakeup
+from rmqlab.protocol.codes import RequestCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.model import MessageModel, MessageQueue, is_retry_topic
+from rmqlab.protocol.remoting import Connection, RemotingClient
+from rmqlab.protocol.runtime import Clock, TimerSet
 
 
 def emit_queue_event(

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from protocol.command import field_int, field_list, field_map, field_str
-from protocol.model import MessageQueue
+from rmqlab.protocol.command import field_int, field_list, field_map, field_str
+from rmqlab.protocol.model import MessageQueue
 
 PERM_READ = 4
 PERM_WRITE = 2

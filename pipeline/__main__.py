@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.discover import RunDirError, RunFile
-from pipeline.session import DEFAULT_MASTER, Progress, SparkHandle, SparkUnavailable, start_spark
-from pipeline.small_runs import ANALYSIS_CHOICES, SMALL_RUN_BYTES
+from rmqlab.pipeline.discover import RunDirError, RunFile
+from rmqlab.pipeline.session import DEFAULT_MASTER, Progress, SparkHandle, SparkUnavailable, start_spark
+from rmqlab.pipeline.small_runs import ANALYSIS_CHOICES, SMALL_RUN_BYTES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,7 +139,7 @@ def ingest(argv: list[str]) -> int:
     except SparkUnavailable as exc:
         return _fail(str(exc))
     try:
-        from pipeline.ingest import load_json_run, write_parquet
+        from rmqlab.pipeline.ingest import load_json_run, write_parquet
 
         with progress.stage("read") as info:
             run = load_json_run(handle.spark, args.run_dir, columns=None)
@@ -167,12 +167,12 @@ def _wait_for(path: Path, poll_s: float = 0.05) -> bool:
 def _warm_up(spark: Any) -> None:
     """Run the whole analysis once on a tiny simulated run, so that the JVM has loaded, compiled and
     generated the code of every stage before the real run arrives."""
-    from pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time
-    from pipeline.ingest import load_json_run
-    from pipeline.metrics import Analysis
-    from pipeline.pop_spark import add_pop_metrics
-    from pipeline.report import collect_plot_data
-    from pipeline.synth import realistic_run
+    from rmqlab.pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time
+    from rmqlab.pipeline.ingest import load_json_run
+    from rmqlab.pipeline.metrics import Analysis
+    from rmqlab.pipeline.pop_spark import add_pop_metrics
+    from rmqlab.pipeline.report import collect_plot_data
+    from rmqlab.pipeline.synth import realistic_run
 
     with tempfile.TemporaryDirectory(prefix="rmq-analyze-warm-") as tmp:
         realistic_run(tmp, events=1500, seed=1)
@@ -192,7 +192,7 @@ def first_event_line(files: list[RunFile]) -> tuple[str, int] | None:
     """(file, line number) of the first well-formed event line, or None when the files hold none: a
     folder of anything else is rejected before Spark starts. Lines that cannot be JSON objects are
     skipped without decoding them."""
-    from pipeline.reference import iter_lines, parse_line
+    from rmqlab.pipeline.reference import iter_lines, parse_line
 
     for run_file in files:
         for number, text in iter_lines(run_file.path):
@@ -205,7 +205,7 @@ def _check_input(args: argparse.Namespace) -> str | None:
     """Why the input cannot be analysed (checked before Spark's work), or None."""
     try:
         if args.format == "json":
-            from pipeline.discover import discover
+            from rmqlab.pipeline.discover import discover
 
             files = discover(args.run_dir)
             if not files:
@@ -213,7 +213,7 @@ def _check_input(args: argparse.Namespace) -> str | None:
             if first_event_line(files) is None:
                 return f"no well-formed event lines in {args.run_dir!r} (see EVENTS.md)"
         else:
-            from pipeline.ingest import check_parquet_copy
+            from rmqlab.pipeline.ingest import check_parquet_copy
 
             check_parquet_copy(args.run_dir)
     except RunDirError as exc:
@@ -229,7 +229,7 @@ def _fit_partitions(spark: Any, args: argparse.Namespace) -> None:
     waves of milliseconds each to the analysis' many small stages."""
     if not spark.sparkContext.master.startswith("local") or args.format != "json":
         return
-    from pipeline.discover import discover
+    from rmqlab.pipeline.discover import discover
 
     size = sum(os.path.getsize(f.path) for f in discover(args.run_dir))
     if size < SMALL_INPUT_BYTES:
@@ -265,7 +265,7 @@ def _start_spark(master: str | None, progress: Progress) -> SparkHandle | int:
 
 def analyze_root(args: argparse.Namespace) -> int:
     """Many runs, one Spark application: bad run directories are reported and skipped."""
-    from pipeline.discover import discover_runs
+    from rmqlab.pipeline.discover import discover_runs
 
     progress = Progress(enabled=not args.quiet)
     root = Path(args.run_dir)
@@ -286,8 +286,8 @@ def analyze_root(args: argparse.Namespace) -> int:
     if isinstance(handle, int):
         return handle
     try:
-        from pipeline.runs import write_outputs
-        from pipeline.small_runs import analyse_root
+        from rmqlab.pipeline.runs import write_outputs
+        from rmqlab.pipeline.small_runs import analyse_root
 
         result = analyse_root(
             handle.spark,
@@ -335,7 +335,7 @@ def analyze_root(args: argparse.Namespace) -> int:
 
 def analyze(args: argparse.Namespace) -> int:
     if args.format == "json" and not args.after:  # --after: the run directory is still being written
-        from pipeline.discover import is_run_dir
+        from rmqlab.pipeline.discover import is_run_dir
 
         root = Path(args.run_dir)
         if root.is_dir() and not is_run_dir(root):
@@ -369,9 +369,9 @@ def analyze(args: argparse.Namespace) -> int:
                 return _fail(problem)
         if handle.owned:  # a session we were handed (tests share one) keeps its settings
             _fit_partitions(handle.spark, args)
-        from pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time
-        from pipeline.ingest import load_json_run, load_parquet_run
-        from pipeline.metrics import Analysis
+        from rmqlab.pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time
+        from rmqlab.pipeline.ingest import load_json_run, load_parquet_run
+        from rmqlab.pipeline.metrics import Analysis
 
         with progress.stage("read events") as info:
             load = load_json_run if args.format == "json" else load_parquet_run
@@ -390,7 +390,7 @@ def analyze(args: argparse.Namespace) -> int:
                 side_dir = args.run_dir if args.format == "json" else None
                 clock = add_rocketmq_time(summary, analysis, side_dir, args.time_scale)
             with progress.stage("pop metrics"):
-                from pipeline.pop_spark import add_pop_metrics
+                from rmqlab.pipeline.pop_spark import add_pop_metrics
 
                 add_pop_metrics(summary, analysis, side_dir)
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -398,7 +398,7 @@ def analyze(args: argparse.Namespace) -> int:
             if args.no_report:
                 _write_summary(out_dir, summary)
             else:
-                from pipeline.report import answers, collect_plot_data, write_report
+                from rmqlab.pipeline.report import answers, collect_plot_data, write_report
 
                 with progress.stage("report"):
                     data = collect_plot_data(analysis, clock=clock)

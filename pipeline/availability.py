@@ -12,9 +12,9 @@ import os
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from pipeline.discover import RunDir, discover
-from pipeline.ingest import ANALYSIS_COLUMNS, RUN_SEP, run_prefix
-from pipeline.unavailability import (
+from rmqlab.pipeline.discover import RunDir, discover
+from rmqlab.pipeline.ingest import ANALYSIS_COLUMNS, RUN_SEP, run_prefix
+from rmqlab.pipeline.unavailability import (
     SIDE_EVENTS,
     GroupAvailability,
     GroupInputs,

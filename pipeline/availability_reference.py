@@ -7,10 +7,10 @@ import os
 from collections import defaultdict
 from typing import Any
 
-from pipeline.contract import queue_key
-from pipeline.pop_metrics import add_modes, mode_metrics
-from pipeline.reference import Event, RunModel, load_run, summarize
-from pipeline.unavailability import (
+from rmqlab.pipeline.contract import queue_key
+from rmqlab.pipeline.pop_metrics import add_modes, mode_metrics
+from rmqlab.pipeline.reference import Event, RunModel, load_run, summarize
+from rmqlab.pipeline.unavailability import (
     SIDE_EVENTS,
     GroupInputs,
     QueueInputs,

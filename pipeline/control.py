@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.contract import (
+from rmqlab.pipeline.contract import (
     CLIENT_MODE,
     CLOSING_ACTIONS,
     RETRY_PREFIX,
@@ -30,7 +30,7 @@ from pipeline.contract import (
     queue_key,
     server_mode,
 )
-from pipeline.unavailability import merge_spans
+from rmqlab.pipeline.unavailability import merge_spans
 
 INF = 2**63 - 1  # "never ends" for open periods, as the Spark tables had it (Long.MaxValue)
 CONTROL_EVENTS = (

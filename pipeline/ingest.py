@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from pipeline.contract import (
+from rmqlab.pipeline.contract import (
     ALL_FIELDS,
     BOOL,
     CID_ALL,
@@ -32,7 +32,7 @@ from pipeline.contract import (
     STR_LIST,
     FieldType,
 )
-from pipeline.discover import RunDir, RunDirError, RunFile, discover
+from rmqlab.pipeline.discover import RunDir, RunDirError, RunFile, discover
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pipeline import control
-from pipeline.contract import GROUP_METRICS, ORDERLY, verdict
-from pipeline.ingest import ORDER_COLUMNS, RUN_SEP, RunStats
+from rmqlab.pipeline import control
+from rmqlab.pipeline.contract import GROUP_METRICS, ORDERLY, verdict
+from rmqlab.pipeline.ingest import ORDER_COLUMNS, RUN_SEP, RunStats
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -4,7 +4,7 @@ few and go through the same plain function as the reference (``consumer_metrics`
 
 ``rmq-analyze`` computes it in its own Spark application from the events it has loaded, for one run or
 a root of many (`add_pop_metrics`, `add_pop_metrics_of_runs`): every group of summary.json gets its
-``mode`` and its ``pop`` figures. ``python -m pipeline.pop_spark RUN_DIR [--master URL]`` writes
+``mode`` and its ``pop`` figures. ``python -m rmqlab.pipeline.pop_spark RUN_DIR [--master URL]`` writes
 ``modes.json`` as ``pipeline.pop_metrics`` does."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pipeline.discover import RunDir, RunDirError, RunFile, discover
-from pipeline.ingest import (
+from rmqlab.pipeline.discover import RunDir, RunDirError, RunFile, discover
+from rmqlab.pipeline.ingest import (
     ORDER_COLUMNS,
     QUALIFIED_COLUMNS,
     RUN_SEP,
@@ -25,7 +25,7 @@ from pipeline.ingest import (
     load_json_run,
     run_prefix,
 )
-from pipeline.pop_metrics import (
+from rmqlab.pipeline.pop_metrics import (
     LIFECYCLE_EVENTS,
     add_modes,
     assemble,
@@ -286,7 +286,7 @@ def add_pop_metrics_of_runs(summaries: dict[str, dict[str, Any]], analysis: Any,
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m pipeline.pop_spark",
+        prog="python -m rmqlab.pipeline.pop_spark",
         description="pipeline.pop_metrics with Spark: writes modes.json into the run directory.",
     )
     p.add_argument("run_dir", help="a run directory (its *.jsonl event logs)")
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isdir(args.run_dir):
         print(f"pop_spark: {args.run_dir}: not a directory", file=sys.stderr)
         return 2
-    from pipeline.session import start_spark
+    from rmqlab.pipeline.session import start_spark
 
     handle = start_spark(args.master)
     try:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.contract import (
+from rmqlab.pipeline.contract import (
     CLIENT_MODE,
     CLIENT_NODE_EVENTS,
     CLOSING_ACTIONS,
@@ -42,7 +42,7 @@ from pipeline.contract import (
     server_mode,
     verdict,
 )
-from pipeline.discover import RunFile, discover
+from rmqlab.pipeline.discover import RunFile, discover
 
 _MODEL_EVENTS = frozenset((*CLIENT_NODE_EVENTS, SERVER_ASSIGNMENT))  # the lines RunModel's index reads
 _BLANK = re.compile(r"[ \t\n\x0b\x0c\r]*")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pipeline.unavailability import CAUSE_TEXT, CAUSES, IDLE_THRESHOLD_RMQ_MS, RunClock
+from rmqlab.pipeline.unavailability import CAUSE_TEXT, CAUSES, IDLE_THRESHOLD_RMQ_MS, RunClock
 
 T = TypeVar("T")
 
@@ -157,7 +157,7 @@ def plot_data_by_run(
     no prefix), given each run's (start, end); buckets are chosen per run."""
     import pyspark.sql.functions as F
 
-    from pipeline.ingest import RUN_SEP
+    from rmqlab.pipeline.ingest import RUN_SEP
 
     many = analysis.runs is not None
 

@@ -23,16 +23,17 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.discover import BadRun, RunDir
-from pipeline.report import MAX_INTERVALS, MAX_NEMESES, PlotData, answers, pick_bucket_ms
+import rmqlab
+from rmqlab.pipeline.discover import BadRun, RunDir
+from rmqlab.pipeline.report import MAX_INTERVALS, MAX_NEMESES, PlotData, answers, pick_bucket_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from pipeline.reference import RunModel
-    from pipeline.runs import RootResult
-    from pipeline.session import Progress
-    from pipeline.unavailability import RunClock
+    from rmqlab.pipeline.reference import RunModel
+    from rmqlab.pipeline.runs import RootResult
+    from rmqlab.pipeline.session import Progress
+    from rmqlab.pipeline.unavailability import RunClock
 
 # Runs up to this many bytes of event files are analysed by the reference in a task. Measured
 # (scripts/bench/reference_memory.py, runs of 31 k to 294 k events): the reference grows a Python
@@ -90,7 +91,7 @@ def plot_data(model: RunModel, clock: RunClock, max_intervals: int = MAX_INTERVA
     """The report's plot data of one run from its reference model: what `pipeline.report`'s Spark
     collection gathers (intervals that last, nemeses, consumption and send rates, duplicates per bucket,
     orderly groups), in the same order."""
-    from pipeline.contract import ORDERLY
+    from rmqlab.pipeline.contract import ORDERLY
 
     events = model.events
     start = events[0].ts if events else 0
@@ -156,9 +157,9 @@ def plot_data(model: RunModel, clock: RunClock, max_intervals: int = MAX_INTERVA
 
 def analyse_run(run: RunDir, plots: bool) -> tuple[dict[str, Any], PlotData | None]:
     """summary.json (with its answer) and the report's plot data of one run, in plain Python."""
-    from pipeline.availability_reference import side_events, summarize_with_rocketmq_time
-    from pipeline.reference import RunModel, load_files
-    from pipeline.unavailability import run_clock
+    from rmqlab.pipeline.availability_reference import side_events, summarize_with_rocketmq_time
+    from rmqlab.pipeline.reference import RunModel, load_files
+    from rmqlab.pipeline.unavailability import run_clock
 
     events, malformed = load_files(run.files)
     model = RunModel(events)
@@ -187,18 +188,22 @@ _SHIPPED: set[str] = set()  # applications whose executors were sent this packag
 
 
 def ship_package(sc: Any) -> None:
-    """Send this package to a cluster's executors as a zip on their Python path (local mode's workers
-    import the driver's). A driver that imports it from a zip itself got it with spark-submit's
-    --py-files, which sends it to the executors too."""
+    """Send the analysis's code (``rmqlab``'s root modules and ``rmqlab.pipeline``) to a cluster's
+    executors as a zip on their Python path (local mode's workers import the driver's). A driver that
+    imports it from a zip itself got it with spark-submit's --py-files, which sends it to the executors
+    too."""
     package = Path(__file__).resolve().parent
+    root = Path(rmqlab.__file__).resolve().parent
     if sc.master.startswith("local") or not package.is_dir() or sc.applicationId in _SHIPPED:
         return
     folder = tempfile.mkdtemp(prefix="rmq-analyze-py-")
     atexit.register(shutil.rmtree, folder, True)
-    archive = Path(folder) / "pipeline.zip"
+    archive = Path(folder) / "rmqlab.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for source in sorted(root.glob("*.py")):
+            zf.write(source, f"rmqlab/{source.name}")
         for source in sorted(package.glob("*.py")):
-            zf.write(source, f"{package.name}/{source.name}")
+            zf.write(source, f"rmqlab/pipeline/{source.name}")
     sc.addPyFile(str(archive))
     _SHIPPED.add(sc.applicationId)
 
@@ -241,7 +246,7 @@ def analyse_root(
     by the Spark analysis of many runs. Runs whose task failed join `bad` (reported, skipped)."""
     from contextlib import nullcontext
 
-    from pipeline.runs import RootResult, analyse_runs
+    from rmqlab.pipeline.runs import RootResult, analyse_runs
 
     small, large = split_by_size(runs, analysis, small_run_bytes)
     result = RootResult(list(runs), list(bad))

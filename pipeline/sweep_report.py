@@ -25,15 +25,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.discover import MANIFEST, RunDir, RunDirError, discover
-from pipeline.ingest import run_prefix
-from pipeline.runs import RootResult, analyse_runs, split_qualified, table_rows, write_outputs, write_table
-from pipeline.session import Progress
+from rmqlab.pipeline.discover import MANIFEST, RunDir, RunDirError, discover
+from rmqlab.pipeline.ingest import run_prefix
+from rmqlab.pipeline.runs import (
+    RootResult,
+    analyse_runs,
+    split_qualified,
+    table_rows,
+    write_outputs,
+    write_table,
+)
+from rmqlab.pipeline.session import Progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from pipeline.metrics import Analysis
+    from rmqlab.pipeline.metrics import Analysis
 
 SWEEP_TABLE = "sweep"  # sweep.parquet/ and sweep.csv
 SWEEP_HTML = "sweep.html"
@@ -66,9 +73,9 @@ def queue_moves(analysis: Analysis) -> dict[tuple[str, str], int]:
 def summarize_sweep_run(run_dir: Path) -> dict[str, int]:
     """Analyse one finished run in plain Python (in its Spark task): write its summary.json as
     ``rmq-analyze ROOT`` does and return its queue moves by group."""
-    from pipeline.availability_reference import summarize_with_rocketmq_time
-    from pipeline.reference import RunModel, load_run
-    from pipeline.report import answers
+    from rmqlab.pipeline.availability_reference import summarize_with_rocketmq_time
+    from rmqlab.pipeline.reference import RunModel, load_run
+    from rmqlab.pipeline.report import answers
 
     events, malformed = load_run(run_dir)
     model = RunModel(events)
@@ -232,7 +239,7 @@ def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pipeline.report import _png
+    from rmqlab.pipeline.report import _png
 
     plots: list[tuple[str, str]] = []
     metrics = [m for m in SWEEP_METRICS if any(r.get(f"{m}_median") for r in rows)]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from pipeline.contract import members_digest
+from rmqlab.pipeline.contract import members_digest
 
 # Lines the pipeline must count as malformed (one per kind of damage named in EVENTS.md).
 MALFORMED_LINES: tuple[str, ...] = (

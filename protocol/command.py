@@ -13,8 +13,8 @@ from typing import Any, Final, Generic, TypeVar
 
 import msgpack
 
-from protocol.codes import Flag, ResponseCode
-from protocol.model import JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN, WireError
+from rmqlab.protocol.codes import Flag, ResponseCode
+from rmqlab.protocol.model import JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN, WireError
 
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 PROTOCOL_VERSION: Final = 1

@@ -16,9 +16,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast
 
-from protocol.acl import SessionCredentials, sign_ext
-from protocol.codes import Flag, ResponseCode, code_name
-from protocol.command import (
+from rmqlab.protocol.acl import SessionCredentials, sign_ext
+from rmqlab.protocol.codes import Flag, ResponseCode, code_name
+from rmqlab.protocol.command import (
     DEFAULT_MAX_FRAME_BYTES,
     OPAQUE_MAX,
     CommandError,
@@ -27,9 +27,9 @@ from protocol.command import (
     RemotingCommand,
     encode_frame,
 )
-from protocol.model import WireError
+from rmqlab.protocol.model import WireError
 
-_log = logging.getLogger("protocol.remoting")
+_log = logging.getLogger("rmqlab.protocol.remoting")
 _RESPONSE = int(Flag.RESPONSE)  # plain ints: IntFlag arithmetic runs in Python, on every frame
 _ONEWAY = int(Flag.ONEWAY)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import json.encoder as json_encoder
@@ -328,104 +327,6 @@ class EventLog:
             self._closed = True
             if self._writer is not None:
                 self._writer.close()
-
-
-# --------------------------------------------------------------------------------------------------
-# CLI helpers shared by every role.
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
-def positive_int(text: str) -> int:
-    value = _integer(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = _integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def bounded_int(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type for an integer in ``low..high``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
-        return value
-
-    return parse
-
-
-def port_number(text: str) -> int:
-    value = non_negative_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"port must be 0..65535, got {text}")
-    return value
-
-
-def host_port(text: str) -> str:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return text
-
-
-def add_native_port_arg(parser: argparse.ArgumentParser, detail: str = "") -> None:
-    """``--remoting-port`` (alias ``--native-port``): also serve RocketMQ's own remoting protocol."""
-    parser.add_argument(
-        "--remoting-port",
-        "--native-port",
-        dest="remoting_port",
-        type=port_number,
-        default=None,
-        help="also serve RocketMQ's own remoting protocol on this port, for real RocketMQ clients" + detail,
-    )
-
-
-def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """The flags every role shares: --node, --log-file, --time-scale."""
-    parser.add_argument(
-        "--node", default=None, help="this process's name in the cluster (event field 'node')"
-    )
-    parser.add_argument(
-        "--log-file", default=None, help="write events as JSON lines to this file (default: console)"
-    )
-    parser.add_argument(
-        "--time-scale",
-        type=positive_float,
-        default=1.0,
-        help="multiply every interval and timeout by X (0.05 = 20x faster); default 1",
-    )
-
-
-def announce_ready(text: str) -> None:
-    """Print the readiness line supervisors wait for."""
-    sys.stdout.write(f"READY {text}\n" if text else "READY\n")
-    sys.stdout.flush()
 
 
 def run_async_main(main: Callable[[], Awaitable[int | None]]) -> int:

@@ -10,15 +10,8 @@ import argparse
 import asyncio
 import sys
 
-from protocol.runtime import (
-    EventLog,
-    add_common_args,
-    announce_ready,
-    host_port,
-    port_number,
-    positive_int,
-    run_async_main,
-)
+from rmqlab.cli import add_common_args, announce_ready, host_port, port_number, positive_int
+from rmqlab.protocol.runtime import EventLog, run_async_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,8 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(args: argparse.Namespace, log: EventLog) -> int:
-    from proxy.config import ProxyConfig
-    from proxy.server import ProxyServer
+    from rmqlab.proxy.config import ProxyConfig
+    from rmqlab.proxy.server import ProxyServer
 
     extra = {"min_invisible_ms": args.min_invisible_ms} if args.min_invisible_ms is not None else {}
     config = ProxyConfig(
@@ -70,7 +63,7 @@ async def serve(args: argparse.Namespace, log: EventLog) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        import proxy.v5  # noqa: F401  (fails early, with the install command, when the extra is missing)
+        import rmqlab.proxy.v5  # noqa: F401  (fails early, with the install command, when the extra is missing)
     except ImportError as exc:
         print(f"rmq-proxy: {exc}", file=sys.stderr)
         return 2

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.runtime import TimeScale
-from proxy import convert
+from rmqlab.protocol.runtime import TimeScale
+from rmqlab.proxy import convert
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.route import PERM_READ, PERM_WRITE, TopicRouteData
-from protocol.codes import ResponseCode
-from protocol.model import SubscriptionData
-from proxy.v5 import Code, Duration, Timestamp, pb
+from rmqlab.client.route import PERM_READ, PERM_WRITE, TopicRouteData
+from rmqlab.protocol.codes import ResponseCode
+from rmqlab.protocol.model import SubscriptionData
+from rmqlab.proxy.v5 import Code, Duration, Timestamp, pb
 
 # RocketMQ's defaults (ProxyConfig, SubscriptionGroupConfig), in ms unless named otherwise.
 DEFAULT_INVISIBLE_MS = 60_000

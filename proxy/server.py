@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 from typing import Any
 
-from protocol.runtime import EventLog
-from proxy.config import ProxyConfig
-from proxy.service import MessagingService
-from proxy.v5 import add_servicer, aio
+from rmqlab.protocol.runtime import EventLog
+from rmqlab.proxy.config import ProxyConfig
+from rmqlab.proxy.service import MessagingService
+from rmqlab.proxy.v5 import add_servicer, aio
 
 
 class ProxyServer:

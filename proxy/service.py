@@ -17,20 +17,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.api import MQClientAPI
-from client.errors import MQBrokerError
-from client.route import PERM_READ, TopicPublishInfo, TopicRouteData
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.model import ConsumerData, ConsumeType, HeartbeatData, Message, ProducerData
-from protocol.pop import PROPERTY_POP_CK, ExtraInfo, real_topic
-from protocol.remoting import RemotingClient, RemotingError
-from protocol.runtime import EventLog
-from proxy import convert
-from proxy.config import ProxyConfig
-from proxy.convert import Delivery, ProxyError
-from proxy.renewal import RENEW_PERIOD_MS, HeldReceipt, ReceiptHandles
-from proxy.v5 import Code, MessagingServiceServicer, pb, svc
+from rmqlab.client.api import MQClientAPI
+from rmqlab.client.errors import MQBrokerError
+from rmqlab.client.route import PERM_READ, TopicPublishInfo, TopicRouteData
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.model import ConsumerData, ConsumeType, HeartbeatData, Message, ProducerData
+from rmqlab.protocol.pop import PROPERTY_POP_CK, ExtraInfo, real_topic
+from rmqlab.protocol.remoting import RemotingClient, RemotingError
+from rmqlab.protocol.runtime import EventLog
+from rmqlab.proxy import convert
+from rmqlab.proxy.config import ProxyConfig
+from rmqlab.proxy.convert import Delivery, ProxyError
+from rmqlab.proxy.renewal import RENEW_PERIOD_MS, HeldReceipt, ReceiptHandles
+from rmqlab.proxy.v5 import Code, MessagingServiceServicer, pb, svc
 
 CLIENT_ID_KEY = "x-mq-client-id"
 CLIENT_VERSION_KEY = "x-mq-client-version"

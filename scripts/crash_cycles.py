@@ -1,6 +1,6 @@
 """SIGKILL a durable broker again and again under load; count what it had acknowledged and then lost.
 
-Each cycle starts ``python -m broker --store-dir DIR`` on the same directory, checks that every
+Each cycle starts ``python -m rmqlab.broker --store-dir DIR`` on the same directory, checks that every
 consumer offset it acknowledged before is still there (an offset read back must be at least the last
 one acknowledged: commits only grow), then sends messages and commits offsets from several pipelined
 connections until a random moment (``--min-ms``..``--max-ms``) when the broker is killed with SIGKILL.
@@ -29,13 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.remoting import RemotingClient, RemotingError
 
-from protocol.codes import RequestCode, ResponseCode  # noqa: E402
-from protocol.command import RemotingCommand  # noqa: E402
-from protocol.remoting import RemotingClient, RemotingError  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 TOPIC = "CrashTopic"
 GROUP = "crash_group"
@@ -52,7 +50,7 @@ class Broker:
     async def start(self) -> float:
         t0 = time.perf_counter()
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "broker", "--port", "0", "--store-dir", self.store,
+            sys.executable, "-m", "rmqlab.broker", "--port", "0", "--store-dir", self.store,
             "--create-topic", f"{TOPIC}:{QUEUES}",
             cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip

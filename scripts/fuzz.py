@@ -1,6 +1,6 @@
 """Long fuzz run against a durable broker process, as a hostile client would do it.
 
-Starts ``python -m broker --store-dir TMP --remoting-port 0`` and throws ``--frames`` frames at it from
+Starts ``python -m rmqlab.broker --store-dir TMP --remoting-port 0`` and throws ``--frames`` frames at it from
 this process: random commands on the msgpack port (every request code, admin codes included, random
 ext fields with values across the whole signed and unsigned 64-bit range, random bodies, one-way
 flags, pulls held up to 2 s), random commands on the native port (number strings of any length), and
@@ -36,12 +36,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from rmqlab.protocol.codes import Flag, RequestCode, ResponseCode
+from rmqlab.protocol.command import FrameDecoder, RemotingCommand, encode_frame
 
-from protocol.codes import Flag, RequestCode, ResponseCode  # noqa: E402
-from protocol.command import FrameDecoder, RemotingCommand, encode_frame  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 VALID_CODES = {int(c) for c in ResponseCode}
 CODES = [int(c) for c in RequestCode]
@@ -300,7 +298,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     store = tempfile.mkdtemp(prefix="fuzz-store-")
     log_file = os.path.join(store, "broker.log")
-    argv = [sys.executable, "-m", "broker", "--port", "0", "--remoting-port", "0", "--store-dir", store]
+    argv = [
+        sys.executable,
+        "-m",
+        "rmqlab.broker",
+        "--port",
+        "0",
+        "--remoting-port",
+        "0",
+        "--store-dir",
+        store,
+    ]
     proc = subprocess.Popen(  # noqa: ASYNC220 - once, before the run
         [*argv, "--log-file", log_file],
         cwd=REPO,

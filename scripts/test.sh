@@ -26,7 +26,7 @@ wants_docker() {
 if [ "${RMQ_DOCKER:-}" != off ] && wants_docker "$@"; then
     source scripts/docker/engine.sh
     ensure_engine
-    if ! "$VENV/bin/python" -m chaos.container check >/dev/null 2>&1; then
+    if ! "$VENV/bin/python" -m rmqlab.chaos.container check >/dev/null 2>&1; then
         # The image builds beside the tests that need none; the container tests wait for it
         # (tests/docker/conftest.py reads the status file) and fail with its log if it failed.
         mkdir -p .cache/docker

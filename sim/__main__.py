@@ -19,36 +19,27 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 
-from chaos.experiment import ExperimentError
-from pipeline.contract import CHECKS
-from sim.experiment import SimExperiment, load, parse
-from sim.rundir import RunDirError, read_sim_run
-from sim.wire import WIRES
+from rmqlab.chaos.experiment import ExperimentError
+from rmqlab.cli import SIM_SHELVES, SWEEPS, UnknownName, find_shipped
+from rmqlab.pipeline.contract import CHECKS
+from rmqlab.sim.experiment import SimExperiment, load, parse
+from rmqlab.sim.rundir import RunDirError, read_sim_run
+from rmqlab.sim.wire import WIRES
 
 HASH_SEED = "0"
 
 
-def shipped(name: str) -> tuple[str, str] | None:
-    """(source, text) of a shipped experiment: the simulator's own (sim/experiments), then rmq-chaos's."""
-    for package in ("sim", "chaos"):
-        entry = resources.files(package) / "experiments" / f"{name}.toml"
-        if entry.is_file():
-            return f"{package}/experiments/{name}.toml", entry.read_text(encoding="utf-8")
-    return None
-
-
 def resolve(path_or_name: str) -> SimExperiment:
     """An experiment file, or a shipped experiment by name."""
-    p = Path(path_or_name)
-    if not p.is_file() and "/" not in path_or_name:
-        name = path_or_name.removesuffix(".toml")
-        found = shipped(name)
-        if found is not None:
-            return parse(found[1], source=found[0], default_name=name)
-    return load(p)
+    try:
+        found = find_shipped(path_or_name, SIM_SHELVES)
+    except UnknownName as e:
+        raise ExperimentError(path_or_name, [(None, str(e))]) from None
+    if found is not None:
+        return parse(found.text, source=found.source, default_name=found.name)
+    return load(Path(path_or_name))
 
 
 def seed_arg(text: str) -> int:
@@ -76,7 +67,7 @@ def event_files(run_dir: Path) -> dict[str, str]:
 
 
 def _simulate(sx: SimExperiment, run_dir: Path, seed: int | None, quiet: bool) -> int:
-    from sim.cluster import SimCluster
+    from rmqlab.sim.cluster import SimCluster
 
     cluster = SimCluster(sx, run_dir, seed=seed, progress=not quiet)
     result = cluster.run()
@@ -95,13 +86,13 @@ def _simulate(sx: SimExperiment, run_dir: Path, seed: int | None, quiet: bool) -
 
 
 def _analyze(run_dir: Path) -> int | None:
-    from chaos.runner import pipeline_available
+    from rmqlab.chaos.runner import pipeline_available
 
     if not pipeline_available():
         print("analysis skipped: the pipeline extra (pyspark) is not installed")
         return None
-    print("analysing the run (python -m pipeline) ...", flush=True)
-    return subprocess.call([sys.executable, "-m", "pipeline", str(run_dir)])
+    print("analysing the run (python -m rmqlab.pipeline) ...", flush=True)
+    return subprocess.call([sys.executable, "-m", "rmqlab.pipeline", str(run_dir)])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -172,11 +163,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.sweep import load_sweep
-    from sim.sweep_run import SweepMismatch, run_sweep
+    from rmqlab.sim.sweep import load_sweep, parse_sweep
+    from rmqlab.sim.sweep_run import SweepMismatch, run_sweep
 
     try:
-        sweep = load_sweep(args.file)
+        found = find_shipped(args.file, (SWEEPS,), what="sweep")
+        sweep = load_sweep(args.file) if found is None else parse_sweep(found.text, found.source)
+    except UnknownName as e:
+        print(f"rmq-sim: {e}", file=sys.stderr)
+        return 2
     except ExperimentError as e:
         print(e, file=sys.stderr)
         return 2
@@ -187,7 +182,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         runs = len(sweep.runs())
         print(f"{len(sweep.points)} point(s) x seeds {list(sweep.seeds)} = {runs} runs into {out}")
         return 0
-    from pipeline.session import SparkUnavailable
+    from rmqlab.pipeline.session import SparkUnavailable
 
     try:
         result = run_sweep(sweep, out, master=args.master, show_progress=not args.quiet)
@@ -195,7 +190,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"rmq-sim: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        from sim.sweep import read_marker
+        from rmqlab.sim.sweep import read_marker
 
         done = sum(read_marker(out / s.rel) is not None for s in sweep.runs())
         print(
@@ -217,7 +212,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_shrink(args: argparse.Namespace) -> int:
-    from sim.shrink import NothingToShrink, Shrinker, ShrinkError, render, size, target_of
+    from rmqlab.sim.shrink import NothingToShrink, Shrinker, ShrinkError, render, size, target_of
 
     run_dir = Path(args.run_dir)
     try:
@@ -314,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the same Spark application; writes sweep.html, sweep.parquet/csv and runs.parquet/csv. Started "
         "again with the same --out, it runs only what is not finished.",
     )
-    sw.add_argument("file", metavar="SWEEP", help="a sweep .toml file")
+    sw.add_argument("file", metavar="SWEEP", help="a sweep .toml file, or the name of a shipped sweep")
     sw.add_argument("--master", default=None, help="Spark master URL (default local[*])")
     sw.add_argument("--out", default=None, metavar="DIR", help="output folder (default runs/sweep-NAME)")
     sw.add_argument("--dry-run", action="store_true", help="check the file and list the runs; run nothing")
@@ -355,7 +350,7 @@ def entry() -> int:
     """The console script: string hashes (and so set order) must not change between runs of one seed."""
     if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
         env = {**os.environ, "PYTHONHASHSEED": HASH_SEED}
-        os.execve(sys.executable, [sys.executable, "-m", "sim", *sys.argv[1:]], env)
+        os.execve(sys.executable, [sys.executable, "-m", "rmqlab.sim", *sys.argv[1:]], env)
     return main()
 
 

@@ -22,30 +22,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from broker.config import BrokerConfig, NamesrvConfig
-from broker.controller import BrokerController
-from broker.namesrv import NamesrvController
-from broker.topic_config import PERM_READ_WRITE, TopicConfig
-from chaos.admin import AdminClient, AdminError
-from chaos.cluster import route_brokers
-from chaos.experiment import NETWORK_ACTIONS, Step
-from chaos.runner import fault_request, versions
-from chaos.tally import RunTally, progress_line
-from client.config import ConsumerConfig, ProducerConfig
-from client.consumer_base import normalize_enums
-from client.consumer_main import ListenerGate
-from client.errors import MQClientError
-from client.instance import MQClientManager
-from client.producer import DEFAULT_PRODUCER_GROUP, Producer
-from client.producer_main import make_body
-from client.push_consumer import PushConsumer
-from protocol.model import Message, MessageModel
-from protocol.remoting import RemotingError
-from protocol.runtime import EventLog
-from sim.dist import Distribution
-from sim.experiment import SimExperiment
-from sim.loop import CURRENT, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
-from sim.network import Network
+from rmqlab.broker.config import BrokerConfig, NamesrvConfig
+from rmqlab.broker.controller import BrokerController
+from rmqlab.broker.namesrv import NamesrvController
+from rmqlab.broker.topic_config import PERM_READ_WRITE, TopicConfig
+from rmqlab.chaos.admin import AdminClient, AdminError
+from rmqlab.chaos.cluster import route_brokers
+from rmqlab.chaos.experiment import NETWORK_ACTIONS, Step
+from rmqlab.chaos.runner import fault_request, versions
+from rmqlab.chaos.tally import RunTally, progress_line
+from rmqlab.client.config import ConsumerConfig, ProducerConfig
+from rmqlab.client.consumer_base import normalize_enums
+from rmqlab.client.consumer_main import ListenerGate
+from rmqlab.client.errors import MQClientError
+from rmqlab.client.instance import MQClientManager
+from rmqlab.client.producer import DEFAULT_PRODUCER_GROUP, Producer
+from rmqlab.client.producer_main import make_body
+from rmqlab.client.push_consumer import PushConsumer
+from rmqlab.protocol.model import Message, MessageModel
+from rmqlab.protocol.remoting import RemotingError
+from rmqlab.protocol.runtime import EventLog
+from rmqlab.sim.dist import Distribution
+from rmqlab.sim.experiment import SimExperiment
+from rmqlab.sim.loop import CURRENT, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
+from rmqlab.sim.network import Network
 
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911

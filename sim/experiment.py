@@ -34,11 +34,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from chaos import experiment as chaos_experiment
-from chaos.experiment import Experiment, ExperimentError, Step
-from client.config import ConfigError, ConsumerConfig
-from sim.dist import Distribution, parse_distribution
-from sim.wire import WIRES
+from rmqlab.chaos import experiment as chaos_experiment
+from rmqlab.chaos.experiment import Experiment, ExperimentError, Step
+from rmqlab.client.config import ConfigError, ConsumerConfig
+from rmqlab.sim.dist import Distribution, parse_distribution
+from rmqlab.sim.wire import WIRES
 
 DEFAULT_LATENCY = Distribution("uniform", (0.05, 0.2))
 DEFAULT_DIGEST_OVER = 64

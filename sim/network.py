@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.command import RemotingCommand
-from sim.dist import Distribution
-from sim.loop import CURRENT, VirtualLoop, VirtualProcess
-from sim.wire import WIRES, ObjectCodec, serves_msgpack, speaks_msgpack
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.sim.dist import Distribution
+from rmqlab.sim.loop import CURRENT, VirtualLoop, VirtualProcess
+from rmqlab.sim.wire import WIRES, ObjectCodec, serves_msgpack, speaks_msgpack
 
 _EPS = 1e-7  # keeps frames of one link strictly ordered in the timer heap
 # Linux's retransmission timeouts: TCP_RTO_MIN for data (a LAN's smoothed RTT is far below it),

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from chaos.experiment import ExperimentError
-from sim.experiment import SimExperiment, parse
+from rmqlab.chaos.experiment import ExperimentError
+from rmqlab.sim.experiment import SimExperiment, parse
 
 
 class RunDirError(Exception):

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.experiment import ExperimentError
-from client.config import ConsumerConfig
-from pipeline.contract import CHECKS
-from sim.experiment import SimExperiment, parse
-from sim.rundir import read_sim_run
-from sim.sweep import to_toml
+from rmqlab.chaos.experiment import ExperimentError
+from rmqlab.client.config import ConsumerConfig
+from rmqlab.pipeline.contract import CHECKS
+from rmqlab.sim.experiment import SimExperiment, parse
+from rmqlab.sim.rundir import read_sim_run
+from rmqlab.sim.sweep import to_toml
 
 DEFAULT_BUDGET = 200
 _REBALANCE_WAIT_INTERVAL = next(
@@ -45,8 +45,8 @@ class NothingToShrink(ShrinkError):
 
 def failing_kinds(run_dir: Path) -> dict[str, set[str]]:
     """Group -> the verdict checks it fails, from the run's event logs (plain-Python analysis)."""
-    from pipeline.contract import failing_checks
-    from pipeline.reference import RunModel, load_run
+    from rmqlab.pipeline.contract import failing_checks
+    from rmqlab.pipeline.reference import RunModel, load_run
 
     events, _malformed = load_run(run_dir)
     model = RunModel(events)
@@ -92,7 +92,7 @@ def render(doc: dict[str, Any], seed: int, origin: str) -> str:
 def simulate(sx: SimExperiment) -> tuple[dict[str, set[str]], str | None]:
     """Simulate a candidate in a temporary directory: its failing checks by group, and the first error of
     a run that did not complete (None when it did)."""
-    from sim.cluster import SimCluster
+    from rmqlab.sim.cluster import SimCluster
 
     tmp = Path(tempfile.mkdtemp(prefix="rmq-sim-shrink-"))
     try:

@@ -45,9 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos import experiment as chaos_experiment
-from chaos.experiment import ExperimentError, KeyLines
-from sim.experiment import SimExperiment, parse
+from rmqlab.chaos import experiment as chaos_experiment
+from rmqlab.chaos.experiment import ExperimentError, KeyLines
+from rmqlab.cli import SIM_SHELVES, shipped
+from rmqlab.sim.experiment import SimExperiment, parse
 
 COMPLETE = "_complete.json"  # a finished run's marker (hidden from rmq-analyze's discovery)
 ERROR = "_error.txt"  # why a run's simulation raised (the run is re-run on resume)
@@ -224,13 +225,12 @@ def _base(data: dict[str, Any], source: str, err: Any) -> tuple[dict[str, Any] |
     if not isinstance(ref, str):
         err(("base",), f"base: must be a file name or a shipped experiment's name, got {ref!r}")
         return None, ""
-    from sim.__main__ import shipped
-
     near = Path(source).parent / ref if not source.startswith("<") else Path(ref)
+    found = shipped(SIM_SHELVES).get(ref.removesuffix(".toml")) if "/" not in ref else None
     if near.is_file():
         text, base_source = chaos_experiment.read_text(near), str(near)
-    elif (found := shipped(ref.removesuffix(".toml"))) is not None and "/" not in ref:
-        base_source, text = found
+    elif found is not None:
+        base_source, text = found.source, found.text
     else:
         err(("base",), f"base: no experiment file {str(near)!r} and no shipped experiment named {ref!r}")
         return None, ""
@@ -520,7 +520,7 @@ def run_task(spec: RunSpec, out_dir: str) -> dict[str, Any]:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    from sim.cluster import SimCluster
+    from rmqlab.sim.cluster import SimCluster
 
     printed = io.StringIO()
     cpu0, wall0 = time.process_time(), time.monotonic()
@@ -551,7 +551,7 @@ def run_task(spec: RunSpec, out_dir: str) -> dict[str, Any]:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        from pipeline.sweep_report import summarize_sweep_run
+        from rmqlab.pipeline.sweep_report import summarize_sweep_run
 
         # the run's summary.json, analysed here by the plain-Python twin of rmq-analyze
         outcome["queue_moves"] = summarize_sweep_run(run_dir)

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
-from sim.sweep import COMPLETE, SWEEP_JSON, RunSpec, Sweep, read_marker, run_task
+from rmqlab.sim.sweep import COMPLETE, SWEEP_JSON, RunSpec, Sweep, read_marker, run_task
 
 # The sweep's JVM only schedules tasks, passes each task's few bytes and writes two small tables: the
 # simulations and their analysis run in Python. C1 alone compiles that at a fraction of C2's cost, and one
@@ -227,7 +227,7 @@ def run_sweep(
     show_progress: bool = True,
 ) -> SweepResult:
     """Simulate what is not finished yet, analyse every run, write the sweep's tables and report."""
-    from pipeline.session import start_spark
+    from rmqlab.pipeline.session import start_spark
 
     stream = stream if stream is not None else sys.stderr
     prepare(sweep, out)
@@ -253,7 +253,7 @@ def run_sweep(
         progress.update(len(specs), sum(_failed(o) for o in result.outcomes.values()), force=True)
         result.simulate_wall_s = time.monotonic() - t0
         t1 = time.monotonic()
-        from pipeline.sweep_report import analyse_sweep
+        from rmqlab.pipeline.sweep_report import analyse_sweep
 
         result.failed_runs = analyse_sweep(
             handle.spark, out, sweep.to_dict(), result.outcomes, progress.note, show_progress

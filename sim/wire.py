@@ -18,8 +18,8 @@ from typing import Any
 
 import msgpack
 
-from protocol.command import PROTOCOL_VERSION, RemotingCommand
-from protocol.remoting import Connection, MsgpackCodec
+from rmqlab.protocol.command import PROTOCOL_VERSION, RemotingCommand
+from rmqlab.protocol.remoting import Connection, MsgpackCodec
 
 WIRES = ("objects", "bytes")
 

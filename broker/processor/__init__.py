@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from broker.processor.admin import AdminBrokerProcessor
-from broker.processor.assignment import QueryAssignmentProcessor
-from broker.processor.client_manage import ClientManageProcessor
-from broker.processor.consumer_manage import ConsumerManageProcessor
-from broker.processor.pop import PopMessageProcessor
-from broker.processor.pull import PullMessageProcessor
-from broker.processor.send import SendMessageProcessor
-from broker.processor.services import BrokerServices
-from protocol.codes import RequestCode
+from rmqlab.broker.processor.admin import AdminBrokerProcessor
+from rmqlab.broker.processor.assignment import QueryAssignmentProcessor
+from rmqlab.broker.processor.client_manage import ClientManageProcessor
+from rmqlab.broker.processor.consumer_manage import ConsumerManageProcessor
+from rmqlab.broker.processor.pop import PopMessageProcessor
+from rmqlab.broker.processor.pull import PullMessageProcessor
+from rmqlab.broker.processor.send import SendMessageProcessor
+from rmqlab.broker.processor.services import BrokerServices
+from rmqlab.protocol.codes import RequestCode
 
 
 def register_processors(broker: BrokerServices, pop: PopMessageProcessor | None = None) -> None:

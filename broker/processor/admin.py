@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from broker.faults import parse_fault_spec
-from broker.processor.common import ext_name, ext_queue_id
-from broker.processor.services import BrokerServices, Handler
-from broker.topic_config import MAX_QUEUE_NUMS, VALID_PERMS, TopicConfig, topic_name_problem
-from protocol.codes import RequestCode
-from protocol.command import InvalidParameter, RemotingCommand
-from protocol.remoting import Connection
+from rmqlab.broker.faults import parse_fault_spec
+from rmqlab.broker.processor.common import ext_name, ext_queue_id
+from rmqlab.broker.processor.services import BrokerServices, Handler
+from rmqlab.broker.topic_config import MAX_QUEUE_NUMS, VALID_PERMS, TopicConfig, topic_name_problem
+from rmqlab.protocol.codes import RequestCode
+from rmqlab.protocol.command import InvalidParameter, RemotingCommand
+from rmqlab.protocol.remoting import Connection
 
 
 class AdminBrokerProcessor:

@@ -6,12 +6,18 @@ server's route, cached by the broker), the group's members on this broker and th
 
 from __future__ import annotations
 
-from broker.assignment import MessageRequestMode, RequestMode, do_load_balance, effective_mode, parse_mode
-from broker.processor.services import BrokerServices, Handler
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import CommandError, InvalidParameter, RemotingCommand, field_int, field_str
-from protocol.model import MessageModel, is_retry_topic
-from protocol.remoting import Connection
+from rmqlab.broker.assignment import (
+    MessageRequestMode,
+    RequestMode,
+    do_load_balance,
+    effective_mode,
+    parse_mode,
+)
+from rmqlab.broker.processor.services import BrokerServices, Handler
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import CommandError, InvalidParameter, RemotingCommand, field_int, field_str
+from rmqlab.protocol.model import MessageModel, is_retry_topic
+from rmqlab.protocol.remoting import Connection
 
 
 def _non_empty(body: object, name: str) -> str:

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from broker.consumer_manager import ClientChannelInfo
-from broker.processor.common import (
+from rmqlab.broker.consumer_manager import ClientChannelInfo
+from rmqlab.broker.processor.common import (
     MAX_GROUPS_PER_HEARTBEAT,
     MAX_SUBSCRIPTIONS_PER_GROUP,
     YIELD_EVERY,
@@ -13,11 +13,11 @@ from broker.processor.common import (
     group_name_problem,
     yield_now,
 )
-from broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, BrokerServices, Handler
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import CommandError, InvalidParameter, RemotingCommand
-from protocol.model import HeartbeatData
-from protocol.remoting import Connection
+from rmqlab.broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, BrokerServices, Handler
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import CommandError, InvalidParameter, RemotingCommand
+from rmqlab.protocol.model import HeartbeatData
+from rmqlab.protocol.remoting import Connection
 
 _ATTR_LAST_HEARTBEAT = "last_heartbeat"
 

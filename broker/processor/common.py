@@ -6,7 +6,7 @@ import asyncio
 import re
 from typing import Any
 
-from protocol.command import InvalidParameter, RemotingCommand
+from rmqlab.protocol.command import InvalidParameter, RemotingCommand
 
 # Items one request may carry (README "Limits"): enough for any real client, small enough that one
 # request cannot hold the event loop for long. Long requests also yield to the loop every

@@ -3,8 +3,8 @@ lock part of AdminBrokerProcessor)."""
 
 from __future__ import annotations
 
-from broker.offset_manager import resolve_query_offset
-from broker.processor.common import (
+from rmqlab.broker.offset_manager import resolve_query_offset
+from rmqlab.broker.processor.common import (
     MAX_QUEUES_PER_LOCK,
     YIELD_EVERY,
     check_count,
@@ -12,9 +12,9 @@ from broker.processor.common import (
     ext_queue_id,
     yield_now,
 )
-from broker.processor.services import ATTR_CLIENT_ID, BrokerServices, Handler
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import (
+from rmqlab.broker.processor.services import ATTR_CLIENT_ID, BrokerServices, Handler
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import (
     CommandError,
     InvalidParameter,
     RemotingCommand,
@@ -22,8 +22,8 @@ from protocol.command import (
     field_list,
     field_str,
 )
-from protocol.model import MessageQueue
-from protocol.remoting import Connection
+from rmqlab.protocol.model import MessageQueue
+from rmqlab.protocol.remoting import Connection
 
 
 def parse_lock_body(cmd: RemotingCommand) -> tuple[str, str, list[MessageQueue]]:

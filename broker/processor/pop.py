@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.pop import (
+from rmqlab.broker.pop import (
     MAX_POP_BATCH,
     POP_FROM_RETRY_PROBABILITY,
     POP_POLLING_SIZE,
@@ -24,20 +24,27 @@ from broker.pop import (
     PopCheckPoint,
     QueueKey,
 )
-from broker.processor.common import ext_name
-from broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, BrokerServices, Handler
-from broker.store import (
+from rmqlab.broker.processor.common import ext_name
+from rmqlab.broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, BrokerServices, Handler
+from rmqlab.broker.store import (
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     GetMessageStatus,
     MessageDraft,
     StoredMessage,
 )
-from broker.topic_config import TopicConfig
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import CommandError, InvalidParameter, RemotingCommand, field_int, field_list, field_str
-from protocol.model import parse_tags
-from protocol.pop import (
+from rmqlab.broker.topic_config import TopicConfig
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import (
+    CommandError,
+    InvalidParameter,
+    RemotingCommand,
+    field_int,
+    field_list,
+    field_str,
+)
+from rmqlab.protocol.model import parse_tags
+from rmqlab.protocol.pop import (
     POP_ORDER_REVIVE_QUEUE,
     PROPERTY_FIRST_POP_TIME,
     PROPERTY_POP_CK,
@@ -47,7 +54,7 @@ from protocol.pop import (
     real_topic,
     retry_flag,
 )
-from protocol.remoting import Connection
+from rmqlab.protocol.remoting import Connection
 
 CONSUME_INIT_MODE_MIN = 0  # ConsumeInitMode.MIN: a new queue is popped from its first message
 CONSUME_INIT_MODE_MAX = 1  # ConsumeInitMode.MAX: from its last message

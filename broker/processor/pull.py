@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.long_polling import HeldPull
-from broker.processor.common import ext_name
-from broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, BrokerServices, Handler
-from broker.store import GetMessageResult, GetMessageStatus
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import CommandError, InvalidParameter, RemotingCommand
-from protocol.model import parse_tags
-from protocol.remoting import Connection
+from rmqlab.broker.long_polling import HeldPull
+from rmqlab.broker.processor.common import ext_name
+from rmqlab.broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, BrokerServices, Handler
+from rmqlab.broker.store import GetMessageResult, GetMessageStatus
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import CommandError, InvalidParameter, RemotingCommand
+from rmqlab.protocol.model import parse_tags
+from rmqlab.protocol.remoting import Connection
 
 _STATUS_CODE = {
     GetMessageStatus.FOUND: ResponseCode.SUCCESS,

@@ -5,22 +5,22 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from broker.processor.common import ext_name, ext_queue_id
-from broker.processor.services import BrokerServices, Handler
-from broker.store import (
+from rmqlab.broker.processor.common import ext_name, ext_queue_id
+from rmqlab.broker.processor.services import BrokerServices, Handler
+from rmqlab.broker.store import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     MessageDraft,
     StoredMessage,
 )
-from broker.topic_config import TopicConfig, topic_name_problem
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import CommandError, InvalidParameter, RemotingCommand, field_map
-from protocol.model import JAVA_LONG_MAX as _LONG_MAX
-from protocol.model import JAVA_LONG_MIN as _LONG_MIN
-from protocol.model import is_retry_topic, retry_topic
-from protocol.remoting import Connection
+from rmqlab.broker.topic_config import TopicConfig, topic_name_problem
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import CommandError, InvalidParameter, RemotingCommand, field_map
+from rmqlab.protocol.model import JAVA_LONG_MAX as _LONG_MAX
+from rmqlab.protocol.model import JAVA_LONG_MIN as _LONG_MIN
+from rmqlab.protocol.model import is_retry_topic, retry_topic
+from rmqlab.protocol.remoting import Connection
 
 
 def _delay_level(properties: dict[str, str]) -> int:

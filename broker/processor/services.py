@@ -8,21 +8,21 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from broker.assignment import MessageRequestModeTable
-from broker.config import BrokerConfig
-from broker.consumer_manager import ConsumerIdsChangeListener, ConsumerManager, ProducerManager
-from broker.faults import FaultTable
-from broker.lock_manager import RebalanceLockManager
-from broker.long_polling import HeldPull, PullRequestHoldService
-from broker.offset_manager import ConsumerOffsetManager
-from broker.pop import PopState
-from broker.schedule import ScheduleMessageService
-from broker.store import MemoryMessageStore
-from broker.topic_config import TopicConfig, TopicConfigManager
-from protocol.command import RemotingCommand
-from protocol.model import MessageQueue
-from protocol.remoting import Connection, RemotingServer
-from protocol.runtime import Clock, EventLog
+from rmqlab.broker.assignment import MessageRequestModeTable
+from rmqlab.broker.config import BrokerConfig
+from rmqlab.broker.consumer_manager import ConsumerIdsChangeListener, ConsumerManager, ProducerManager
+from rmqlab.broker.faults import FaultTable
+from rmqlab.broker.lock_manager import RebalanceLockManager
+from rmqlab.broker.long_polling import HeldPull, PullRequestHoldService
+from rmqlab.broker.offset_manager import ConsumerOffsetManager
+from rmqlab.broker.pop import PopState
+from rmqlab.broker.schedule import ScheduleMessageService
+from rmqlab.broker.store import MemoryMessageStore
+from rmqlab.broker.topic_config import TopicConfig, TopicConfigManager
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.model import MessageQueue
+from rmqlab.protocol.remoting import Connection, RemotingServer
+from rmqlab.protocol.runtime import Clock, EventLog
 
 Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 

@@ -4,7 +4,7 @@
 ``native_codec_factory`` is the per-connection codec behind it.
 """
 
-from protocol.native.codec import NativeCodec, native_codec_factory, port_rewriter
-from protocol.native.server import start_native_port
+from rmqlab.protocol.native.codec import NativeCodec, native_codec_factory, port_rewriter
+from rmqlab.protocol.native.server import start_native_port
 
 __all__ = ["NativeCodec", "native_codec_factory", "port_rewriter", "start_native_port"]

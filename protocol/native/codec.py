@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
-from protocol.command import DEFAULT_MAX_FRAME_BYTES, RemotingCommand
-from protocol.native.frame import NativeFrameDecoder
-from protocol.native.message_ext import StoreHost
-from protocol.native.translate import (
+from rmqlab.protocol.command import DEFAULT_MAX_FRAME_BYTES, RemotingCommand
+from rmqlab.protocol.native.frame import NativeFrameDecoder
+from rmqlab.protocol.native.message_ext import StoreHost
+from rmqlab.protocol.native.translate import (
     TranslateContext,
     encode_native,
     request_from_native,

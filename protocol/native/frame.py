@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from protocol.command import FrameError, LengthPrefixedDecoder
+from rmqlab.protocol.command import FrameError, LengthPrefixedDecoder
 
 SERIALIZE_JSON: Final = 0
 SERIALIZE_ROCKETMQ: Final = 1

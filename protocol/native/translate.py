@@ -21,12 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from protocol.acl import native_signed_content
-from protocol.codes import Flag, RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.model import retry_topic
-from protocol.native.frame import NativeFrame, encode_frame
-from protocol.native.message_ext import (
+from rmqlab.protocol.acl import native_signed_content
+from rmqlab.protocol.codes import Flag, RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.model import retry_topic
+from rmqlab.protocol.native.frame import NativeFrame, encode_frame
+from rmqlab.protocol.native.message_ext import (
     COMPRESSED_FLAG,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -38,7 +38,7 @@ from protocol.native.message_ext import (
     string_to_properties,
     unpack_physical_offset,
 )
-from protocol.pop import bitset_indices
+from rmqlab.protocol.pop import bitset_indices
 
 INT: Final = "int"
 STR: Final = "str"

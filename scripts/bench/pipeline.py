@@ -38,16 +38,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# This file is named pipeline.py: drop its own folder from the path so `pipeline` is the package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-from pipeline.contract import ALL_FIELDS  # noqa: E402
-from pipeline.discover import discover, discover_runs  # noqa: E402
-from pipeline.ingest import event_schema, load_json_run  # noqa: E402
-from pipeline.metrics import Analysis  # noqa: E402
-from pipeline.runs import analyse_runs, write_outputs  # noqa: E402
-from pipeline.session import SparkUnavailable, start_spark  # noqa: E402
-from pipeline.synth import realistic_run  # noqa: E402
+from rmqlab.pipeline.contract import ALL_FIELDS
+from rmqlab.pipeline.discover import discover, discover_runs
+from rmqlab.pipeline.ingest import event_schema, load_json_run
+from rmqlab.pipeline.metrics import Analysis
+from rmqlab.pipeline.runs import analyse_runs, write_outputs
+from rmqlab.pipeline.session import SparkUnavailable, start_spark
+from rmqlab.pipeline.synth import realistic_run
 
 GOAL_RATIO = 3.0
 GOAL_10M_S = 180.0
@@ -267,12 +264,12 @@ def ensure_runs(workdir: Path, runs: int, events: int) -> tuple[Path, float]:
 
 def analyse_root_of(spark: Any, runs: list[Any], bad: list[Any], analysis: str) -> Any:
     """rmq-analyze ROOT's analysis; the Spark analysis of every run where this code has no other."""
-    import pipeline
+    from rmqlab import pipeline
 
     # the package's own folder decides (code from before the small runs' route has no such module)
     if not Path(pipeline.__file__).with_name("small_runs.py").is_file():
         return analyse_runs(spark, runs, bad, plots=False)
-    from pipeline.small_runs import analyse_root
+    from rmqlab.pipeline.small_runs import analyse_root
 
     return analyse_root(spark, runs, bad, plots=False, analysis=analysis)
 
@@ -307,7 +304,7 @@ def bench_many(
     def cpu(value: float | None) -> float | None:
         return None if value is None else round(value, 1)
 
-    import pipeline
+    from rmqlab import pipeline
 
     routed = Path(pipeline.__file__).with_name("small_runs.py").is_file()
     return {

@@ -17,15 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# This folder holds a pipeline.py: drop it from the path so `pipeline` is the package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-from pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time_of_runs  # noqa: E402
-from pipeline.discover import discover_runs  # noqa: E402
-from pipeline.ingest import load_json_runs  # noqa: E402
-from pipeline.metrics import Analysis  # noqa: E402
-from pipeline.pop_spark import add_pop_metrics_of_runs  # noqa: E402
-from pipeline.session import SparkUnavailable, start_spark  # noqa: E402
+from rmqlab.pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time_of_runs
+from rmqlab.pipeline.discover import discover_runs
+from rmqlab.pipeline.ingest import load_json_runs
+from rmqlab.pipeline.metrics import Analysis
+from rmqlab.pipeline.pop_spark import add_pop_metrics_of_runs
+from rmqlab.pipeline.session import SparkUnavailable, start_spark
 
 
 def _clock_class() -> Any:

@@ -25,16 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.model import ConsumerData, HeartbeatData, SubscriptionData
+from rmqlab.protocol.pop import PROPERTY_POP_CK, ExtraInfo
+from rmqlab.protocol.remoting import RemotingClient
+from rmqlab.proxy.v5 import Code, MessagingServiceStub, aio, pb, svc
 
-from protocol.codes import RequestCode, ResponseCode  # noqa: E402
-from protocol.command import RemotingCommand  # noqa: E402
-from protocol.model import ConsumerData, HeartbeatData, SubscriptionData  # noqa: E402
-from protocol.pop import PROPERTY_POP_CK, ExtraInfo  # noqa: E402
-from protocol.remoting import RemotingClient  # noqa: E402
-from proxy.v5 import Code, MessagingServiceStub, aio, pb, svc  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 BATCH = 32
@@ -131,9 +129,9 @@ async def proxy_round(stub: Any, meta: Any, topic: str, group: str, n: int) -> N
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     py = sys.executable
     broker, baddr = start(
-        [py, "-m", "broker", "--port", "0", "--create-topic", "BD:4", "--create-topic", "BP:4"]
+        [py, "-m", "rmqlab.broker", "--port", "0", "--create-topic", "BD:4", "--create-topic", "BP:4"]
     )
-    proxy, paddr = start([py, "-m", "proxy", "--namesrv", baddr, "--port", "0"])
+    proxy, paddr = start([py, "-m", "rmqlab.proxy", "--namesrv", baddr, "--port", "0"])
     rc = RemotingClient()
     channel = aio.insecure_channel(paddr)
     try:

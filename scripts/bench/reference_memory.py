@@ -16,13 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-# This folder holds a pipeline.py: drop it from the path so `pipeline` is the package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 CHILD = """
 import json, resource, sys, time
-from pipeline.discover import RunDir, discover
-from pipeline.small_runs import analyse_run, run_bytes
+from rmqlab.pipeline.discover import RunDir, discover
+from rmqlab.pipeline.small_runs import analyse_run, run_bytes
 run_dir = sys.argv[1]
 run = RunDir("run", run_dir, discover(run_dir), {})
 before = resource.getrusage(resource.RUSAGE_SELF)
@@ -63,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = args.events or [30_000, 100_000, 300_000]
     if any(n <= 0 for n in sizes):
         p.error("--events must be > 0")
-    from pipeline.synth import realistic_run
+    from rmqlab.pipeline.synth import realistic_run
 
     results = []
     with tempfile.TemporaryDirectory(prefix="rmq-bench-refmem-") as tmp:

@@ -26,15 +26,14 @@ from typing import Any
 
 import msgpack
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from rmqlab.cli import announce_ready
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand, encode_frame
+from rmqlab.protocol.model import ConsumerData, HeartbeatData, SubscriptionData
+from rmqlab.protocol.remoting import Connection, RemotingServer
+from rmqlab.protocol.runtime import run_async_main
 
-from protocol.codes import RequestCode, ResponseCode  # noqa: E402
-from protocol.command import RemotingCommand, encode_frame  # noqa: E402
-from protocol.model import ConsumerData, HeartbeatData, SubscriptionData  # noqa: E402
-from protocol.remoting import Connection, RemotingServer  # noqa: E402
-from protocol.runtime import announce_ready, run_async_main  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 GROUP = "bench_group"
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -99,7 +98,7 @@ class ServerProc:
 
 
 def start_broker(extra: list[str] | None = None, log_file: str | None = None) -> ServerProc:
-    argv = [sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", "0", *(extra or [])]
+    argv = [sys.executable, "-m", "rmqlab.broker", "--host", "127.0.0.1", "--port", "0", *(extra or [])]
     if log_file:
         argv += ["--log-file", log_file]
     return ServerProc(argv)

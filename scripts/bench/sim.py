@@ -16,7 +16,7 @@ A simulation past ``--limit`` wall seconds is killed and reported with its last 
 result carries the load average before and after it: wall time on a shared machine says little, CPU
 seconds more.
 
-Each simulation runs in its own process (``python -m sim run``), so its CPU time and peak RSS are its
+Each simulation runs in its own process (``python -m rmqlab.sim run``), so its CPU time and peak RSS are its
 own. The goals (not asserted anywhere): an hour of 1,000 consumers in under 2 minutes of wall time, and a
 100-consumer experiment at least 1,000 times faster than real time.
 """
@@ -135,7 +135,7 @@ def simulate(text: str, work: Path, label: str, limit_s: float | None = None) ->
     (d / "exp.toml").write_text(text)
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     load = _load()
-    cmd = [sys.executable, "-m", "sim", "run", "exp.toml", "--out", "run", "--no-analyze", *WIRE]
+    cmd = [sys.executable, "-m", "rmqlab.sim", "run", "exp.toml", "--out", "run", "--no-analyze", *WIRE]
     r = _child(cmd, env, d, limit_s)
     r["load_avg_before_after"] = [load, _load()]
     if r["killed_at_limit"]:
@@ -168,7 +168,7 @@ def real(text: str, work: Path) -> dict[str, Any]:
     (d / "exp.toml").write_text(text)
     load = _load()
     r = _child(
-        [sys.executable, "-m", "chaos", "run", "exp.toml", "--out", str(d / "run"), "--no-analyze"],
+        [sys.executable, "-m", "rmqlab.chaos", "run", "exp.toml", "--out", str(d / "run"), "--no-analyze"],
         dict(os.environ),
         d,
     )

@@ -43,7 +43,6 @@ import json
 import multiprocessing
 import os
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
@@ -51,19 +50,17 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.remoting import Connection, RemotingClient, RemotingServer
+from rmqlab.protocol.runtime import EventLog, ManualClock
+from rmqlab.sim.cluster import LogFiles, SimCluster, _Sink
+from rmqlab.sim.dist import Distribution
+from rmqlab.sim.experiment import parse as parse_sim_experiment
+from rmqlab.sim.loop import VirtualLoop, VirtualProcess
+from rmqlab.sim.network import Network
 
-from protocol.codes import RequestCode, ResponseCode  # noqa: E402
-from protocol.command import RemotingCommand  # noqa: E402
-from protocol.remoting import Connection, RemotingClient, RemotingServer  # noqa: E402
-from protocol.runtime import EventLog, ManualClock  # noqa: E402
-from sim.cluster import LogFiles, SimCluster, _Sink  # noqa: E402
-from sim.dist import Distribution  # noqa: E402
-from sim.experiment import parse as parse_sim_experiment  # noqa: E402
-from sim.loop import VirtualLoop, VirtualProcess  # noqa: E402
-from sim.network import Network  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 # scripts/bench/sim.py's 100 consumers over 600 RocketMQ seconds: ~199,000 frames; 1,000x is 0.6 CPU s
 GOAL_US_PER_PAIR = 0.6 / (199_000 / 2) * 1e6

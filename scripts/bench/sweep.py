@@ -37,9 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rmqlab.sim.sweep import to_toml
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from sim.sweep import to_toml  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -157,7 +157,7 @@ def _round(value: float | None, digits: int) -> float | None:
 
 def run_sweep(path: Path, out: Path) -> dict[str, Any]:
     # the driver's note that starts its analysis: every task has ended by then
-    got = _timed([sys.executable, "-m", "sim", "sweep", str(path), "--out", str(out)], TASKS_ENDED)
+    got = _timed([sys.executable, "-m", "rmqlab.sim", "sweep", str(path), "--out", str(out)], TASKS_ENDED)
     wall, total_cpu = got["wall_s"], got["cpu_s"]
     markers = [json.loads(p.read_text()) for p in out.glob("*/seed-*/_complete.json")]
     sim_cpu = sum(m["cpu_seconds"] for m in markers)
@@ -183,8 +183,8 @@ def run_sweep(path: Path, out: Path) -> dict[str, Any]:
 def driver_only(out: Path, tmp: Path, runs: int) -> dict[str, Any]:
     """rmq-sim sweep over `runs` finished copies of the sweep's first run: Spark's start and the driver's
     gathering and tables, without a simulation."""
-    from sim.sweep import COMPLETE, parse_sweep
-    from sim.sweep_run import prepare
+    from rmqlab.sim.sweep import COMPLETE, parse_sweep
+    from rmqlab.sim.sweep_run import prepare
 
     first = min(out.glob(f"*/seed-*/{COMPLETE}")).parent
     marker = json.loads((first / COMPLETE).read_text())
@@ -196,7 +196,7 @@ def driver_only(out: Path, tmp: Path, runs: int) -> dict[str, Any]:
         copy = root / spec.rel
         shutil.copytree(first, copy, copy_function=os.link, ignore=shutil.ignore_patterns(COMPLETE))
         (copy / COMPLETE).write_text(json.dumps({**marker, "run": spec.rel, "seed": spec.seed}))
-    got = _timed([sys.executable, "-m", "sim", "sweep", str(path), "--out", str(root)], TASKS_ENDED)
+    got = _timed([sys.executable, "-m", "rmqlab.sim", "sweep", str(path), "--out", str(root)], TASKS_ENDED)
     start = got.get("at", got["wall_s"])
     return {
         "runs": runs,
@@ -212,7 +212,9 @@ def driver_only(out: Path, tmp: Path, runs: int) -> dict[str, Any]:
 
 def spark_analysis(out: Path, tmp: Path) -> dict[str, Any]:
     """rmq-analyze on the sweep's output: the Spark analysis of many runs, timed the same way."""
-    got = _timed([sys.executable, "-m", "pipeline", str(out), "--out", str(tmp / "spark"), "--no-report"])
+    got = _timed(
+        [sys.executable, "-m", "rmqlab.pipeline", str(out), "--out", str(tmp / "spark"), "--no-report"]
+    )
     return {"exit": got["exit"], "wall_s": round(got["wall_s"], 1), "cpu_s": got["cpu_s"]}
 
 
@@ -223,7 +225,17 @@ def baseline(tmp: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     before = os.times()
     subprocess.run(
-        [sys.executable, "-m", "sim", "run", str(exp), "--no-analyze", "--quiet", "--out", str(tmp / "one")],
+        [
+            sys.executable,
+            "-m",
+            "rmqlab.sim",
+            "run",
+            str(exp),
+            "--no-analyze",
+            "--quiet",
+            "--out",
+            str(tmp / "one"),
+        ],
         env=env,
         check=True,
         capture_output=True,

@@ -29,11 +29,12 @@ import msgpack
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rpc
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand, encode_frame
-from protocol.model import ConsumerData, HeartbeatData, SubscriptionData
-from protocol.remoting import Connection, RemotingServer
-from protocol.runtime import announce_ready, run_async_main
+from rmqlab.cli import announce_ready
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand, encode_frame
+from rmqlab.protocol.model import ConsumerData, HeartbeatData, SubscriptionData
+from rmqlab.protocol.remoting import Connection, RemotingServer
+from rmqlab.protocol.runtime import run_async_main
 
 TOPIC = "BenchTopic"
 GROUP = "bench_consumer"

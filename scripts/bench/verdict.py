@@ -2,7 +2,7 @@
 
 `rmq-chaos run demo` starts the analysis together with the cluster, so that Spark is up and has run
 its first job when the experiment ends; the runner prints how long the analysis took after the run
-ended. The baseline, measured on the same run directory right after: a cold `python -m pipeline
+ended. The baseline, measured on the same run directory right after: a cold `python -m rmqlab.pipeline
 RUN_DIR` (a new JVM, as before the analysis started early). The goal is a verdict within 15 s.
 
     python scripts/bench/verdict.py                     # the demo, once
@@ -30,7 +30,7 @@ def measure(experiment: str, workdir: Path) -> dict[str, Any]:
     run_dir = workdir / f"{experiment}-{int(time.time() * 1000)}"
     t0 = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "chaos", "run", experiment, "--out", str(run_dir)],
+        [sys.executable, "-m", "rmqlab.chaos", "run", experiment, "--out", str(run_dir)],
         capture_output=True,
         text=True,
         timeout=1800,
@@ -43,7 +43,7 @@ def measure(experiment: str, workdir: Path) -> dict[str, Any]:
         )
     t1 = time.monotonic()
     cold = subprocess.run(
-        [sys.executable, "-m", "pipeline", str(run_dir), "--out", str(workdir / "cold"), "--quiet"],
+        [sys.executable, "-m", "rmqlab.pipeline", str(run_dir), "--out", str(workdir / "cold"), "--quiet"],
         capture_output=True,
         text=True,
         timeout=1800,

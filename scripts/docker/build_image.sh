@@ -37,10 +37,10 @@ if [ -z "$base" ]; then
 fi
 echo "==> wheels of the package's dependencies and build backend (wheels/)"
 rm -rf wheels
-"$VENV/bin/python" -m pip wheel --disable-pip-version-check -q . 'setuptools>=68' wheel -w wheels
+"$VENV/bin/python" -m pip wheel --disable-pip-version-check -q . 'setuptools>=77' wheel -w wheels
 # The image builds the package from the sources its Dockerfile copies, not from a wheel of this tree.
 rm -rf build ./*.egg-info wheels/rocketmq_rebalance_lab-*.whl
-digest="$("$VENV/bin/python" -m chaos.container digest)"
+digest="$("$VENV/bin/python" -m rmqlab.chaos.container digest)"
 echo "==> docker build -t $tag (base $base, sources ${digest:0:12})"
 previous="$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)"
 docker build -q --build-arg BASE_IMAGE="$base" --build-arg SOURCE_DIGEST="$digest" -t "$tag" . >/dev/null

@@ -22,7 +22,7 @@ source scripts/_env.sh
 source scripts/docker/engine.sh
 ensure_engine
 ensure_venv '.[dev,pipeline]'
-if ! "$VENV/bin/python" -m chaos.container check >/dev/null 2>&1; then
+if ! "$VENV/bin/python" -m rmqlab.chaos.container check >/dev/null 2>&1; then
     bash scripts/docker/build_image.sh
 fi
 if docker compose version >/dev/null 2>&1; then

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from kit.broker import Peer, RecordingLog
 
-from broker.config import BrokerConfig
-from broker.controller import BrokerController
+from rmqlab.broker.config import BrokerConfig
+from rmqlab.broker.controller import BrokerController
 
 
 @pytest.fixture

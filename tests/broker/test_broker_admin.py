@@ -9,8 +9,8 @@ import time
 import msgpack
 from kit import wait_until
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import FrameDecoder
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import FrameDecoder
 
 
 async def add_fault(p, **body):

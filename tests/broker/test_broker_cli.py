@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.__main__ import build_parser, config_from_args
-from broker.namesrv_main import build_parser as namesrv_parser
+from rmqlab.broker.__main__ import build_parser, config_from_args
+from rmqlab.broker.namesrv_main import build_parser as namesrv_parser
 
 
 def test_broker_flags():
@@ -65,7 +65,7 @@ def test_namesrv_flags():
     assert namesrv_parser().parse_args([]).port == 9876
 
 
-@pytest.mark.parametrize("module", ["broker.__main__", "broker.namesrv_main"])
+@pytest.mark.parametrize("module", ["rmqlab.broker.__main__", "rmqlab.broker.namesrv_main"])
 def test_every_flag_has_a_help_text(module: str) -> None:
     import importlib
 

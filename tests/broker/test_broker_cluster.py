@@ -1,4 +1,4 @@
-"""Name server with two brokers, ``python -m broker`` as a process, and durability across SIGKILL."""
+"""Name server with two brokers, ``python -m rmqlab.broker`` as a process, and durability across SIGKILL."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 from kit import wait_until
 from kit.broker import RecordingLog
 
-from broker.config import BrokerConfig, NamesrvConfig
-from broker.controller import BrokerController
-from broker.namesrv import NamesrvController
-from protocol.codes import RequestCode, ResponseCode
-from protocol.remoting import RemotingError
+from rmqlab.broker.config import BrokerConfig, NamesrvConfig
+from rmqlab.broker.controller import BrokerController
+from rmqlab.broker.namesrv import NamesrvController
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.remoting import RemotingError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -130,7 +130,9 @@ async def procs():
 
 
 async def test_namesrv_and_two_broker_processes(procs, make_peer, tmp_path):
-    ns = await procs("broker.namesrv_main", "--time-scale", "0.01", "--log-file", str(tmp_path / "ns.jsonl"))
+    ns = await procs(
+        "rmqlab.broker.namesrv_main", "--time-scale", "0.01", "--log-file", str(tmp_path / "ns.jsonl")
+    )
     a = await procs("broker", "--namesrv", ns.addr, "--broker-name", "broker-a", "--time-scale", "0.01")
     b = await procs("broker", "--namesrv", ns.addr, "--broker-name", "broker-b", "--time-scale", "0.01")
     for p in (a, b):
@@ -155,7 +157,7 @@ async def test_namesrv_and_two_broker_processes(procs, make_peer, tmp_path):
 
 async def test_broker_cli_rejects_bad_flags():
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "broker", "--time-scale", "0", cwd=REPO,
+        sys.executable, "-m", "rmqlab.broker", "--time-scale", "0", cwd=REPO,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     _, err = await proc.communicate()
@@ -166,7 +168,7 @@ async def test_broker_cli_reports_an_unusable_store_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "broker", "--port", "0", "--store-dir", str(blocker / "store"), cwd=REPO,
+        sys.executable, "-m", "rmqlab.broker", "--port", "0", "--store-dir", str(blocker / "store"), cwd=REPO,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await proc.communicate()

@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kit.broker import RecordingLog
 
-from broker.config import BrokerConfig
-from broker.controller import BrokerController
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import FrameDecoder, RemotingCommand, encode_frame
+from rmqlab.broker.config import BrokerConfig
+from rmqlab.broker.controller import BrokerController
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import FrameDecoder, RemotingCommand, encode_frame
 
 VALID_CODES = {int(c) for c in ResponseCode}
 # Admin commands that change faults or policies would make the broker misbehave on purpose.

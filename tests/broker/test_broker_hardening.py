@@ -13,16 +13,16 @@ import pytest
 from kit import wait_until
 from kit.broker import Peer
 
-from broker.config import BrokerConfig
-from broker.controller import BrokerController
-from broker.faults import MAX_FAULTS
-from broker.processor.common import MAX_GROUPS_PER_HEARTBEAT, MAX_QUEUES_PER_LOCK
-from broker.sqlite_store import SqliteMessageStore
-from broker.store import MessageDraft, StoreError
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import FrameDecoder, RemotingCommand, encode_frame
-from protocol.model import MessageQueue
-from protocol.remoting import RemotingClient, RemotingServer
+from rmqlab.broker.config import BrokerConfig
+from rmqlab.broker.controller import BrokerController
+from rmqlab.broker.faults import MAX_FAULTS
+from rmqlab.broker.processor.common import MAX_GROUPS_PER_HEARTBEAT, MAX_QUEUES_PER_LOCK
+from rmqlab.broker.sqlite_store import SqliteMessageStore
+from rmqlab.broker.store import MessageDraft, StoreError
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import FrameDecoder, RemotingCommand, encode_frame
+from rmqlab.protocol.model import MessageQueue
+from rmqlab.protocol.remoting import RemotingClient, RemotingServer
 
 LONG_MAX = 2**63 - 1
 

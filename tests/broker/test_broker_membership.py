@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from kit import wait_until
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.model import MessageModel, MessageQueue
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.model import MessageModel, MessageQueue
 
 
 def mq(i: int, topic: str = "T") -> MessageQueue:

@@ -7,8 +7,8 @@ import time
 
 from kit import wait_until
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.model import Message
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.model import Message
 
 
 async def test_send_pull_round_trip(broker, make_peer):
@@ -273,7 +273,7 @@ async def test_retry_then_dlq(make_broker, make_peer):
 
 
 async def test_rocketmq5_send_to_retry_topic_goes_to_dlq_while_group_holds_locks(make_broker, make_peer):
-    from protocol.model import MessageQueue
+    from rmqlab.protocol.model import MessageQueue
 
     broker = await make_broker(time_scale=0.01, rocketmq5=True)
     p = make_peer(broker.address)
@@ -286,7 +286,7 @@ async def test_rocketmq5_send_to_retry_topic_goes_to_dlq_while_group_holds_locks
 
 async def test_send_to_retry_topic_goes_to_dlq_at_max_reconsume_times_in_4_9(broker, make_peer):
     """4.9.8's handleRetryAndDLQ: reconsumeTimes >= maxReconsumeTimes goes to the DLQ; locks play no part."""
-    from protocol.model import MessageQueue
+    from rmqlab.protocol.model import MessageQueue
 
     p = make_peer(broker.address)
     await p.heartbeat("C")

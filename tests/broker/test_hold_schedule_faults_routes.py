@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from broker.faults import FaultTable, parse_fault_spec
-from broker.long_polling import HeldPull, PullRequestHoldService
-from broker.route_info import QueueData, RouteInfoManager, parse_topic_config_table
-from broker.schedule import ScheduleMessageService
-from broker.store import SCHEDULE_TOPIC, MemoryMessageStore
-from protocol.command import InvalidParameter
-from protocol.runtime import ManualClock
+from rmqlab.broker.faults import FaultTable, parse_fault_spec
+from rmqlab.broker.long_polling import HeldPull, PullRequestHoldService
+from rmqlab.broker.route_info import QueueData, RouteInfoManager, parse_topic_config_table
+from rmqlab.broker.schedule import ScheduleMessageService
+from rmqlab.broker.store import SCHEDULE_TOPIC, MemoryMessageStore
+from rmqlab.protocol.command import InvalidParameter
+from rmqlab.protocol.runtime import ManualClock
 
 # -- long polling ---------------------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from broker.consumer_manager import ClientChannelInfo, ConsumerManager, ProducerManager
-from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
+from rmqlab.broker.consumer_manager import ClientChannelInfo, ConsumerManager, ProducerManager
+from rmqlab.protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
 
 G = "g1"
 

@@ -1,4 +1,4 @@
-"""The native port from the command line: `python -m broker --remoting-port` and `rmq-namesrv
+"""The native port from the command line: `python -m rmqlab.broker --remoting-port` and `rmq-namesrv
 --remoting-port`, with brokers publishing their native address through a stand-alone name server."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import pytest
 from kit.native_wire import NativePeer, json_frame
 
-from protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.codes import RequestCode, ResponseCode
 
 
 async def start_role(*argv: str) -> tuple[asyncio.subprocess.Process, str]:
@@ -45,7 +45,7 @@ async def route(native_addr: str, topic: str) -> dict:
 async def test_broker_cli_opens_a_native_port_with_topics() -> None:
     proc, ready = await start_role(
         "-m",
-        "broker",
+        "rmqlab.broker",
         "--port",
         "0",
         "--remoting-port",
@@ -68,14 +68,14 @@ async def test_broker_cli_opens_a_native_port_with_topics() -> None:
 
 
 async def test_standalone_namesrv_routes_real_clients_to_brokers_native_ports() -> None:
-    ns, ns_ready = await start_role("-m", "broker.namesrv_main", "--port", "0", "--remoting-port", "0")
+    ns, ns_ready = await start_role("-m", "rmqlab.broker.namesrv_main", "--port", "0", "--remoting-port", "0")
     procs = [ns]
     try:
         ns_addr, _, ns_native = ns_ready.partition(" native=")
         natives = {}
         for name in ("broker-a", "broker-b"):
             proc, ready = await start_role(
-                "-m", "broker", "--port", "0", "--remoting-port", "0", "--broker-name", name,
+                "-m", "rmqlab.broker", "--port", "0", "--remoting-port", "0", "--broker-name", name,
                 "--namesrv", ns_addr, "--create-topic", "Shared:2",
             )  # fmt: skip
             procs.append(proc)
@@ -96,7 +96,7 @@ async def test_standalone_namesrv_routes_real_clients_to_brokers_native_ports() 
 @pytest.mark.parametrize("bad", ["Orders:0", "Orders:x", ":4", "a b"])
 async def test_bad_create_topic_is_a_usage_error(bad: str) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "broker", "--port", "0", "--create-topic", bad,
+        sys.executable, "-m", "rmqlab.broker", "--port", "0", "--create-topic", bad,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     async with asyncio.timeout(20):

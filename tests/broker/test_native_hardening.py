@@ -8,11 +8,11 @@ import zlib
 import pytest
 from kit.native_wire import NativePeer, json_frame
 
-from broker.config import BrokerConfig
-from broker.controller import BrokerController
-from protocol.codes import RequestCode, ResponseCode
-from protocol.native.codec import NativeCodec
-from protocol.native.translate import MAX_INFLATED_BODY
+from rmqlab.broker.config import BrokerConfig
+from rmqlab.broker.controller import BrokerController
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.native.codec import NativeCodec
+from rmqlab.protocol.native.translate import MAX_INFLATED_BODY
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import struct
 import pytest
 from kit.native_wire import NativePeer, json_frame
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.native import start_native_port
-from protocol.remoting import Connection, RemotingClient, RemotingServer
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.native import start_native_port
+from rmqlab.protocol.remoting import Connection, RemotingClient, RemotingServer
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ from typing import Any
 
 from kit.broker import RecordingLog
 
-from broker.consumer_manager import ClientChannelInfo, ConsumerIdsChangeListener, ConsumerManager
-from protocol.codes import RequestCode
-from protocol.command import RemotingCommand
-from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
-from protocol.remoting import RemotingConnectionError, RemotingTimeoutError
+from rmqlab.broker.consumer_manager import ClientChannelInfo, ConsumerIdsChangeListener, ConsumerManager
+from rmqlab.protocol.codes import RequestCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
+from rmqlab.protocol.remoting import RemotingConnectionError, RemotingTimeoutError
 
 
 class Channel:

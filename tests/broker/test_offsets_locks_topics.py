@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from broker.lock_manager import RebalanceLockManager
-from broker.offset_manager import ConsumerOffsetManager, resolve_query_offset
-from broker.topic_config import TopicConfigManager, topic_name_problem
-from protocol.model import MessageQueue
+from rmqlab.broker.lock_manager import RebalanceLockManager
+from rmqlab.broker.offset_manager import ConsumerOffsetManager, resolve_query_offset
+from rmqlab.broker.topic_config import TopicConfigManager, topic_name_problem
+from rmqlab.protocol.model import MessageQueue
 
 
 def mq(i: int, topic: str = "T") -> MessageQueue:

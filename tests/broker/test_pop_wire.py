@@ -12,8 +12,8 @@ from typing import Any
 from kit import wait_until
 from kit.native_wire import NativePeer, decode_messages, json_frame
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.pop import PROPERTY_POP_CK, ExtraInfo
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.pop import PROPERTY_POP_CK, ExtraInfo
 
 
 async def pop(

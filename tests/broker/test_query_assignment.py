@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from broker.assignment import (
+from rmqlab.broker.assignment import (
     MessageRequestMode,
     MessageRequestModeTable,
     RequestMode,
     do_load_balance,
     effective_mode,
 )
-from protocol.codes import RequestCode, ResponseCode
-from protocol.model import MessageModel, MessageQueue
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.model import MessageModel, MessageQueue
 
 CIDS3 = ["c1", "c2", "c3"]
 CIDS4 = ["c1", "c2", "c3", "c4"]
@@ -206,7 +206,7 @@ async def test_request_mode_survives_a_restart(make_broker, make_peer, tmp_path)
     assert again.request_modes.get("T", "g") == RequestMode("T", "g", MessageRequestMode.POP, 1)
     (tmp_path / "messageRequestMode.json").write_text("{broken")
     await again.shutdown()
-    from broker.store import StoreError
+    from rmqlab.broker.store import StoreError
 
     with pytest.raises(StoreError, match=r"messageRequestMode\.json:1"):
         await make_broker(time_scale=0.01, store_dir=str(tmp_path))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kit.chaos import run_experiment
 
-from chaos.experiment import ExperimentError, parse
+from rmqlab.chaos.experiment import ExperimentError, parse
 
 ACL = """\
 accounts:
@@ -81,12 +81,14 @@ def test_rmq_admin_signs_with_its_credentials(tmp_path: Path) -> None:
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ACL)
     broker = subprocess.Popen(
-        [sys.executable, "-m", "broker", "--port", "0", "--acl", str(acl)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "rmqlab.broker", "--port", "0", "--acl", str(acl)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert broker.stdout is not None
         addr = broker.stdout.readline().split()[1]
-        base = [sys.executable, "-m", "chaos.admin", "--broker", addr]
+        base = [sys.executable, "-m", "rmqlab.chaos.admin", "--broker", addr]
         fault = ["fault", "add", "--code", "PULL_MESSAGE", "--error", "2:busy", "--count", "1"]
         refused = subprocess.run(base + fault, capture_output=True, text=True, timeout=30)
         assert refused.returncode == 1 and "No accessKey" in refused.stderr

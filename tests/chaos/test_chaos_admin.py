@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from chaos.admin import main
-from chaos.supervisor import pick_port
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.remoting import RemotingServer
+from rmqlab.chaos.admin import main
+from rmqlab.chaos.supervisor import pick_port
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.remoting import RemotingServer
 
 
 class FakeBroker:

@@ -1,4 +1,4 @@
-"""The runner's hand-over to the analysis: ``python -m pipeline RUN_DIR`` decides the verdict and the
+"""The runner's hand-over to the analysis: ``python -m rmqlab.pipeline RUN_DIR`` decides the verdict and the
 exit code (0 only when ok). A stand-in ``pipeline`` package plays the analysis here."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos import runner as runner_mod
-from chaos.__main__ import resolve
-from chaos.runner import Runner
+from rmqlab.chaos import runner as runner_mod
+from rmqlab.chaos.__main__ import resolve
+from rmqlab.chaos.runner import Runner
 
 FAKE_PIPELINE = textwrap.dedent(
     """
@@ -70,7 +70,7 @@ def test_verdict_and_exit_code_come_from_the_analysis(
         assert "answer: consumer-2's queues were served again 0.8 s after the kill" in text
         assert json.loads((run_dir / "summary.json").read_text())["groups"]["g1"]["verdict"] == verdict
     else:
-        assert "the analysis failed (python -m pipeline exited with 2)" in text
+        assert "the analysis failed (python -m rmqlab.pipeline exited with 2)" in text
 
 
 def test_without_the_pipeline_the_live_counts_decide(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos.__main__ import main, resolve, shipped
-from chaos.experiment import ExperimentError
-from chaos.tally import LogTailer, RunTally, progress_line
+from rmqlab.chaos.__main__ import main, resolve
+from rmqlab.chaos.experiment import ExperimentError
+from rmqlab.chaos.tally import LogTailer, RunTally, progress_line
+from rmqlab.cli import CHAOS_SHELVES, shipped
 
 EXPECTED_SHIPPED = {
     "demo",
@@ -31,7 +32,7 @@ EXPECTED_SHIPPED = {
 
 
 def test_every_shipped_experiment_is_valid_and_asks_a_question() -> None:
-    texts = shipped()
+    texts = shipped(CHAOS_SHELVES[:1])
     assert set(texts) >= EXPECTED_SHIPPED
     for name in texts:
         exp = resolve(name)
@@ -122,7 +123,16 @@ def test_run_refuses_a_directory_holding_logs(tmp_path: Path, capsys: pytest.Cap
 
 def test_missing_file_is_reported() -> None:
     with pytest.raises(ExperimentError, match="cannot read the file"):
-        resolve("no-such-experiment")
+        resolve("no-such-experiment.toml")
+
+
+def test_an_unknown_experiment_name_lists_what_exists_and_suggests_the_nearest() -> None:
+    with pytest.raises(ExperimentError) as info:
+        resolve("kill-one-of-for")
+    text = str(info.value)
+    assert "no experiment file or shipped experiment named 'kill-one-of-for'" in text
+    assert "did you mean 'kill-one-of-four'?" in text
+    assert "demo" in text.split("(shipped: ")[1]
 
 
 def test_tailer_reads_complete_lines_only_and_skips_hidden_files(tmp_path: Path) -> None:

@@ -145,7 +145,7 @@ def test_short_experiment_with_a_consumer_sigkill(tmp_path: Path) -> None:
     assert not (run_dir / "run").exists()
 
     # and the analysis' own definitions (EVENTS.md, plain-Python reference) find nothing wrong
-    reference = pytest.importorskip("pipeline.reference")
+    reference = pytest.importorskip("rmqlab.pipeline.reference")
     summary = reference.summarize_run(run_dir)
     group = summary["groups"]["GID_e2e"]
     assert group["lost"] == 0 and group["sent"] == 360
@@ -159,7 +159,7 @@ def test_ctrl_c_stops_the_whole_cluster(tmp_path: Path) -> None:
     exp_file.write_text(EXPERIMENT.replace("duration = 200", "duration = 2000"))
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "chaos", "run", str(exp_file), "--out", str(run_dir), "--no-analyze"],
+        [sys.executable, "-m", "rmqlab.chaos", "run", str(exp_file), "--out", str(run_dir), "--no-analyze"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

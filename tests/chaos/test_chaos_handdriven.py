@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from chaos.handdriven import GroupWatch, node_of
+from rmqlab.chaos.handdriven import GroupWatch, node_of
 
 CONSUMER_CMD = [
     "sh",
@@ -79,7 +79,11 @@ def nemesis(tmp_path: Path, *args: str, state: str = "running") -> tuple[int, st
         "STATE": state,
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "chaos", "nemesis", *args], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "rmqlab.chaos", "nemesis", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     made = [json.loads(x) for x in calls.read_text().splitlines()] if calls.exists() else []
     return proc.returncode, proc.stdout + proc.stderr, made

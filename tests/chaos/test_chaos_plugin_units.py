@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.pytest_plugin import LabTimeout, RmqLab
+from rmqlab.chaos.pytest_plugin import LabTimeout, RmqLab
 
 
 def write(run: Path, name: str, events: list[dict]) -> None:

@@ -9,10 +9,10 @@ import time
 import msgpack
 import pytest
 
-from chaos.proxy import ClientLinks, FaultProxy, RouteRewriter
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.remoting import RemotingClient, RemotingServer, RemotingTimeoutError
+from rmqlab.chaos.proxy import ClientLinks, FaultProxy, RouteRewriter
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.remoting import RemotingClient, RemotingServer, RemotingTimeoutError
 
 
 async def echo_server() -> tuple[asyncio.Server, str, list[int]]:

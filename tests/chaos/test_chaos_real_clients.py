@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from kit.chaos import fake_checkout, line_of, problems
 
-from chaos import experiment as ex
-from chaos import realclients
-from chaos.__main__ import main, resolve
-from chaos.cluster import LocalCluster
-from chaos.realclients import RealClients, check_environment
-from chaos.supervisor import Member, Supervisor, SupervisorError
-from chaos.tally import RunTally
+from rmqlab.chaos import experiment as ex
+from rmqlab.chaos import realclients
+from rmqlab.chaos.__main__ import main, resolve
+from rmqlab.chaos.cluster import LocalCluster
+from rmqlab.chaos.realclients import RealClients, check_environment
+from rmqlab.chaos.supervisor import Member, Supervisor, SupervisorError
+from rmqlab.chaos.tally import RunTally
 
 DRIVERS = ("cpp_consumer.py", "js/consumer.js")
 MIXED = """\
@@ -157,7 +157,7 @@ def test_learned_ports_keep_the_native_port_apart() -> None:
         "127.0.0.1:4100",
         "127.0.0.1:4200",
     )
-    plain = Member("namesrv", "namesrv", "broker.namesrv_main", ["--port", "0"], port=0)
+    plain = Member("namesrv", "namesrv", "rmqlab.broker.namesrv_main", ["--port", "0"], port=0)
     plain.ready_info = "127.0.0.1:4300"
     Supervisor._learn_port(plain)
     assert plain.args == ["--port", "4300"] and plain.native_port is None

@@ -6,9 +6,9 @@ import io
 from pathlib import Path
 from typing import Any
 
-from chaos.cluster import LocalCluster
-from chaos.experiment import parse
-from chaos.runner import Runner
+from rmqlab.chaos.cluster import LocalCluster
+from rmqlab.chaos.experiment import parse
+from rmqlab.chaos.runner import Runner
 
 EXPERIMENT = """\
 name = "t"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kit.chaos import Events, gone, proc_state
 
-from chaos.supervisor import ProcessFailed, Supervisor, SupervisorError
+from rmqlab.chaos.supervisor import ProcessFailed, Supervisor, SupervisorError
 
 
 @pytest.fixture
@@ -156,7 +156,7 @@ def test_async_start_and_stop(sup: Supervisor) -> None:
 HOST = textwrap.dedent(
     """
     import sys, time
-    from chaos.supervisor import Supervisor
+    from rmqlab.chaos.supervisor import Supervisor
     s = Supervisor(sys.argv[1], env={"PYTHONPATH": sys.argv[2]})
     s.add("a", "consumer", "standin_role", [])
     s.add("b", "consumer", "standin_role", [])
@@ -212,7 +212,7 @@ def test_a_relative_run_directory_keeps_every_file_one_level_deep(
 def test_a_durable_broker_of_a_relative_run_directory_gets_an_absolute_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chaos.cluster import LocalCluster
+    from rmqlab.chaos.cluster import LocalCluster
 
     monkeypatch.chdir(tmp_path)
     cluster = LocalCluster("runs/rel", time_scale=0.05)

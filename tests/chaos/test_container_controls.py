@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.container import ContainerSupervisor
+from rmqlab.chaos.container import ContainerSupervisor
 
 FAKE_DOCKER = textwrap.dedent(
     """\

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from client.api import MQClientAPI
-from protocol.codes import RequestCode
-from protocol.command import RemotingCommand
-from protocol.remoting import Connection, RemotingClient, RemotingServer
+from rmqlab.client.api import MQClientAPI
+from rmqlab.protocol.codes import RequestCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.remoting import Connection, RemotingClient, RemotingServer
 
 
 async def test_consumer_list_keeps_only_strings_even_after_an_equal_looking_answer() -> None:

@@ -57,7 +57,7 @@ async def test_consumer_and_producer_processes(cluster: Cluster, tmp_path: Path)
     producer_log = tmp_path / "producer-1.jsonl"
     common = ["--namesrv", cluster.namesrv, "--time-scale", str(cluster.scale)]
     consumer = await spawn(
-        "client.consumer_main",
+        "rmqlab.client.consumer_main",
         *common,
         "--group", "cli", "--topic", "T", "--consume-from", "first", "--consume-ms", "2",
         "--node", "consumer-1", "--log-file", str(consumer_log),
@@ -69,7 +69,7 @@ async def test_consumer_and_producer_processes(cluster: Cluster, tmp_path: Path)
         assert ready.startswith("READY ") and "@" in ready
         client_id = ready.split()[1]
         producer = await spawn(
-            "client.producer_main",
+            "rmqlab.client.producer_main",
             *common,
             "--topic", "T", "--rate", "400", "--count", "30", "--size", "64",
             "--node", "producer-1", "--log-file", str(producer_log),
@@ -106,7 +106,7 @@ async def test_consumer_and_producer_processes(cluster: Cluster, tmp_path: Path)
 async def test_cli_errors_are_clear(cluster: Cluster) -> None:
     await cluster.start_broker(auto_create_topic=False)
     bad_strategy = await spawn(
-        "client.consumer_main",
+        "rmqlab.client.consumer_main",
         "--namesrv",
         cluster.namesrv,
         "--group",
@@ -117,7 +117,7 @@ async def test_cli_errors_are_clear(cluster: Cluster) -> None:
         "NOPE",
     )
     producer = await spawn(
-        "client.producer_main", "--namesrv", cluster.namesrv, "--topic", "Missing",
+        "rmqlab.client.producer_main", "--namesrv", cluster.namesrv, "--topic", "Missing",
         "--rate", "100", "--count", "2", "--time-scale", str(cluster.scale),
     )  # fmt: skip
     async with asyncio.timeout(20):
@@ -134,7 +134,7 @@ async def test_hung_listener_signal_under_pop(cluster: Cluster, tmp_path: Path) 
     await cluster.create_topic("T", 2)
     log = tmp_path / "consumer-1.jsonl"
     proc = await spawn(
-        "client.consumer_main",
+        "rmqlab.client.consumer_main",
         "--namesrv", cluster.namesrv, "--time-scale", str(cluster.scale),
         "--group", "g", "--topic", "T", "--consume-from", "first", "--rocketmq5",
         "--set", "client_rebalance=false", "--set", "pop_invisible_time=5000",

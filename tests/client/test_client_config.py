@@ -6,11 +6,11 @@ import argparse
 
 import pytest
 
-from client.cli_common import add_config_args, layered_settings
-from client.config import ConfigError, ConsumerConfig, ProducerConfig
-from client.consumer_base import normalize_enums
-from protocol.model import ConsumeFromWhere, MessageModel
-from protocol.runtime import TimeScale
+from rmqlab.client.cli_common import add_config_args, layered_settings
+from rmqlab.client.config import ConfigError, ConsumerConfig, ProducerConfig
+from rmqlab.client.consumer_base import normalize_enums
+from rmqlab.protocol.model import ConsumeFromWhere, MessageModel
+from rmqlab.protocol.runtime import TimeScale
 
 
 def test_rocketmq_defaults() -> None:
@@ -104,8 +104,8 @@ def test_layering_toml_env_and_set(tmp_path: object) -> None:
 
 
 def test_consumer_rejects_bad_arguments_clearly() -> None:
-    from client.errors import MQClientError
-    from client.push_consumer import PushConsumer
+    from rmqlab.client.errors import MQClientError
+    from rmqlab.client.push_consumer import PushConsumer
 
     with pytest.raises(MQClientError, match="group"):
         PushConsumer("", namesrv="127.0.0.1:9876")

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from client.allocate import get_strategy
-from client.config import ConsumerConfig
-from client.group_state import (
+from rmqlab.client.allocate import get_strategy
+from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.group_state import (
     DropReason,
     GroupState,
     StartKind,
@@ -18,17 +18,17 @@ from client.group_state import (
     plan_pull_from_where_lite,
     shorts,
 )
-from client.process_queue import ProcessQueue
-from client.pull_core import (
+from rmqlab.client.process_queue import ProcessQueue
+from rmqlab.client.pull_core import (
     FlowControl,
     PullStatus,
     flow_control_check,
     pull_exception_delay_ms,
     pull_status,
 )
-from client.route import TopicRouteData
-from protocol.codes import ResponseCode
-from protocol.model import ConsumeFromWhere, ConsumeType, Message, MessageModel, MessageQueue
+from rmqlab.client.route import TopicRouteData
+from rmqlab.protocol.codes import ResponseCode
+from rmqlab.protocol.model import ConsumeFromWhere, ConsumeType, Message, MessageModel, MessageQueue
 
 LAST = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -348,7 +348,7 @@ def test_pull_status_mapping_and_error_delays() -> None:
 
 
 def test_shorts_of_one_shared_queue_set_are_sorted_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    import client.group_state as group_state
+    import rmqlab.client.group_state as group_state
 
     sorts = 0
     sort_mq_all = group_state.sort_mq_all

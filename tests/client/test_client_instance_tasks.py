@@ -7,8 +7,8 @@ import asyncio
 import gc
 import warnings
 
-from client.config import ClientConfig
-from client.instance import MQClientInstance
+from rmqlab.client.config import ClientConfig
+from rmqlab.client.instance import MQClientInstance
 
 
 async def test_self_guarded_tasks_run_under_the_instance_and_end_with_it() -> None:

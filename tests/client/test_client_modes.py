@@ -10,9 +10,9 @@ import pytest
 from kit import wait_until
 from kit.cluster import Cluster, add_fault, crash, queues
 
-from client.consume import ConsumeConcurrentlyStatus, ConsumeOrderlyStatus
-from client.lite_pull_consumer import LitePullConsumer
-from protocol.model import MessageQueue
+from rmqlab.client.consume import ConsumeConcurrentlyStatus, ConsumeOrderlyStatus
+from rmqlab.client.lite_pull_consumer import LitePullConsumer
+from rmqlab.protocol.model import MessageQueue
 
 
 @pytest.fixture

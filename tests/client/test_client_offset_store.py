@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from client.config import ConsumerConfig
-from client.errors import MQBrokerError, MQClientError, OffsetNotFoundError
-from client.instance import InstanceOffsetApi
-from client.offset_store import (
+from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.errors import MQBrokerError, MQClientError, OffsetNotFoundError
+from rmqlab.client.instance import InstanceOffsetApi
+from rmqlab.client.offset_store import (
     LocalFileOffsetStore,
     ReadOffsetType,
     RemoteBrokerOffsetStore,
     read_offset_file,
 )
-from protocol.model import MessageQueue
+from rmqlab.protocol.model import MessageQueue
 
 MEM = ReadOffsetType.READ_FROM_MEMORY
 STORE = ReadOffsetType.READ_FROM_STORE

@@ -11,9 +11,9 @@ import pytest
 from kit import wait_until
 from kit.cluster import Cluster, crash
 
-from client.config import ConsumerConfig
-from client.consume import ConsumeConcurrentlyStatus
-from client.pop import (
+from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.consume import ConsumeConcurrentlyStatus
+from rmqlab.client.pop import (
     POP_DELAY_LEVEL_S,
     PopProcessQueue,
     change_invisible_delay_s,
@@ -22,8 +22,8 @@ from client.pop import (
     past_max_decision,
     split_assignments,
 )
-from protocol.model import Message, MessageQueue
-from protocol.pop import PROPERTY_POP_CK, ExtraInfo
+from rmqlab.protocol.model import Message, MessageQueue
+from rmqlab.protocol.pop import PROPERTY_POP_CK, ExtraInfo
 
 FIVE = {**ConsumerConfig.rocketmq5(), "client_rebalance": False, "consume_from_where": "first"}
 

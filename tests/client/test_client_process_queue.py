@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from client.process_queue import MIB, ProcessQueue
-from protocol.model import Message
+from rmqlab.client.process_queue import MIB, ProcessQueue
+from rmqlab.protocol.model import Message
 
 
 def msgs(n: int, start: int = 0, size: int = 123) -> list[Message]:

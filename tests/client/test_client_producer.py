@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from kit.cluster import Cluster
 
-from client.errors import MQClientError
-from client.latency import LatencyFaultTolerance, MQFaultStrategy
-from client.route import BrokerData, QueueData, TopicPublishInfo, TopicRouteData
-from protocol.model import MessageQueue
+from rmqlab.client.errors import MQClientError
+from rmqlab.client.latency import LatencyFaultTolerance, MQFaultStrategy
+from rmqlab.client.route import BrokerData, QueueData, TopicPublishInfo, TopicRouteData
+from rmqlab.protocol.model import MessageQueue
 
 
 def info() -> TopicPublishInfo:

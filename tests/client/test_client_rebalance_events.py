@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from client.group_state import cid_all_digest, member_set, rebalance_event_fields
-from protocol.runtime import EventLog
+from rmqlab.client.group_state import cid_all_digest, member_set, rebalance_event_fields
+from rmqlab.protocol.runtime import EventLog
 from tests.client.test_client_rebalance_impl import FakeGroupApi, Rig, mq
 
 

@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 from kit.broker import RecordingLog
 
-from client.allocate import get_strategy
-from client.config import ConsumerConfig
-from client.consumer_base import normalize_enums
-from client.group_state import GroupState
-from client.offset_store import ReadOffsetType
-from client.process_queue import ProcessQueue, PullRequest
-from client.rebalance import RebalanceLitePullImpl, RebalancePushImpl, RebalanceService
-from protocol.codes import RequestCode
-from protocol.command import RemotingCommand
-from protocol.model import ConsumeType, Message, MessageQueue
-from protocol.remoting import RemotingClient
-from protocol.runtime import EventLog, ManualClock
+from rmqlab.client.allocate import get_strategy
+from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.consumer_base import normalize_enums
+from rmqlab.client.group_state import GroupState
+from rmqlab.client.offset_store import ReadOffsetType
+from rmqlab.client.process_queue import ProcessQueue, PullRequest
+from rmqlab.client.rebalance import RebalanceLitePullImpl, RebalancePushImpl, RebalanceService
+from rmqlab.protocol.codes import RequestCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.model import ConsumeType, Message, MessageQueue
+from rmqlab.protocol.remoting import RemotingClient
+from rmqlab.protocol.runtime import EventLog, ManualClock
 
 
 class FakeGroupApi:
@@ -528,7 +528,7 @@ async def test_a_topic_without_route_calls_message_queue_changed_in_5x(rocketmq5
 async def test_a_failed_message_no_longer_cached_is_sent_back_in_4_9_only(rocketmq5: bool) -> None:
     """The "skip messages the process queue no longer holds" rule of processConsumeResult came with 5.1;
     4.9 sends every failed message back."""
-    from client.consume import ConsumeConcurrentlyStatus, ConsumeMessageConcurrentlyService, Listener
+    from rmqlab.client.consume import ConsumeConcurrentlyStatus, ConsumeMessageConcurrentlyService, Listener
 
     r = Rig(time_scale=0.01, **(ConsumerConfig.rocketmq5() if rocketmq5 else {}))
     pq = _cached_pq(r.clock)  # holds offset 0 only

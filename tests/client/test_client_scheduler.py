@@ -7,11 +7,11 @@ import asyncio
 import itertools
 from typing import Any
 
-from client.process_queue import ProcessQueue, PullRequest
-from client.rebalance import PullMessageService
-from client.scheduler import SingleThreadScheduler, Wakeup
-from protocol.model import MessageQueue
-from protocol.runtime import EventLog
+from rmqlab.client.process_queue import ProcessQueue, PullRequest
+from rmqlab.client.rebalance import PullMessageService
+from rmqlab.client.scheduler import SingleThreadScheduler, Wakeup
+from rmqlab.protocol.model import MessageQueue
+from rmqlab.protocol.runtime import EventLog
 
 
 async def test_tasks_run_one_at_a_time_and_a_slow_one_delays_the_others() -> None:
@@ -112,7 +112,7 @@ async def test_pull_service_awaits_each_pull_before_taking_the_next() -> None:
 def _wait_trace(use_wakeup: bool) -> list[tuple[float, str]]:
     """Waits that time out, are set, are set and time out at one instant, or are already set, among
     timers due at the same virtual instants; what ran, in order."""
-    from sim.loop import VirtualLoop  # timers due at one instant fire in the order they were set
+    from rmqlab.sim.loop import VirtualLoop  # timers due at one instant fire in the order they were set
 
     trace: list[tuple[float, str]] = []
     loop = VirtualLoop()

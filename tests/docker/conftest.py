@@ -13,7 +13,7 @@ import os
 import pytest
 from kit.docker import wait_for_build
 
-from chaos.container import IMAGE, BackendError, ImageInfo, check_image, engine_problem
+from rmqlab.chaos.container import IMAGE, BackendError, ImageInfo, check_image, engine_problem
 
 
 @pytest.fixture(scope="session")

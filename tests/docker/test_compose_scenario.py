@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kit.docker import leftovers
 
-from chaos.container import ImageInfo
+from rmqlab.chaos.container import ImageInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from kit.docker import chaos_run, figures, host_rules_mentioning, leftovers, partition_figures, shortened
 
-from chaos.container import ImageInfo
-from pipeline.reference import summarize_run
+from rmqlab.chaos.container import ImageInfo
+from rmqlab.pipeline.reference import summarize_run
 
 ROUND_S = 20.0  # one rebalance round of RocketMQ time
 # A silent channel expiry counts from the paused consumer's last heartbeat (every 30 s), whose phase

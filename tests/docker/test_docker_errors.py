@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.container import DIGEST_LABEL, SOURCE_PACKAGES, source_digest
+from rmqlab.chaos.container import DIGEST_LABEL, SOURCE_PACKAGES, source_digest
 
 FAKE_DOCKER = textwrap.dedent(
     """\
@@ -85,7 +85,7 @@ def run(
         [
             sys.executable,
             "-m",
-            "chaos",
+            "rmqlab.chaos",
             "run",
             str(exp),
             "--out",
@@ -196,7 +196,16 @@ def test_what_only_the_kernel_does_needs_the_docker_backend(tmp_path: Path, entr
     exp = tmp_path / "kernel.toml"
     exp.write_text(with_nemesis(entry))
     proc = subprocess.run(
-        [sys.executable, "-m", "chaos", "run", str(exp), "--out", str(tmp_path / "run"), "--no-analyze"],
+        [
+            sys.executable,
+            "-m",
+            "rmqlab.chaos",
+            "run",
+            str(exp),
+            "--out",
+            str(tmp_path / "run"),
+            "--no-analyze",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -210,8 +219,8 @@ def test_what_only_the_kernel_does_needs_the_docker_backend(tmp_path: Path, entr
 def test_kernel_faults_without_root_are_refused_before_anything_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chaos import container
-    from chaos.experiment import parse
+    from rmqlab.chaos import container
+    from rmqlab.chaos.experiment import parse
 
     exp = parse(with_nemesis('action = "loss"\ntarget = "consumer-1"\npercent = 20\nat = 50\n'))
     monkeypatch.setattr(container.os, "geteuid", lambda: 1000)
@@ -225,7 +234,7 @@ def test_kernel_faults_without_root_are_refused_before_anything_starts(
 
 
 def test_drop_rules_per_direction_port_and_chance() -> None:
-    from chaos.container import drop_rules
+    from rmqlab.chaos.container import drop_rules
 
     assert drop_rules("10.9.0.11", "10911", drop_out=True, drop_in=False) == [
         ["OUTPUT", "-p", "tcp", "-d", "10.9.0.11", "--dport", "10911", "-j", "DROP"]
@@ -250,7 +259,7 @@ def test_drop_rules_per_direction_port_and_chance() -> None:
 
 
 async def test_rules_go_where_the_packets_pass_and_heal_removes_exactly_them(tmp_path: Path) -> None:
-    from chaos.container import ContainerCluster, ContainerMember, ImageInfo
+    from rmqlab.chaos.container import ContainerCluster, ContainerMember, ImageInfo
 
     cluster = ContainerCluster(tmp_path, image=ImageInfo("img", "sha256:1", "d"), time_scale=0.05)
     cluster.sup.free_ips = [f"10.9.0.{i}" for i in range(10, 20)]  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from chaos.container import SOURCE_PACKAGES, ImageInfo
+from rmqlab.chaos.container import SOURCE_PACKAGES, ImageInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

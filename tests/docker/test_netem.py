@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos import container
-from chaos.container import ContainerCluster, ContainerMember, ImageInfo, probe_netem
-from chaos.netem import NetemFull, NetemTable, Shape
+from rmqlab.chaos import container
+from rmqlab.chaos.container import ContainerCluster, ContainerMember, ImageInfo, probe_netem
+from rmqlab.chaos.netem import NetemFull, NetemTable, Shape
 
 
 def test_shape_arguments_follow_the_proxys_delay_window() -> None:

@@ -6,11 +6,11 @@ import asyncio
 import time
 from typing import Any
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.model import ConsumerData, HeartbeatData, MessageModel, SubscriptionData
-from protocol.remoting import Connection, RemotingClient
-from protocol.runtime import EventLog
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.model import ConsumerData, HeartbeatData, MessageModel, SubscriptionData
+from rmqlab.protocol.remoting import Connection, RemotingClient
+from rmqlab.protocol.runtime import EventLog
 
 
 class RecordingLog(EventLog):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from chaos import experiment as ex
+from rmqlab.chaos import experiment as ex
 
 STANDIN = textwrap.dedent(
     '''
@@ -117,7 +117,7 @@ def run_experiment(tmp_path: Path, text: str) -> tuple[int, Path, str]:
     run_dir = tmp_path / "run"
     # A relative --out, as scripts/demo.sh passes: every file must still land one level deep.
     proc = subprocess.run(
-        [sys.executable, "-m", "chaos", "run", str(exp_file), "--out", "run", "--no-analyze"],
+        [sys.executable, "-m", "rmqlab.chaos", "run", str(exp_file), "--out", "run", "--no-analyze"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -12,18 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.config import BrokerConfig, NamesrvConfig
-from broker.controller import BrokerController
-from broker.namesrv import NamesrvController
-from client.allocate import get_strategy, sort_cid_all, sort_mq_all
-from client.instance import MQClientManager
-from client.producer import Producer
-from client.push_consumer import PushConsumer
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.model import MessageQueue
-from protocol.remoting import RemotingClient
-from protocol.runtime import EventLog
+from rmqlab.broker.config import BrokerConfig, NamesrvConfig
+from rmqlab.broker.controller import BrokerController
+from rmqlab.broker.namesrv import NamesrvController
+from rmqlab.client.allocate import get_strategy, sort_cid_all, sort_mq_all
+from rmqlab.client.instance import MQClientManager
+from rmqlab.client.producer import Producer
+from rmqlab.client.push_consumer import PushConsumer
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.model import MessageQueue
+from rmqlab.protocol.remoting import RemotingClient
+from rmqlab.protocol.runtime import EventLog
 
 SCALE = 0.05  # 20 s rebalance -> 1 s, 30 s heartbeat -> 1.5 s, 60 s broker lock -> 3 s
 

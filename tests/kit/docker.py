@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from chaos.__main__ import shipped
-from chaos.container import RUN_LABEL
+from rmqlab.chaos.__main__ import shipped
+from rmqlab.chaos.container import RUN_LABEL
 
 # The comparison runs the shipped experiments with their tails cut: every nemesis of the four is over
 # by 280 s of RocketMQ time, and 320 s leaves two rebalance rounds after the last one.
@@ -35,7 +35,7 @@ def chaos_run(exp_file: Path, run_dir: Path, *args: str, backend: str = "local")
         [
             sys.executable,
             "-m",
-            "chaos",
+            "rmqlab.chaos",
             "run",
             str(exp_file),
             "--out",

@@ -3,7 +3,7 @@ tests/pipeline/test_pipeline_analysis.py)."""
 
 from __future__ import annotations
 
-from pipeline.synth import line
+from rmqlab.pipeline.synth import line
 
 C1 = dict(node="n1", role="consumer", group="g", client_id="c1")
 C2 = dict(node="n2", role="consumer", group="g", client_id="c2")

@@ -40,7 +40,7 @@ def js_client_missing() -> str | None:
 def v5_clients_missing() -> str | None:
     """Why Apache's v5 clients (Python and Node.js) cannot run here, or None."""
     try:
-        import proxy.v5  # noqa: F401  (rmq-proxy itself needs the [v5] extra)
+        import rmqlab.proxy.v5  # noqa: F401  (rmq-proxy itself needs the [v5] extra)
     except ImportError as exc:
         return str(exc)
     if not V5_PYTHON.exists():
@@ -114,7 +114,7 @@ class Lab:
         return proc
 
     def start_broker(self, topics: list[str], queue_nums: int = 4, *extra: str) -> None:
-        argv = [sys.executable, "-m", "broker", "--port", "0", "--remoting-port", "0"]
+        argv = [sys.executable, "-m", "rmqlab.broker", "--port", "0", "--remoting-port", "0"]
         argv += ["--default-queue-nums", str(queue_nums), "--node", "broker-a"]
         argv += ["--log-file", str(self.dir / "broker-a.jsonl"), *extra]
         for t in topics:
@@ -139,12 +139,12 @@ class Lab:
         return self.start(name, argv)
 
     def py_consumer(self, name: str, group: str, topic: str, *extra: str) -> Proc:
-        argv = [sys.executable, "-m", "client.consumer_main", "--namesrv", self.addr, "--group", group]
+        argv = [sys.executable, "-m", "rmqlab.client.consumer_main", "--namesrv", self.addr, "--group", group]
         argv += ["--topic", topic, "--node", name, "--log-file", str(self.dir / f"{name}.jsonl"), *extra]
         return self.start(name, argv)
 
     def py_producer(self, name: str, topic: str, count: int) -> Proc:
-        argv = [sys.executable, "-m", "client.producer_main", "--namesrv", self.addr, "--topic", topic]
+        argv = [sys.executable, "-m", "rmqlab.client.producer_main", "--namesrv", self.addr, "--topic", topic]
         argv += ["--rate", "1000", "--count", str(count), "--node", name]
         argv += ["--log-file", str(self.dir / f"{name}.jsonl")]
         return self.start(name, argv)
@@ -157,7 +157,17 @@ class Lab:
 
     def start_proxy(self, *extra: str) -> str:
         """rmq-proxy over this lab's broker (its embedded name server); returns the gRPC address."""
-        argv = [sys.executable, "-m", "proxy", "--namesrv", self.addr, "--port", "0", "--node", "proxy"]
+        argv = [
+            sys.executable,
+            "-m",
+            "rmqlab.proxy",
+            "--namesrv",
+            self.addr,
+            "--port",
+            "0",
+            "--node",
+            "proxy",
+        ]
         argv += ["--log-file", str(self.dir / "proxy.jsonl"), *extra]
         self.proxy = self.start("proxy", argv).wait_ready()
         return self.proxy

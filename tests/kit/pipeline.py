@@ -11,8 +11,8 @@ from kit.pipeline_cases import Case
 
 def analyse(spark: Any, run_dir: Path) -> dict[str, Any]:
     """summary.json of a JSON-lines run directory, computed by the Spark pipeline."""
-    from pipeline.ingest import load_json_run
-    from pipeline.metrics import Analysis
+    from rmqlab.pipeline.ingest import load_json_run
+    from rmqlab.pipeline.metrics import Analysis
 
     run = load_json_run(spark, run_dir)
     analysis = Analysis(run.events, run.stats)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kit.spark_cluster import ClusterFailed, standalone_cluster
 
-from pipeline.session import spark_problem, start_spark
+from rmqlab.pipeline.session import spark_problem, start_spark
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ import pytest
 from kit.handmade import EXPECTED_CONVERGENCE, EXPECTED_GROUP, EXPECTED_RUN, RUN
 from kit.pipeline import analyse
 
-from pipeline.reference import summarize_run
-from pipeline.synth import write_run
+from rmqlab.pipeline.reference import summarize_run
+from rmqlab.pipeline.synth import write_run
 
 
 def check_handmade(summary: dict[str, Any]) -> None:

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from kit.handmade import EXPECTED_GROUP, RUN
 
-from pipeline.__main__ import main
-from pipeline.availability_reference import summarize_run
-from pipeline.availability_reference import summarize_run as full_summary
-from pipeline.reference import summarize_run as contract_summary
-from pipeline.synth import chaotic_run, realistic_run, write_run
+from rmqlab.pipeline.__main__ import main
+from rmqlab.pipeline.availability_reference import summarize_run
+from rmqlab.pipeline.availability_reference import summarize_run as full_summary
+from rmqlab.pipeline.reference import summarize_run as contract_summary
+from rmqlab.pipeline.synth import chaotic_run, realistic_run, write_run
 
 
 @pytest.mark.spark
@@ -128,9 +128,9 @@ def test_input_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 def test_missing_java_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import pipeline.session
+    import rmqlab.pipeline.session
 
-    monkeypatch.setattr(pipeline.session, "find_java", lambda: None)
+    monkeypatch.setattr(rmqlab.pipeline.session, "find_java", lambda: None)
     run_dir = write_run(
         tmp_path / "run", {"a.jsonl": ['{"ts_ms": 1, "event": "log", "node": "n", "role": "r"}']}
     )
@@ -141,7 +141,7 @@ def test_missing_java_is_a_clear_error(
 
 def test_module_entry_point_help() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "--help"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "rmqlab.pipeline", "--help"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and "--master" in done.stdout and "ingest" in done.stdout
 

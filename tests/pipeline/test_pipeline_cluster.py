@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from kit.pipeline import analyse
 
-from pipeline.availability_reference import summarize_run as full_summary
-from pipeline.discover import discover_runs
-from pipeline.runs import analyse_runs
-from pipeline.synth import chaotic_run, realistic_run, write_run
+from rmqlab.pipeline.availability_reference import summarize_run as full_summary
+from rmqlab.pipeline.discover import discover_runs
+from rmqlab.pipeline.runs import analyse_runs
+from rmqlab.pipeline.synth import chaotic_run, realistic_run, write_run
 
 pytestmark = pytest.mark.spark
 
@@ -26,7 +26,7 @@ def _rmq_analyze(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, RMQ_ANALYZE_DRIVER_MEMORY="1g")
     env.pop("SPARK_CONF_DIR", None)
     return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args], env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "rmqlab.pipeline", *args], env=env, capture_output=True, text=True, timeout=900
     )
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from kit.pipeline_cases import CASES, Case, write_case_files
 
-from pipeline import control
-from pipeline.contract import CID_ALL, CID_ALL_DIGEST, STR_LIST, has_type, is_digest, queue_key
-from pipeline.reference import load_run
+from rmqlab.pipeline import control
+from rmqlab.pipeline.contract import CID_ALL, CID_ALL_DIGEST, STR_LIST, has_type, is_digest, queue_key
+from rmqlab.pipeline.reference import load_run
 
 OWNERSHIP = ("overlap_ms", "orphan_ms", "stalled_ms")
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kit.pipeline import analyse
 
-from pipeline.reference import summarize_run
-from pipeline.synth import chaotic_run, merge_runs, realistic_run, write_run
+from rmqlab.pipeline.reference import summarize_run
+from rmqlab.pipeline.synth import chaotic_run, merge_runs, realistic_run, write_run
 
 pytestmark = pytest.mark.spark
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.discover import RunDirError, discover
-from pipeline.reference import load_run, parse_line
-from pipeline.synth import MALFORMED_LINES
+from rmqlab.pipeline.discover import RunDirError, discover
+from rmqlab.pipeline.reference import load_run, parse_line
+from rmqlab.pipeline.synth import MALFORMED_LINES
 
 BASE = {"ts_ms": 5, "event": "log", "node": "n", "role": "broker"}
 
@@ -158,13 +158,13 @@ def test_spark_reads_lines_like_the_reference(
 ) -> None:
     """The same events, counts and order whichever store holds the read lines (large inputs go to the
     columnar cache, small ones to a local checkpoint)."""
-    import pipeline.ingest
-    from pipeline.ingest import ORDER_COLUMNS, load_json_run
+    import rmqlab.pipeline.ingest
+    from rmqlab.pipeline.ingest import ORDER_COLUMNS, load_json_run
 
     write_lines(tmp_path)
     events, malformed = load_run(tmp_path)
     if cached:
-        monkeypatch.setattr(pipeline.ingest, "CACHE_FROM_BYTES", 0)
+        monkeypatch.setattr(rmqlab.pipeline.ingest, "CACHE_FROM_BYTES", 0)
     run = load_json_run(spark, tmp_path)
     try:
         assert run.cached[0].is_cached is cached
@@ -180,7 +180,7 @@ def test_spark_reads_lines_like_the_reference(
 def test_fast_path_agrees_with_the_exact_path(spark: Any, tmp_path: Path) -> None:
     """Lines the JSON reader decides (the fast path) get the same verdict and the same typed values as
     when every line goes through the exact VARIANT checks."""
-    from pipeline.ingest import ORDER_COLUMNS, parse_lines
+    from rmqlab.pipeline.ingest import ORDER_COLUMNS, parse_lines
 
     write_lines(tmp_path)
     files = discover(tmp_path)
@@ -198,7 +198,7 @@ def test_fast_path_agrees_with_the_exact_path(spark: Any, tmp_path: Path) -> Non
 
 @pytest.mark.spark
 def test_parquet_copy_keeps_events_counts_and_order(spark: Any, tmp_path: Path) -> None:
-    from pipeline.ingest import ORDER_COLUMNS, load_json_run, load_parquet_run, write_parquet
+    from rmqlab.pipeline.ingest import ORDER_COLUMNS, load_json_run, load_parquet_run, write_parquet
 
     write_lines(tmp_path / "run")
     run = load_json_run(spark, tmp_path / "run", columns=None)

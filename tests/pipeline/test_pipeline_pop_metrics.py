@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kit.pipeline_cases import Builder, write_case_files
 
-from pipeline.pop_metrics import idle_ms, main, mode_metrics
-from pipeline.reference import load_run
+from rmqlab.pipeline.pop_metrics import idle_ms, main, mode_metrics
+from rmqlab.pipeline.reference import load_run
 
 BROKER = "broker-b"
 
@@ -102,7 +102,7 @@ def more(b: Builder) -> None:
 
 @pytest.mark.spark
 def test_spark_twin_equals_the_reference(spark: Any, tmp_path: Path) -> None:
-    from pipeline.pop_spark import mode_metrics_spark
+    from rmqlab.pipeline.pop_spark import mode_metrics_spark
 
     run_dir = write(tmp_path, build, more)
     (run_dir / "bad.jsonl").write_text('{"ts_ms": "x"}\n')
@@ -123,8 +123,8 @@ def test_rmq_analyze_shows_both_modes(spark: Any, tmp_path: Path, capsys: Any) -
     """rmq-analyze on a root of two runs: each summary.json's `mode` and `pop` per group equal the plain
     twin, the POP group's verdict comes from its messages, report.html puts the groups side by side and
     index.html compares the runs' groups; the Spark analysis of the runs writes the same files."""
-    from pipeline.__main__ import main as analyze
-    from pipeline.availability_reference import summarize_run
+    from rmqlab.pipeline.__main__ import main as analyze
+    from rmqlab.pipeline.availability_reference import summarize_run
 
     root = tmp_path / "root"
     write(root / "a", build, more, retry_pull)
@@ -165,8 +165,8 @@ def _group(
 
 
 def test_the_index_puts_each_runs_groups_side_by_side(tmp_path: Path) -> None:
-    from pipeline.discover import RunDir
-    from pipeline.runs import RootResult, modes_section
+    from rmqlab.pipeline.discover import RunDir
+    from rmqlab.pipeline.runs import RootResult, modes_section
 
     def run(rel: str, groups: dict[str, Any]) -> tuple[RunDir, dict[str, Any]]:
         summary = {"run": {"time_scale": 0.05}, "groups": groups}
@@ -189,8 +189,8 @@ def test_the_index_puts_each_runs_groups_side_by_side(tmp_path: Path) -> None:
 
 
 def test_a_pop_groups_wait_is_explained_by_the_revive() -> None:
-    from pipeline.report import Marker, answer_for_group
-    from pipeline.unavailability import RunClock
+    from rmqlab.pipeline.report import Marker, answer_for_group
+    from rmqlab.pipeline.unavailability import RunClock
 
     spans = [{"from_s": 150.0, "to_s": 212.0, "cause": "no_owner"}]
     g = {
@@ -214,8 +214,8 @@ def test_a_pop_groups_wait_is_explained_by_the_revive() -> None:
 def test_a_queue_that_waits_twice_after_one_change_is_one_queue() -> None:
     """The hung POP consumer pops a message of queue 4, which waits for its revive, then another one
     (two stretches of one queue); queue 0 of the group's retry topic is another queue than b:0."""
-    from pipeline.report import Marker, answer_for_group
-    from pipeline.unavailability import RunClock
+    from rmqlab.pipeline.report import Marker, answer_for_group
+    from rmqlab.pipeline.unavailability import RunClock
 
     def queue(topic: str, name: str, *spans: tuple[float, float]) -> dict[str, Any]:
         return {

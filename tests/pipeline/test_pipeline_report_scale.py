@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pipeline import report
-from pipeline.report import (
+from rmqlab.pipeline import report
+from rmqlab.pipeline.report import (
     MAP_STATES,
     OWNERSHIP_TEXT,
     Marker,
@@ -26,7 +26,7 @@ from pipeline.report import (
     plot_ownership,
     render_html,
 )
-from pipeline.unavailability import RunClock
+from rmqlab.pipeline.unavailability import RunClock
 
 END = 600_000  # a ten-minute run, t = 0 at 0 ms, time scale 1
 CLOCK = RunClock(0, 1.0)

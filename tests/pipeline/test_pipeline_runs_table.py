@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from chaos.experiment import parse
-from pipeline.contract import GROUP_METRICS
-from pipeline.discover import RunDir
-from pipeline.runs import RootResult, metric_plots, render_index, table_rows
+from rmqlab.chaos.experiment import parse
+from rmqlab.pipeline.contract import GROUP_METRICS
+from rmqlab.pipeline.discover import RunDir
+from rmqlab.pipeline.runs import RootResult, metric_plots, render_index, table_rows
 
 TOML = """
 name = "{name}"
@@ -76,7 +76,7 @@ def test_the_question_and_source_are_text_beside_the_run_not_parameters(tmp_path
 def test_a_plot_by_run_names_its_runs_only_when_they_are_few(monkeypatch: Any) -> None:
     from matplotlib.axes import Axes
 
-    from pipeline.runs import MAX_TICK_LABELS
+    from rmqlab.pipeline.runs import MAX_TICK_LABELS
 
     labelled: list[int] = []
     set_xticks = Axes.set_xticks

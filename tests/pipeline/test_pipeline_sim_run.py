@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.__main__ import main
-from pipeline.availability_reference import summarize_run
-from sim.__main__ import resolve
-from sim.cluster import SimCluster
+from rmqlab.pipeline.__main__ import main
+from rmqlab.pipeline.availability_reference import summarize_run
+from rmqlab.sim.__main__ import resolve
+from rmqlab.sim.cluster import SimCluster
 
 
 @pytest.mark.spark

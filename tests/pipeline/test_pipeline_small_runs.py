@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from pipeline.__main__ import main
-from pipeline.availability_reference import summarize_run
-from pipeline.discover import RunDir, RunFile, discover_runs
-from pipeline.report import answers
-from pipeline.small_runs import analyse_root, deal, run_bytes, split_by_size
-from pipeline.synth import MALFORMED_LINES, chaotic_run, realistic_run, write_run
+from rmqlab.pipeline.__main__ import main
+from rmqlab.pipeline.availability_reference import summarize_run
+from rmqlab.pipeline.discover import RunDir, RunFile, discover_runs
+from rmqlab.pipeline.report import answers
+from rmqlab.pipeline.small_runs import analyse_root, deal, run_bytes, split_by_size
+from rmqlab.pipeline.synth import MALFORMED_LINES, chaotic_run, realistic_run, write_run
 
 
 def _root(root: Path) -> None:

@@ -11,8 +11,8 @@ import pytest
 from kit.pipeline import check_case
 from kit.pipeline_cases import CASES, Case, write_case_files
 
-from pipeline.discover import discover_runs
-from pipeline.runs import analyse_runs
+from rmqlab.pipeline.discover import discover_runs
+from rmqlab.pipeline.runs import analyse_runs
 
 pytestmark = pytest.mark.spark
 
@@ -35,7 +35,7 @@ def test_spark_gives_the_hand_worked_answers(all_cases: tuple[Path, dict[str, An
 
 
 def test_spark_agrees_with_the_reference_run_by_run(all_cases: tuple[Path, dict[str, Any]]) -> None:
-    from pipeline.availability_reference import summarize_run
+    from rmqlab.pipeline.availability_reference import summarize_run
 
     root, summaries = all_cases
     for c in CASES:

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from pipeline.discover import discover_runs
-from pipeline.ingest import run_prefix
-from pipeline.runs import analyse_runs
-from pipeline.sweep_report import queue_moves
-from sim.__main__ import event_files
-from sim.sweep import COMPLETE, load_sweep
-from sim.sweep_run import SweepResult, run_sweep
+from rmqlab.pipeline.discover import discover_runs
+from rmqlab.pipeline.ingest import run_prefix
+from rmqlab.pipeline.runs import analyse_runs
+from rmqlab.pipeline.sweep_report import queue_moves
+from rmqlab.sim.__main__ import event_files
+from rmqlab.sim.sweep import COMPLETE, load_sweep
+from rmqlab.sim.sweep_run import SweepResult, run_sweep
 
 pytestmark = pytest.mark.spark
 
@@ -121,7 +121,8 @@ def resumed(
     with open(tmp / "killed.log", "wb") as log:
         proc = subprocess.Popen(
             # one task at a time, so that the kill comes between runs
-            [sys.executable, "-m", "sim", "sweep", str(path), "--out", str(out), "--master", "local[1]"],
+            [sys.executable, "-m", "rmqlab.sim", "sweep", str(path), "--out", str(out),
+             "--master", "local[1]"],
             env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + 600
@@ -195,7 +196,10 @@ def test_a_run_of_the_sweep_replays_byte_for_byte(resumed: Any) -> None:
     _path, out, before, _result = resumed
     rel = next(r for r in sorted(_markers(out)) if r not in before)  # run in the tests' Spark worker
     done = subprocess.run(
-        [sys.executable, "-m", "sim", "replay", str(out / rel)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "rmqlab.sim", "replay", str(out / rel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "identical" in done.stdout
@@ -207,7 +211,7 @@ def test_a_standalone_cluster_gives_the_same_runs_and_tables(
     path, local, _before, _result = resumed
     out = tmp_path / "on-cluster"
     done = subprocess.run(
-        [sys.executable, "-m", "sim", "sweep", str(path), "--master", cluster, "--out", str(out)],
+        [sys.executable, "-m", "rmqlab.sim", "sweep", str(path), "--master", cluster, "--out", str(out)],
         env=_env(), capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stdout + done.stderr[-3000:]

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.discover import discover_runs
-from pipeline.sweep_report import SWEEP_METRICS, point_rows, quantile, render_sweep, sweep_runs
+from rmqlab.pipeline.discover import discover_runs
+from rmqlab.pipeline.sweep_report import SWEEP_METRICS, point_rows, quantile, render_sweep, sweep_runs
 
 
 def test_quantiles_interpolate_between_ranks() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kit.pipeline_cases import Builder, write_case_files
 
-from pipeline.availability_reference import summarize_run
-from pipeline.unavailability import (
+from rmqlab.pipeline.availability_reference import summarize_run
+from rmqlab.pipeline.unavailability import (
     GroupInputs,
     QueueInputs,
     RunClock,
@@ -171,7 +171,7 @@ def test_a_hand_made_run_worked_out_by_hand(tmp_path: Path) -> None:
 def test_rmq_analyze_gives_the_same_summary_and_opens_the_report_with_the_answer(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pipeline.__main__ import main
+    from rmqlab.pipeline.__main__ import main
 
     run_dir = build_run(tmp_path / "run")
     (run_dir / "manifest.json").write_text(json.dumps({"name": "hand", "question": "What stalls?"}))
@@ -199,7 +199,7 @@ def test_rmq_analyze_gives_the_same_summary_and_opens_the_report_with_the_answer
 
 
 def _help(capsys: pytest.CaptureFixture[str]) -> str:
-    from pipeline.__main__ import main
+    from rmqlab.pipeline.__main__ import main
 
     with pytest.raises(SystemExit):
         main(["--help"])
@@ -209,7 +209,7 @@ def _help(capsys: pytest.CaptureFixture[str]) -> str:
 def test_waiting_for_the_run_gives_up_when_the_runner_is_gone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pipeline import __main__ as cli
+    from rmqlab.pipeline import __main__ as cli
 
     parents = iter([100, 100, 1])  # the runner died: the process is adopted
     monkeypatch.setattr("os.getppid", lambda: next(parents))

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import (
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import (
     CommandError,
     FrameDecoder,
     FrameError,
@@ -24,7 +24,7 @@ from protocol.command import (
     field_map,
     field_str,
 )
-from protocol.model import (
+from rmqlab.protocol.model import (
     ConsumerData,
     ConsumeType,
     HeartbeatData,

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kit.native_wire import binary_frame, decode_messages, json_frame, split_frames
 
-from protocol.codes import Flag, RequestCode, ResponseCode
-from protocol.command import FrameError, InvalidParameter, RemotingCommand
-from protocol.model import HeartbeatData, MessageQueue
-from protocol.native import NativeCodec, native_codec_factory, port_rewriter
-from protocol.native.message_ext import pack_physical_offset
+from rmqlab.protocol.codes import Flag, RequestCode, ResponseCode
+from rmqlab.protocol.command import FrameError, InvalidParameter, RemotingCommand
+from rmqlab.protocol.model import HeartbeatData, MessageQueue
+from rmqlab.protocol.native import NativeCodec, native_codec_factory, port_rewriter
+from rmqlab.protocol.native.message_ext import pack_physical_offset
 
 
 def codec() -> NativeCodec:

@@ -8,9 +8,9 @@ import struct
 import msgpack
 import pytest
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import CommandError, FrameDecoder, RemotingCommand, encode_frame
-from protocol.remoting import (
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import CommandError, FrameDecoder, RemotingCommand, encode_frame
+from rmqlab.protocol.remoting import (
     Connection,
     RemotingClient,
     RemotingConnectionError,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.runtime import EventLog, ManualClock, TimerSet, TimeScale, add_common_args, build_client_id
+from rmqlab.cli import add_common_args
+from rmqlab.protocol.runtime import EventLog, ManualClock, TimerSet, TimeScale, build_client_id
 
 
 def test_event_lines_have_required_fields(tmp_path: Path) -> None:

@@ -7,12 +7,12 @@ import hashlib
 
 import pytest
 
-from client.route import BrokerData, QueueData, TopicRouteData
-from protocol.codes import ResponseCode
-from protocol.model import Message
-from proxy import convert
-from proxy.convert import Delivery, ProxyError
-from proxy.v5 import Code, pb
+from rmqlab.client.route import BrokerData, QueueData, TopicRouteData
+from rmqlab.protocol.codes import ResponseCode
+from rmqlab.protocol.model import Message
+from rmqlab.proxy import convert
+from rmqlab.proxy.convert import Delivery, ProxyError
+from rmqlab.proxy.v5 import Code, pb
 
 ENDPOINTS = pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=8081)])
 

@@ -14,13 +14,13 @@ import pytest
 from kit import wait_until
 from kit.cluster import Cluster
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.remoting import RemotingClient
-from protocol.runtime import EventLog
-from proxy.config import ProxyConfig
-from proxy.server import ProxyServer
-from proxy.v5 import Code, MessagingServiceStub, aio, pb, svc
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.remoting import RemotingClient
+from rmqlab.protocol.runtime import EventLog
+from rmqlab.proxy.config import ProxyConfig
+from rmqlab.proxy.server import ProxyServer
+from rmqlab.proxy.v5 import Code, MessagingServiceStub, aio, pb, svc
 
 
 class Lab:

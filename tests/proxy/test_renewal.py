@@ -3,7 +3,7 @@ hands back or clears, and which receipt an ack uses."""
 
 from __future__ import annotations
 
-from proxy.renewal import (
+from rmqlab.proxy.renewal import (
     INVISIBLE_MS_WHEN_CLEAR,
     MAX_RENEW_RETRY_TIMES,
     RENEW_AHEAD_MS,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.__main__ import event_files
+from rmqlab.sim.__main__ import event_files
 
 # Every kind of nemesis the simulator runs, in a short experiment (about two seconds of wall time).
 EXPERIMENT = """\
@@ -105,7 +105,7 @@ def rmq_sim(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "-c",
-            "import sys; from sim.__main__ import entry; sys.argv[0] = 'rmq-sim'; sys.exit(entry())",
+            "import sys; from rmqlab.sim.__main__ import entry; sys.argv[0] = 'rmq-sim'; sys.exit(entry())",
             *args,
         ],
         cwd=cwd,
@@ -274,7 +274,7 @@ def test_the_shipped_hours_random_kills_and_gc_pauses_all_find_a_node_they_can_a
     # sim-scale.toml's hour: random kills every 60 s, restarts in turn, random GC pauses. Drawn from the
     # whole group, 5 of its 2,179 actions named a consumer an earlier kill had left down; drawn from the
     # nodes the schedule leaves in the right state, none does.
-    from sim.experiment import load
+    from rmqlab.sim.experiment import load
 
     root = Path(__file__).resolve().parents[2]
     steps = load(root / "sim" / "experiments" / "sim-scale.toml").schedule()

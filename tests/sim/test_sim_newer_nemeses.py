@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from chaos.experiment import ExperimentError
-from sim.cluster import SimCluster
-from sim.experiment import parse
+from rmqlab.chaos.experiment import ExperimentError
+from rmqlab.sim.cluster import SimCluster
+from rmqlab.sim.experiment import parse
 
 EXPERIMENT = """\
 name = "sim-newer-nemeses"

@@ -13,19 +13,26 @@ from typing import Any
 
 import pytest
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.remoting import (
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.remoting import (
     Connection,
     RemotingClient,
     RemotingConnectionError,
     RemotingServer,
     RemotingTimeoutError,
 )
-from sim.cluster import GarbageCollector
-from sim.dist import Distribution, parse_distribution
-from sim.loop import CURRENT, HOUSEKEEPING_EVERY, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
-from sim.network import Network
+from rmqlab.sim.cluster import GarbageCollector
+from rmqlab.sim.dist import Distribution, parse_distribution
+from rmqlab.sim.loop import (
+    CURRENT,
+    HOUSEKEEPING_EVERY,
+    SimDeadlock,
+    VirtualClock,
+    VirtualLoop,
+    VirtualProcess,
+)
+from rmqlab.sim.network import Network
 
 
 def run(

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos import experiment as chaos_experiment
-from sim.experiment import SimExperiment, load
-from sim.shrink import Shrinker, failing_kinds, size
+from rmqlab.chaos import experiment as chaos_experiment
+from rmqlab.sim.experiment import SimExperiment, load
+from rmqlab.sim.shrink import Shrinker, failing_kinds, size
 from tests.sim.test_sim_cli import rmq_sim
 
 # The seed articles' mistake (members of one group subscribing to different topics loses messages)

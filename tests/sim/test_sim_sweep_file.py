@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from chaos.experiment import ExperimentError
-from sim.__main__ import main
-from sim.experiment import parse
-from sim.sweep import load_sweep, parse_sweep, to_toml
-from sim.sweep_run import Progress, SweepMismatch, prepare, task_batches
+from rmqlab.chaos.experiment import ExperimentError
+from rmqlab.sim.__main__ import main
+from rmqlab.sim.experiment import parse
+from rmqlab.sim.sweep import load_sweep, parse_sweep, to_toml
+from rmqlab.sim.sweep_run import Progress, SweepMismatch, prepare, task_batches
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -217,7 +217,7 @@ def _rebalances(run_dir: Path) -> int:
 
 
 def test_sim_client_and_rocketmq5_reach_the_simulated_consumers(tmp_path: Path) -> None:
-    from sim.cluster import SimCluster
+    from rmqlab.sim.cluster import SimCluster
 
     def run(extra: str, name: str) -> Path:
         sx = parse(RUN + extra, source=f"{name}.toml")
@@ -236,7 +236,7 @@ def test_sim_client_and_rocketmq5_reach_the_simulated_consumers(tmp_path: Path) 
 
 
 def test_a_run_task_skips_a_finished_run_and_redoes_an_interrupted_one(tmp_path: Path) -> None:
-    from sim.sweep import COMPLETE, ERROR, RunSpec, run_task
+    from rmqlab.sim.sweep import COMPLETE, ERROR, RunSpec, run_task
 
     good = parse_sweep(SWEEP.replace("duration = 60", "duration = 20"), "tiny.toml").runs()[0]
     broken = RunSpec(**{**good.__dict__, "text": good.text.replace("duration = 20", "duration = -1")})
@@ -256,7 +256,7 @@ def test_a_run_task_skips_a_finished_run_and_redoes_an_interrupted_one(tmp_path:
 def test_a_spark_task_runs_each_run_with_the_workers_objects_frozen_and_unfreezes_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import sim.sweep_run
+    import rmqlab.sim.sweep_run
 
     specs = parse_sweep(SWEEP, "tiny.toml").runs()[:3]
     seen: list[tuple[str, int, bool]] = []
@@ -265,17 +265,17 @@ def test_a_spark_task_runs_each_run_with_the_workers_objects_frozen_and_unfreeze
         seen.append((spec.rel, gc.get_freeze_count(), gc.isenabled()))
         return {"run": spec.rel}
 
-    monkeypatch.setattr(sim.sweep_run, "run_task", run_task)
+    monkeypatch.setattr(rmqlab.sim.sweep_run, "run_task", run_task)
     assert gc.get_freeze_count() == 0
-    assert sim.sweep_run.run_batch(specs, "out") == [{"run": s.rel} for s in specs]
+    assert rmqlab.sim.sweep_run.run_batch(specs, "out") == [{"run": s.rel} for s in specs]
     assert [rel for rel, _, _ in seen] == [s.rel for s in specs]
     assert all(frozen > 1000 and enabled for _, frozen, enabled in seen)  # this process's modules, ...
     assert gc.get_freeze_count() == 0  # a worker's next task starts as it would have
 
 
 def test_the_sweeps_spark_runs_a_jvm_for_light_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import pipeline.session
-    from sim.sweep_run import SWEEP_SPARK_CONF, run_sweep
+    import rmqlab.pipeline.session
+    from rmqlab.sim.sweep_run import SWEEP_SPARK_CONF, run_sweep
 
     asked: dict[str, Any] = {}
 
@@ -286,7 +286,7 @@ def test_the_sweeps_spark_runs_a_jvm_for_light_work(monkeypatch: pytest.MonkeyPa
         asked.update(master=master, conf=conf)
         raise Stop
 
-    monkeypatch.setattr(pipeline.session, "start_spark", start_spark)
+    monkeypatch.setattr(rmqlab.pipeline.session, "start_spark", start_spark)
     monkeypatch.setenv("PYTHONHASHSEED", "0")
     with pytest.raises(Stop):
         run_sweep(parse_sweep(SWEEP, "tiny.toml"), tmp_path / "out", show_progress=False)

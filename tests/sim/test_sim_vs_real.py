@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.reference import summarize_run
-from sim.__main__ import resolve
-from sim.cluster import SimCluster
+from rmqlab.pipeline.reference import summarize_run
+from rmqlab.sim.__main__ import resolve
+from rmqlab.sim.cluster import SimCluster
 
 REAL: dict[str, dict[str, Any]] = json.loads((Path(__file__).parent / "real_runs.json").read_text())
 SCALE = 0.05  # the five experiments' time_scale: timer bounds below are in their wall milliseconds

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand, decode_payload, encode_payload
-from sim.wire import copy_command, wire_copy
+from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import RemotingCommand, decode_payload, encode_payload
+from rmqlab.sim.wire import copy_command, wire_copy
 
 
 class Color(enum.StrEnum):

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from client.allocate_cli import broker_name, main
+from rmqlab.client.allocate_cli import broker_name, main
 
 
 def run(capsys: pytest.CaptureFixture[str], args: str) -> str:

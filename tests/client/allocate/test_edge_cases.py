@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from client.allocate import (
+from rmqlab.client.allocate import (
     STRATEGY_NAMES,
     AllocateMachineRoomNearby,
     AllocateMessageQueueAveragely,
@@ -24,7 +24,7 @@ from client.allocate import (
     sort_cid_all,
     sort_mq_all,
 )
-from protocol.model import MessageQueue
+from rmqlab.protocol.model import MessageQueue
 
 
 def mqs(n: int, broker: str = "b", topic: str = "T") -> list[MessageQueue]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from client.allocate import (
+from rmqlab.client.allocate import (
     STRATEGY_NAMES,
     AllocateMachineRoomNearby,
     AllocateMessageQueueAveragely,
@@ -23,7 +23,7 @@ from client.allocate import (
     sort_cid_all,
     sort_mq_all,
 )
-from protocol.model import MessageQueue
+from rmqlab.protocol.model import MessageQueue
 
 DOC = json.loads((Path(__file__).parent / "golden_java_cases.json").read_text(encoding="utf-8"))
 CASES: list[dict[str, Any]] = DOC["cases"]

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.allocate import (
+from rmqlab.client.allocate import (
     AllocateMachineRoomNearby,
     AllocateMessageQueueAveragely,
     AllocateMessageQueueAveragelyByCircle,
@@ -21,7 +21,7 @@ from client.allocate import (
     sort_cid_all,
     sort_mq_all,
 )
-from protocol.model import MessageQueue
+from rmqlab.protocol.model import MessageQueue
 
 names = st.text(alphabet="ab-@#.1\u00e9\U0001f600\uffff", min_size=0, max_size=6)
 mq_lists = st.lists(

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from client.allocate import (
+from rmqlab.client.allocate import (
     AllocateMachineRoomNearby,
     AllocateMessageQueueAveragely,
     AllocateMessageQueueAveragelyByCircle,
@@ -21,7 +21,7 @@ from client.allocate import (
     java_split,
     md5_hash,
 )
-from protocol.model import MessageQueue
+from rmqlab.protocol.model import MessageQueue
 
 
 def cids(prefix: str, n: int) -> list[str]:

@@ -13,9 +13,11 @@ from rmqlab.broker.controller import BrokerController
 from rmqlab.broker.store import StoreError
 from rmqlab.broker.topic_config import PERM_READ_WRITE, TopicConfig
 from rmqlab.cli import (
+    ROLE_EXIT_CODES,
     add_common_args,
     add_native_port_arg,
     announce_ready,
+    command_parser,
     host_port,
     non_negative_int,
     port_number,
@@ -41,9 +43,10 @@ def _topic_spec(text: str) -> tuple[str, int | None]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="rmq-broker",
-        description="A RocketMQ broker emulator: consumer groups, offsets, locks, messages, long polling.",
+    p = command_parser(
+        "rmq-broker",
+        "A RocketMQ broker emulator: consumer groups, offsets, locks, messages, long polling.",
+        ROLE_EXIT_CODES,
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=10911, help="port to listen on; 0 picks a free one")

@@ -8,13 +8,21 @@ import sys
 
 from rmqlab.broker.config import NamesrvConfig
 from rmqlab.broker.namesrv import NamesrvController
-from rmqlab.cli import add_common_args, add_native_port_arg, announce_ready, port_number, positive_int
+from rmqlab.cli import (
+    ROLE_EXIT_CODES,
+    add_common_args,
+    add_native_port_arg,
+    announce_ready,
+    command_parser,
+    port_number,
+    positive_int,
+)
 from rmqlab.protocol.command import DEFAULT_MAX_FRAME_BYTES
 from rmqlab.protocol.runtime import EventLog, run_async_main
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rmq-namesrv", description="A RocketMQ name server emulator.")
+    p = command_parser("rmq-namesrv", "A RocketMQ name server emulator.", ROLE_EXIT_CODES)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=9876, help="port to listen on; 0 picks a free one")
     p.add_argument(

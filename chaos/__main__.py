@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rmqlab.chaos.experiment import (
     CLIENT_NAMES,
@@ -25,7 +26,19 @@ from rmqlab.chaos.experiment import (
 )
 from rmqlab.chaos.handdriven import add_commands
 from rmqlab.chaos.realclients import check_environment
-from rmqlab.cli import CHAOS_SHELVES, UnknownName, find_shipped, shipped
+from rmqlab.cli import (
+    CHAOS_SHELVES,
+    UnknownName,
+    add_json,
+    add_out,
+    add_quiet,
+    command_parser,
+    find_shipped,
+    positive_float,
+    print_json,
+    shipped,
+    subcommand,
+)
 
 
 def resolve(path_or_name: str) -> Experiment:
@@ -72,8 +85,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         exp = resolve(args.file)
         check_environment(exp)  # a real client this machine cannot run is a problem of the file's
     except ExperimentError as e:
+        if args.json:
+            print_json({"ok": False, "problems": str(e).splitlines()})
         print(e, file=sys.stderr)
         return 2
+    if args.json:
+        print_json(_validated(exp))
+        return 0
     nodes = exp.nodes()
     roles: dict[str, list[str]] = {}
     for n, info in nodes.items():
@@ -109,14 +127,73 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_list(_: argparse.Namespace) -> int:
+def _validated(exp: Experiment) -> dict[str, Any]:
+    """What validate prints, as data."""
+    roles: dict[str, list[str]] = {}
+    for n, info in exp.nodes().items():
+        roles.setdefault(info.role, []).append(n)
+    return {
+        "ok": True,
+        "name": exp.name,
+        "question": exp.question,
+        "time_scale": exp.time_scale,
+        "duration_s": exp.duration,
+        "wall_s": exp.wall(exp.duration),
+        "seed": exp.seed,
+        "nodes": roles,
+        "groups": [
+            {
+                "group": c.group,
+                "topic": c.topic,
+                "count": c.count,
+                "orderly": c.orderly,
+                "client": c.client,
+                "strategy": c.strategy,
+                "consume_ms": c.consume_ms,
+                "start_s": c.start,
+                "nodes": list(c.nodes),
+            }
+            for c in exp.consumers
+        ],
+        "schedule": [
+            {
+                "t_s": st.t,
+                "wall_s": exp.wall(st.t),
+                "action": st.action,
+                "target": st.target,
+                "text": st.describe(),
+            }
+            for st in exp.schedule()
+        ],
+        "warnings": _warnings(exp),
+    }
+
+
+def cmd_list(args: argparse.Namespace) -> int:
     rows = []
-    for name, entry in shipped(CHAOS_SHELVES[:1]).items():
+    listed = []
+    for name, entry in shipped(CHAOS_SHELVES).items():
         try:
             exp = parse(entry.text, source=entry.source, default_name=name)
             rows.append((name, f"{exp.wall(exp.duration):.0f}s", exp.question))
+            listed.append(
+                {
+                    "name": name,
+                    "source": entry.source,
+                    "wall_s": exp.wall(exp.duration),
+                    "duration_s": exp.duration,
+                    "question": exp.question,
+                    "valid": True,
+                }
+            )
         except ExperimentError as e:
             rows.append((name, "?", f"INVALID: {e}"))
+            listed.append(
+                {"name": name, "source": entry.source, "valid": False, "problems": str(e).splitlines()}
+            )
+    if args.json:
+        print_json(listed)
+        return 0
     width = max((len(r[0]) for r in rows), default=4)
     print(f"{'experiment':<{width}}  wall  question")
     for name, wall, question in rows:
@@ -133,6 +210,16 @@ def _run_dir(exp: Experiment, out: str | None) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if not args.json:
+        return _run(args)
+    # --json: the runner's lines go to stderr, one JSON object to stdout, whatever the outcome.
+    outcome: dict[str, Any] = {"experiment": args.file}
+    rc = _run(args, outcome)
+    print_json({**outcome, "exit_code": rc})
+    return rc
+
+
+def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int:
     from rmqlab.chaos.runner import Runner
 
     try:
@@ -140,6 +227,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ExperimentError as e:
         print(e, file=sys.stderr)
         return 2
+    if outcome is not None:
+        outcome["experiment"] = exp.name
     image = None
     if args.backend == "docker":  # before the local checks: a real client is the backend's problem here
         from rmqlab.chaos.container import BackendError, check_backend
@@ -170,8 +259,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     for w in _warnings(exp):
         print(f"warning: {w}", file=sys.stderr)
     runner = Runner(
-        exp, run_dir, analyze=not args.no_analyze, ready_timeout_s=args.ready_timeout, image=image
+        exp,
+        run_dir,
+        analyze=not args.no_analyze,
+        ready_timeout_s=args.ready_timeout,
+        image=image,
+        out=sys.stderr if args.json else sys.stdout,
+        quiet=args.quiet,
     )
+    if outcome is not None:
+        outcome["run_dir"] = str(run_dir)
 
     async def main() -> int:
         task = asyncio.current_task()
@@ -183,6 +280,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             result = await runner.run()
         except asyncio.CancelledError:
             return 130
+        if outcome is not None:
+            outcome.update(runner.result.as_json())
         return result.exit_code
 
     with asyncio.Runner() as r:
@@ -192,22 +291,39 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 130
 
 
+RUN_EXIT_CODES = {
+    0: "the verdict is ok",
+    1: "the verdict is not ok",
+    2: "bad usage or a bad experiment file",
+    3: "the run itself failed (a process did not start, a broker did not answer)",
+    130: "interrupted",
+}
+EXIT_CODES = {
+    0: "ok (run: the verdict is ok)",
+    1: "run: the verdict is not ok",
+    2: "bad usage, a bad or unknown experiment file",
+    3: "run: the run itself failed; clean: the container engine cannot be reached",
+    130: "interrupted",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="rmq-chaos",
-        description="Break a local RocketMQ-emulator cluster on a schedule and get a verdict.",
+    p = command_parser(
+        "rmq-chaos",
+        "Break a local RocketMQ-emulator cluster on a schedule and get a verdict.",
+        EXIT_CODES,
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="run|list|validate|nemesis|wait")
-    run = sub.add_parser("run", help="run an experiment file (or a shipped experiment by name)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="run|list|validate|nemesis|wait|clean")
+    run = subcommand(sub, "run", "run an experiment file (or a shipped experiment by name)", RUN_EXIT_CODES)
     run.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
-    run.add_argument("--out", default=None, metavar="DIR", help="run directory (default runs/NAME-TIMESTAMP)")
+    add_out(run, "run directory (default runs/NAME-TIMESTAMP)")
     run.add_argument("--no-analyze", action="store_true", help="skip the pipeline; verdict from live counts")
     run.add_argument(
         "--ready-timeout",
-        type=float,
+        type=positive_float,
         default=60.0,
         metavar="S",
-        help="seconds a process may take to be READY",
+        help="seconds a process may take to be READY (default 60)",
     )
     run.add_argument(
         "--backend",
@@ -221,11 +337,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="the image of the docker backend (scripts/docker/build_image.sh builds it)",
     )
+    add_quiet(run, "no progress or step lines: only the verdict, the report and the run directory")
+    add_json(run, "the verdict, exit code and output paths")
     run.set_defaults(func=cmd_run)
-    lst = sub.add_parser("list", help="the shipped experiments and the question each answers")
+    lst = subcommand(sub, "list", "the shipped experiments and the question each answers", {0: "listed"})
+    add_json(lst, "the experiments (a JSON list)")
     lst.set_defaults(func=cmd_list)
-    val = sub.add_parser("validate", help="check an experiment file and print its expanded schedule")
+    val = subcommand(
+        sub,
+        "validate",
+        "check an experiment file and print its expanded schedule",
+        {0: "the file is valid", 2: "it is not (each problem as FILE:LINE: message)"},
+    )
     val.add_argument("file", metavar="EXPERIMENT")
+    add_json(val, "the checked experiment and its schedule, or its problems")
     val.set_defaults(func=cmd_validate)
     add_commands(sub)
     return p

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from rmqlab.cli import host_port, non_negative_int, positive_int
+from rmqlab.cli import add_access_keys, command_parser, host_port, non_negative_int, positive_int
 from rmqlab.protocol.acl import SessionCredentials
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
@@ -193,20 +193,22 @@ class AdminClient:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="rmq-admin",
-        description="Admin requests to a broker: fault injection, what-if policies, status, topics.",
+    p = command_parser(
+        "rmq-admin",
+        "Admin requests to a broker: fault injection, what-if policies, status, topics.",
+        {
+            0: "done",
+            1: "the broker answered with an error",
+            2: "bad usage",
+            3: "the broker could not be reached",
+            130: "interrupted",
+        },
     )
     p.add_argument(
         "--broker", required=True, type=host_port, metavar="HOST:PORT", help="the broker to talk to"
     )
     p.add_argument("--timeout", type=float, default=5.0, metavar="S", help="request timeout in seconds (5)")
-    p.add_argument(
-        "--access-key",
-        default=None,
-        help="ACL access key of an admin account: requests are signed (also RMQ_ACCESS_KEY)",
-    )
-    p.add_argument("--secret-key", default=None, help="ACL secret key (also RMQ_SECRET_KEY)")
+    add_access_keys(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     fault = sub.add_parser("fault", help="inject, list and clear request-level faults")

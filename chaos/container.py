@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos.cluster import LocalCluster
+from rmqlab.chaos.cluster import BROKER_MODULE, LocalCluster
 from rmqlab.chaos.experiment import NAMESRV_NODE, Experiment
 from rmqlab.chaos.netem import NetemTable, probe_answer, probe_command, probe_precondition
 from rmqlab.chaos.proxy import ClientLinks
@@ -513,7 +513,7 @@ class ContainerCluster(LocalCluster):
             store.mkdir(parents=True, exist_ok=True)
             args += ["--store-dir", str(store.resolve())]
         args += flags or []
-        return self.sup.add(name, "broker", "broker", args, port=BROKER_PORT)
+        return self.sup.add(name, "broker", BROKER_MODULE, args, port=BROKER_PORT)
 
     async def start_links(self) -> None:
         """Fault proxies on the host, listening on the run network's gateway (reachable from containers)."""

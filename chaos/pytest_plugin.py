@@ -11,8 +11,14 @@ Fixtures (all prefixed ``rmq_`` so they never clash with a project's own):
   asserts on the run's events (no loss, duplicates, order). Everything is stopped after the test.
 - ``rmq_broker``: ``rmq_lab`` with one broker process already started (it is its own name server);
   the value is the broker's address.
+- ``rmq_lab_module_factory`` / ``rmq_lab_session_factory``: callables ``factory(name="lab", *,
+  time_scale=None)`` that make labs shared by a module's or the session's tests, closed at the end of
+  that scope (``rmq_time_scale`` of the ini option, or the call's).
 
-The run directory is a normal lab run: ``python -m rmqlab.pipeline RUN_DIR`` analyses it.
+``RmqLab`` is a context manager too (``with RmqLab(dir) as lab: ...``). When a test that used a lab
+fails, its report gets an ``rmqlab`` section with the run directory and the command that analyses it.
+
+The run directory is a normal lab run: ``rmq-analyze RUN_DIR`` analyses it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from rmqlab.chaos.cluster import BROKER_MODULE
 from rmqlab.chaos.supervisor import Supervisor, SupervisorError
 
 T = TypeVar("T")
@@ -99,6 +106,12 @@ class RmqLab:
             self._admin = self._run(make())
         return self._admin
 
+    def __enter__(self) -> RmqLab:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         try:
             # Consumers leave first (all at once) so they can unregister while the broker is still up.
@@ -162,7 +175,7 @@ class RmqLab:
                 args.append("--release-locks-on-close")
             if notify_on_channel_expired:
                 args.append("--notify-on-channel-expired")
-            m = self.sup.add(name, "broker", "broker", args + list(extra_args or []))
+            m = self.sup.add(name, "broker", BROKER_MODULE, args + list(extra_args or []))
             self.sup.start(name)
             addr = f"127.0.0.1:{m.port}"
         self.brokers[name] = addr
@@ -516,46 +529,112 @@ class _InProcessBroker:
 # pytest hooks and fixtures
 
 
-ASYNCIO_LOOP_SCOPE = "asyncio_default_fixture_loop_scope"
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "rmq_time_scale", "time scale of the rmq_lab fixture (default 0.05)", default=str(DEFAULT_TIME_SCALE)
     )
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    # Only this plugin's own marker: other plugins' settings (pytest-asyncio's loop scope among them)
+    # are the project's to choose.
     config.addinivalue_line("markers", "rmq_time_scale(x): run this test's rmq_lab at time scale x")
-    # pytest-asyncio (which this package's test extra installs) warns on every run of a project that
-    # has not chosen its fixtures' loop scope. Choose its announced default, "function", for projects
-    # that have not; an explicit setting (ini file or -o) is left alone. Runs before its own hook.
-    try:
-        scope = config.getini(ASYNCIO_LOOP_SCOPE)
-    except ValueError:  # pytest-asyncio is not installed
-        return
-    if not scope:
-        config._inicache[ASYNCIO_LOOP_SCOPE] = "function"  # getini's cache: there is no public setter
 
 
-@pytest.fixture
-def rmq_time_scale(request: pytest.FixtureRequest) -> float:
+def _scale_of(request: pytest.FixtureRequest) -> float:
     marker = request.node.get_closest_marker("rmq_time_scale")
     value = marker.args[0] if marker and marker.args else request.config.getini("rmq_time_scale")
-    scale = float(value)
+    try:
+        scale = float(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"rmq_time_scale must be a number > 0, got {value!r}") from None
     if not scale > 0:
         raise pytest.UsageError(f"rmq_time_scale must be > 0, got {value!r}")
     return scale
 
 
 @pytest.fixture
-def rmq_lab(tmp_path: Path, rmq_time_scale: float) -> Iterator[RmqLab]:
-    lab = RmqLab(tmp_path / "rmq-run", time_scale=rmq_time_scale)
+def rmq_time_scale(request: pytest.FixtureRequest) -> float:
+    return _scale_of(request)
+
+
+# The labs a test used, for its failure report (the item's stash, set by the fixtures).
+_LABS = pytest.StashKey[list["RmqLab"]]()
+
+
+def _remember(request: pytest.FixtureRequest, lab: RmqLab) -> None:
+    node = request.node
+    labs = node.stash.get(_LABS, None)
+    if labs is None:
+        labs = node.stash[_LABS] = []
+    labs.append(lab)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    labs = item.stash.get(_LABS, [])
+    if report.failed and labs:
+        text = "\n".join(
+            f"run directory: {lab.run_dir}\nanalyse it:    rmq-analyze {lab.run_dir}" for lab in labs
+        )
+        report.sections.append(("rmqlab", text))
+    return report
+
+
+class LabFactory:
+    """Makes labs that live as long as the fixture's scope (a module or the session); each gets its own
+    run directory. Tests of that scope share the labs, so they share the brokers and groups in them."""
+
+    def __init__(self, base: Path, time_scale: float) -> None:
+        self.base = base
+        self.time_scale = time_scale
+        self.labs: list[RmqLab] = []
+
+    def __call__(self, name: str = "lab", *, time_scale: float | None = None, **kwargs: Any) -> RmqLab:
+        run_dir = self.base / f"{name}-{len(self.labs) + 1}"
+        lab = RmqLab(run_dir, time_scale=self.time_scale if time_scale is None else time_scale, **kwargs)
+        self.labs.append(lab)
+        return lab
+
+    def close(self) -> None:
+        for lab in reversed(self.labs):
+            with contextlib.suppress(Exception):
+                lab.close()
+
+
+def _factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LabFactory]:
+    base = tmp_path_factory.mktemp(f"rmq-{request.scope}")
+    factory = LabFactory(base, float(request.config.getini("rmq_time_scale")))
     try:
-        yield lab
+        yield factory
     finally:
-        lab.close()
+        factory.close()
+
+
+@pytest.fixture
+def rmq_lab(request: pytest.FixtureRequest, tmp_path: Path, rmq_time_scale: float) -> Iterator[RmqLab]:
+    with RmqLab(tmp_path / "rmq-run", time_scale=rmq_time_scale) as lab:
+        _remember(request, lab)
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def rmq_lab_module_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LabFactory]:
+    """``rmq_lab_module_factory(name)``: an RmqLab shared by the module's tests, closed after its last."""
+    yield from _factory(request, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def rmq_lab_session_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LabFactory]:
+    """``rmq_lab_session_factory(name)``: an RmqLab for the whole session, closed at its end."""
+    yield from _factory(request, tmp_path_factory)
 
 
 @pytest.fixture
@@ -563,4 +642,13 @@ def rmq_broker(rmq_lab: RmqLab) -> str:
     return rmq_lab.start_broker()
 
 
-__all__ = ["LabTimeout", "RmqLab", "rmq_broker", "rmq_lab", "rmq_time_scale"]
+__all__ = [
+    "LabFactory",
+    "LabTimeout",
+    "RmqLab",
+    "rmq_broker",
+    "rmq_lab",
+    "rmq_lab_module_factory",
+    "rmq_lab_session_factory",
+    "rmq_time_scale",
+]

@@ -36,6 +36,7 @@ from rmqlab.chaos.experiment import (
 from rmqlab.chaos.realclients import RealClients, check_environment
 from rmqlab.chaos.supervisor import ProcessFailed, SupervisorError
 from rmqlab.chaos.tally import LogTailer, RunTally, progress_line
+from rmqlab.cli import Progress
 from rmqlab.protocol.acl import SessionCredentials
 from rmqlab.protocol.remoting import RemotingError
 from rmqlab.protocol.runtime import EventLog
@@ -57,6 +58,20 @@ class RunResult:
     errors: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     interrupted: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        """The outcome as ``rmq-chaos run --json`` prints it (with the exit code beside it)."""
+        return {
+            "run_dir": str(self.run_dir),
+            "verdict": self.verdict if self.verdict is not None else self.quick_verdict,
+            "verdict_source": "analysis" if self.verdict is not None else "live counts",
+            "drained": self.drained,
+            "report": str(self.report) if self.report is not None else None,
+            "summary": str(self.run_dir / "summary.json") if self.summary is not None else None,
+            "errors": list(self.errors),
+            "skipped_actions": len(self.skipped),
+            "interrupted": self.interrupted,
+        }
 
     @property
     def exit_code(self) -> int:
@@ -127,6 +142,7 @@ class Runner:
         *,
         analyze: bool = True,
         out: TextIO | None = None,
+        quiet: bool = False,
         ready_timeout_s: float = 60.0,
         progress_interval_s: float = 0.5,
         analysis_command: list[str] | None = None,
@@ -141,7 +157,9 @@ class Runner:
         self.run_dir = Path(run_dir)
         self.analyze = analyze
         self.out = out or sys.stdout
-        self.tty = self.out.isatty()
+        # Progress and step lines; with quiet only the closing lines (verdict, report) are printed.
+        self.progress = Progress(self.out, enabled=not quiet)
+        self.closing = Progress(self.out)
         self.ready_timeout_s = ready_timeout_s
         self.progress_interval_s = progress_interval_s
         self.analysis_command = analysis_command or [sys.executable, "-m", "rmqlab.pipeline"]
@@ -153,7 +171,6 @@ class Runner:
         self._t0: float | None = None
         self._end_now = asyncio.Event()
         self._locks: dict[str, asyncio.Lock] = {}
-        self._last_progress = 0.0
         self.cluster: LocalCluster | None = None
         self.log: EventLog | None = None
         self.executed = 0
@@ -164,10 +181,7 @@ class Runner:
     # -- output ----------------------------------------------------------------------------------
 
     def say(self, text: str) -> None:
-        if self.tty:
-            self.out.write("\r\x1b[K")
-        self.out.write(text + "\n")
-        self.out.flush()
+        self.progress.note(text)
 
     def _elapsed(self) -> float:
         return 0.0 if self._t0 is None else time.monotonic() - self._t0
@@ -200,13 +214,7 @@ class Runner:
             self._phase,
             self.exp.time_scale,
         )
-        if self.tty:
-            self.out.write("\r\x1b[K" + line)
-            self.out.flush()
-        elif force or time.monotonic() - self._last_progress >= 5.0:
-            self._last_progress = time.monotonic()
-            self.out.write(line + "\n")
-            self.out.flush()
+        self.progress.live(line, force=force)
 
     async def _refresh_tally(self) -> None:
         async with self._tally_lock:
@@ -573,9 +581,8 @@ class Runner:
                 )
             if m.state == "new":
                 self.result.errors.append(f"{m.node} never started")
-        if self.tty:
-            self.out.write("\n")
         self._show_progress(force=True)
+        self.progress.end_live()
         if self.result.drained:
             self.say(f"drained: every group consumed all {self.tally.sent_total} sent message(s)")
         else:
@@ -717,7 +724,7 @@ class Runner:
                 ]
                 worst_rmq = max(rmq) if rmq else None
                 unavailable = (info.get("rocketmq_time") or {}).get("unavailable_ms")
-                self.say(
+                self.closing.note(
                     f"group {g}: {info.get('verdict')} | sent {info.get('sent')} "
                     f"consumed {info.get('consumed_unique')} lost {info.get('lost')} "
                     f"duplicates {info.get('duplicates')} | "
@@ -735,17 +742,17 @@ class Runner:
                     )
                 )
             for sentence in s.get("answer") or []:
-                self.say(f"answer: {sentence}")
+                self.closing.note(f"answer: {sentence}")
         verdict = r.verdict if r.verdict is not None else r.quick_verdict
         source = "analysis" if r.verdict is not None else "live counts (no analysis)"
-        self.say(f"verdict: {verdict.upper()} ({source})")
+        self.closing.note(f"verdict: {verdict.upper()} ({source})")
         if r.errors:
             for e in r.errors:
-                self.say(f"error: {e.splitlines()[0]}")
+                self.closing.note(f"error: {e.splitlines()[0]}")
         if r.skipped:
-            self.say(f"{len(r.skipped)} nemesis action(s) skipped (see manifest.json)")
+            self.closing.note(f"{len(r.skipped)} nemesis action(s) skipped (see manifest.json)")
         if r.report is not None:
-            self.say(f"report:  {r.report}")
+            self.closing.note(f"report:  {r.report}")
         if r.summary is not None:
-            self.say(f"summary: {self.run_dir / 'summary.json'}")
-        self.say(f"run directory: {self.run_dir}")
+            self.closing.note(f"summary: {self.run_dir / 'summary.json'}")
+        self.closing.note(f"run directory: {self.run_dir}")

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rmqlab.cli import bounded_int
+from rmqlab.cli import bounded_int, command_parser
 from rmqlab.client.allocate import (
     DEFAULT_VIRTUAL_NODE_CNT,
     AllocateMessageQueueStrategy,
@@ -76,11 +76,12 @@ def _inner_name(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="rmq-allocate",
-        description="Show how a RocketMQ allocation strategy spreads a topic's queues over a consumer group, "
+    p = command_parser(
+        "rmq-allocate",
+        "Show how a RocketMQ allocation strategy spreads a topic's queues over a consumer group, "
         "and how many queues move when consumers leave or join.",
-        epilog="CONFIG and MACHINE_ROOM are not simulated: CONFIG gives every client the same configured "
+        {0: "printed", 1: "the output could not be written (a closed pipe)", 2: "bad usage"},
+        note="CONFIG and MACHINE_ROOM are not simulated: CONFIG gives every client the same configured "
         "list; MACHINE_ROOM needs brokers named room@broker.",
     )
     p.add_argument(

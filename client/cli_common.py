@@ -10,6 +10,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from rmqlab.cli import add_access_keys
 from rmqlab.client.config import ClientConfig, ConfigError, _parse_scalar
 from rmqlab.client.errors import MQClientError
 from rmqlab.protocol.runtime import EventLog, run_async_main
@@ -26,10 +27,7 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="any client setting by its field name, e.g. --set pull_batch_size=16 (repeatable)",
     )
-    parser.add_argument(
-        "--access-key", default=None, help="ACL access key: requests are signed (also RMQ_ACCESS_KEY)"
-    )
-    parser.add_argument("--secret-key", default=None, help="ACL secret key (also RMQ_SECRET_KEY)")
+    add_access_keys(parser)
 
 
 def layered_settings(

@@ -14,7 +14,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rmqlab.cli import add_common_args, announce_ready, host_port, non_negative_int
+from rmqlab.cli import (
+    ROLE_EXIT_CODES,
+    add_common_args,
+    announce_ready,
+    command_parser,
+    host_port,
+    non_negative_int,
+)
 from rmqlab.client.allocate import STRATEGY_NAMES
 from rmqlab.client.cli_common import add_config_args, layered_settings, run_client_main
 from rmqlab.client.config import ConsumerConfig
@@ -25,7 +32,7 @@ from rmqlab.protocol.runtime import EventLog
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rmq-consumer", description="RocketMQ-style push consumer")
+    p = command_parser("rmq-consumer", "RocketMQ-style push consumer", ROLE_EXIT_CODES)
     p.add_argument("--namesrv", required=True, type=host_port, help="name server HOST:PORT")
     p.add_argument("--group", required=True, help="consumer group")
     p.add_argument("--topic", required=True, action="append", help="topic to subscribe (repeatable)")

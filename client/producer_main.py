@@ -14,6 +14,7 @@ import sys
 from rmqlab.cli import (
     add_common_args,
     announce_ready,
+    command_parser,
     host_port,
     non_negative_int,
     positive_float,
@@ -27,7 +28,15 @@ from rmqlab.protocol.runtime import EventLog
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rmq-producer", description="RocketMQ-style producer workload")
+    p = command_parser(
+        "rmq-producer",
+        "RocketMQ-style producer workload",
+        {
+            0: "every message was sent and acknowledged",
+            1: "some sends failed",
+            2: "bad usage or configuration",
+        },
+    )
     p.add_argument("--namesrv", required=True, type=host_port, help="name server HOST:PORT")
     p.add_argument("--topic", required=True, help="topic to send to")
     p.add_argument("--rate", required=True, type=positive_float, help="messages per second (wall clock)")

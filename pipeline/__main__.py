@@ -18,16 +18,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rmqlab.cli import Progress, add_master, add_quiet, command_parser, positive_float, positive_int
 from rmqlab.pipeline.discover import RunDirError, RunFile
-from rmqlab.pipeline.session import DEFAULT_MASTER, Progress, SparkHandle, SparkUnavailable, start_spark
+from rmqlab.pipeline.session import DEFAULT_MASTER, SparkHandle, SparkUnavailable, start_spark
 from rmqlab.pipeline.small_runs import ANALYSIS_CHOICES, SMALL_RUN_BYTES
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="rmq-analyze",
-        description="Analyse a run directory of event logs (EVENTS.md): summary.json, report.html, verdict.",
-        epilog="rmq-analyze ingest RUN_DIR --out DIR writes a Parquet copy (partitioned by event) for "
+    p = command_parser(
+        "rmq-analyze",
+        "Analyse a run directory of event logs (EVENTS.md): summary.json, report.html, verdict.",
+        {
+            0: "every group's verdict is ok",
+            1: "some verdict is fail (for a root of runs: or a run directory was skipped)",
+            2: "usage or input errors (no run directory, no events, Java or pyspark missing)",
+        },
+        note="rmq-analyze ingest RUN_DIR --out DIR writes a Parquet copy (partitioned by event) for "
         "large runs; analyse it with --format parquet.",
     )
     p.add_argument(
@@ -40,19 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to write summary.json and report.html (default: the run directory); for a root of "
         "runs, where each run's outputs (under its relative path), runs.parquet, runs.csv and index.html go",
     )
-    p.add_argument(
-        "--master",
-        default=None,
-        help=f"Spark master URL (default {DEFAULT_MASTER}, or under spark-submit the master it was given)",
+    add_master(
+        p, f"Spark master URL (default {DEFAULT_MASTER}, or under spark-submit the master it was given)"
     )
     p.add_argument(
         "--format", choices=("json", "parquet"), default="json", help="input format (default json)"
     )
     p.add_argument("--no-report", action="store_true", help="write summary.json only")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_quiet(p)
     p.add_argument(
         "--time-scale",
-        type=_positive_float,
+        type=positive_float,
         help="the run's time scale (default: the chaos runner's, from the events; else 1)",
     )
     p.add_argument(
@@ -71,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--small-run-bytes",
-        type=_positive_int,
+        type=positive_int,
         default=SMALL_RUN_BYTES,
         metavar="N",
         help=f"largest run (bytes of its event files) analysed in a task with --analysis auto "
@@ -80,34 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
-    return value
-
-
 def build_ingest_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rmq-analyze ingest", description="Write a Parquet copy of a run's events."
     )
     p.add_argument("run_dir")
     p.add_argument("--out", required=True, help="directory for the Parquet copy")
-    p.add_argument("--master", default=None, help=f"Spark master URL (default {DEFAULT_MASTER})")
-    p.add_argument("--quiet", action="store_true")
+    add_master(p, f"Spark master URL (default {DEFAULT_MASTER})")
+    add_quiet(p)
     return p
 
 
@@ -130,7 +114,7 @@ def _unsafe_output(run_dir: Path, out: Path) -> str | None:
 
 def ingest(argv: list[str]) -> int:
     args = build_ingest_parser().parse_args(argv)
-    progress = Progress(enabled=not args.quiet)
+    progress = Progress(enabled=not args.quiet, prefix="rmq-analyze")
     problem = _unsafe_output(Path(args.run_dir), Path(args.out))
     if problem:
         return _fail(problem)
@@ -267,7 +251,7 @@ def analyze_root(args: argparse.Namespace) -> int:
     """Many runs, one Spark application: bad run directories are reported and skipped."""
     from rmqlab.pipeline.discover import discover_runs
 
-    progress = Progress(enabled=not args.quiet)
+    progress = Progress(enabled=not args.quiet, prefix="rmq-analyze")
     root = Path(args.run_dir)
     out_dir = Path(args.out or args.run_dir)
     try:
@@ -340,7 +324,7 @@ def analyze(args: argparse.Namespace) -> int:
         root = Path(args.run_dir)
         if root.is_dir() and not is_run_dir(root):
             return analyze_root(args)
-    progress = Progress(enabled=not args.quiet)
+    progress = Progress(enabled=not args.quiet, prefix="rmq-analyze")
     out_dir = Path(args.out or args.run_dir)
     # Input errors are reported before paying for a Spark start (unless asked to start it early).
     if args.after:

@@ -27,7 +27,7 @@ from rmqlab.pipeline.unavailability import CAUSES
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from rmqlab.pipeline.session import Progress
+    from rmqlab.cli import Progress
 
 RUNS_TABLE = "runs"  # runs.parquet/ and runs.csv
 INDEX = "index.html"

@@ -6,10 +6,7 @@ import os
 import shutil
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -81,31 +78,6 @@ def default_conf(master: str) -> dict[str, str]:
         # Smaller file splits keep both cores busy on runs of a few large files.
         "spark.sql.files.maxPartitionBytes": "32m",
     }
-
-
-class Progress:
-    """One line per stage on stderr: what ran and how long it took."""
-
-    def __init__(
-        self, stream: TextIO | None = None, *, enabled: bool = True, prefix: str = "rmq-analyze"
-    ) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled
-        self.prefix = prefix
-        self.started = time.monotonic()
-
-    def note(self, message: str) -> None:
-        if self.enabled:
-            print(f"[{self.prefix}] {message}", file=self.stream, flush=True)
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[dict[str, str]]:
-        """Run a stage; the caller may put a short result text into the yielded dict under 'info'."""
-        info: dict[str, str] = {}
-        t0 = time.monotonic()
-        yield info
-        extra = f": {info['info']}" if info.get("info") else ""
-        self.note(f"{name}{extra} ({time.monotonic() - t0:.1f} s)")
 
 
 class SparkHandle:

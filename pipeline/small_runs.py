@@ -30,9 +30,9 @@ from rmqlab.pipeline.report import MAX_INTERVALS, MAX_NEMESES, PlotData, answers
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from rmqlab.cli import Progress
     from rmqlab.pipeline.reference import RunModel
     from rmqlab.pipeline.runs import RootResult
-    from rmqlab.pipeline.session import Progress
     from rmqlab.pipeline.unavailability import RunClock
 
 # Runs up to this many bytes of event files are analysed by the reference in a task. Measured

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rmqlab.cli import Progress
 from rmqlab.pipeline.discover import MANIFEST, RunDir, RunDirError, discover
 from rmqlab.pipeline.ingest import run_prefix
 from rmqlab.pipeline.runs import (
@@ -35,7 +36,6 @@ from rmqlab.pipeline.runs import (
     write_outputs,
     write_table,
 )
-from rmqlab.pipeline.session import Progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

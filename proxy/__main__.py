@@ -10,14 +10,23 @@ import argparse
 import asyncio
 import sys
 
-from rmqlab.cli import add_common_args, announce_ready, host_port, port_number, positive_int
+from rmqlab.cli import (
+    ROLE_EXIT_CODES,
+    add_common_args,
+    announce_ready,
+    command_parser,
+    host_port,
+    port_number,
+    positive_int,
+)
 from rmqlab.protocol.runtime import EventLog, run_async_main
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="rmq-proxy",
-        description="A gRPC endpoint of RocketMQ 5 (apache.rocketmq.v2) over the lab's brokers.",
+    p = command_parser(
+        "rmq-proxy",
+        "A gRPC endpoint of RocketMQ 5 (apache.rocketmq.v2) over the lab's brokers.",
+        ROLE_EXIT_CODES,
     )
     p.add_argument(
         "--namesrv", required=True, type=host_port, help="HOST:PORT of the name server (msgpack port)"

@@ -103,6 +103,12 @@ def host_port(text: str) -> str:
     return text
 
 
+# What a long-running role's exit status says (rmq-broker, rmq-namesrv, rmq-consumer, rmq-proxy).
+ROLE_EXIT_CODES = {
+    0: "stopped (SIGTERM or SIGINT) after a clean shutdown",
+    2: "bad usage or configuration (a port in use, an unreadable file)",
+}
+
 # --------------------------------------------------------------------------------------------------
 # Parsers: one way to make a command's parser and its common options.
 
@@ -117,13 +123,13 @@ def exit_codes_epilog(codes: Mapping[int, str]) -> str:
 
 
 def command_parser(
-    prog: str, description: str, exit_codes: Mapping[int, str], **kwargs: Any
+    prog: str, description: str, exit_codes: Mapping[int, str], note: str = "", **kwargs: Any
 ) -> argparse.ArgumentParser:
-    """A console script's parser: ``--version``, and ``--help`` ending with the exit codes."""
+    """A console script's parser: ``--version``, and ``--help`` ending with ``note`` and the exit codes."""
     p = argparse.ArgumentParser(
         prog=prog,
         description=description,
-        epilog=exit_codes_epilog(exit_codes),
+        epilog=(note + "\n\n" if note else "") + exit_codes_epilog(exit_codes),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         **kwargs,
     )
@@ -252,7 +258,7 @@ CHAOS_EXPERIMENTS = Shelf("rmqlab.chaos", "experiments", "chaos/experiments")
 SIM_EXPERIMENTS = Shelf("rmqlab.sim", "experiments", "sim/experiments")
 SWEEPS = Shelf("rmqlab.sweeps", "", "sweeps")
 # Each command looks at its own experiments first; a sweep's base is looked up as rmq-sim does.
-CHAOS_SHELVES = (CHAOS_EXPERIMENTS, SIM_EXPERIMENTS)
+CHAOS_SHELVES = (CHAOS_EXPERIMENTS,)
 SIM_SHELVES = (SIM_EXPERIMENTS, CHAOS_EXPERIMENTS)
 
 
@@ -286,7 +292,7 @@ def find_shipped(path_or_name: str, shelves: Sequence[Shelf], what: str = "exper
     if name != path_or_name:  # FILE.toml: a file's name, reported as a file that cannot be read
         return None
     names = sorted(found)
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     raise UnknownName(
         f"no {what} file or shipped {what} named {path_or_name!r}{hint} "
@@ -340,6 +346,13 @@ class Progress:
         elif force or time.monotonic() - self._last_live >= self.every_s:
             self._last_live = time.monotonic()
             self._write(line)
+
+    def end_live(self) -> None:
+        """Keep the live line shown on a terminal: what follows starts on a line of its own."""
+        if self._live_shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._live_shown = False
 
     @contextmanager
     def stage(self, name: str) -> Iterator[dict[str, str]]:

@@ -20,13 +20,28 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rmqlab.chaos.experiment import ExperimentError
-from rmqlab.cli import SIM_SHELVES, SWEEPS, UnknownName, find_shipped
+from rmqlab.cli import (
+    SIM_SHELVES,
+    SWEEPS,
+    UnknownName,
+    add_json,
+    add_master,
+    add_quiet,
+    command_parser,
+    find_shipped,
+    print_json,
+    subcommand,
+)
 from rmqlab.pipeline.contract import CHECKS
 from rmqlab.sim.experiment import SimExperiment, load, parse
 from rmqlab.sim.rundir import RunDirError, read_sim_run
 from rmqlab.sim.wire import WIRES
+
+if TYPE_CHECKING:
+    from rmqlab.sim.cluster import SimResult
 
 HASH_SEED = "0"
 
@@ -66,36 +81,50 @@ def event_files(run_dir: Path) -> dict[str, str]:
     return out
 
 
-def _simulate(sx: SimExperiment, run_dir: Path, seed: int | None, quiet: bool) -> int:
+def _simulate(
+    sx: SimExperiment, run_dir: Path, seed: int | None, quiet: bool, out: TextIO | None = None
+) -> tuple[int, SimResult]:
     from rmqlab.sim.cluster import SimCluster
 
-    cluster = SimCluster(sx, run_dir, seed=seed, progress=not quiet)
+    out = out or sys.stdout
+    cluster = SimCluster(sx, run_dir, seed=seed, progress=not quiet, out=out)
     result = cluster.run()
     rate = result.sim_seconds / result.wall_seconds if result.wall_seconds > 0 else float("inf")
     print(
         f"simulated {result.sim_seconds:.1f}s in {result.wall_seconds:.1f}s wall ({rate:.0f}x), "
-        f"{result.events} events; verdict from live counts: {result.quick_verdict.upper()}"
+        f"{result.events} events; verdict from live counts: {result.quick_verdict.upper()}",
+        file=out,
     )
     for e in result.errors:
-        print(f"error: {e.splitlines()[0]}")
+        print(f"error: {e.splitlines()[0]}", file=out)
     if result.skipped:
-        print(f"{len(result.skipped)} nemesis action(s) skipped (see manifest.json)")
+        print(f"{len(result.skipped)} nemesis action(s) skipped (see manifest.json)", file=out)
     if result.errors:
-        return 3
-    return 0 if result.quick_verdict == "ok" else 1
+        return 3, result
+    return (0 if result.quick_verdict == "ok" else 1), result
 
 
-def _analyze(run_dir: Path) -> int | None:
+def _analyze(run_dir: Path, out: TextIO | None = None) -> int | None:
     from rmqlab.chaos.runner import pipeline_available
 
+    out = out or sys.stdout
     if not pipeline_available():
-        print("analysis skipped: the pipeline extra (pyspark) is not installed")
+        print("analysis skipped: the pipeline extra (pyspark) is not installed", file=out)
         return None
-    print("analysing the run (python -m rmqlab.pipeline) ...", flush=True)
-    return subprocess.call([sys.executable, "-m", "rmqlab.pipeline", str(run_dir)])
+    print("analysing the run (python -m rmqlab.pipeline) ...", file=out, flush=True)
+    return subprocess.call([sys.executable, "-m", "rmqlab.pipeline", str(run_dir)], stdout=out)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    out = sys.stderr if args.json else sys.stdout
+    outcome: dict[str, Any] = {"experiment": args.file}
+    rc = _run(args, out, outcome)
+    if args.json:
+        print_json({**outcome, "exit_code": rc})
+    return rc
+
+
+def _run(args: argparse.Namespace, out: TextIO, outcome: dict[str, Any]) -> int:
     try:
         sx = resolve(args.file)
     except ExperimentError as e:
@@ -108,15 +137,33 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.out
         else Path("runs") / f"{sx.exp.name}-sim{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
+    outcome.update(experiment=sx.exp.name, seed=seed, run_dir=str(run_dir))
     if run_dir.exists() and any(run_dir.rglob("*.jsonl")):
         print(f"rmq-sim: {run_dir} already holds a run's logs; choose another --out", file=sys.stderr)
         return 2
-    rc = _simulate(sx, run_dir, seed, args.quiet)
+    rc, result = _simulate(sx, run_dir, seed, args.quiet, out)
+    outcome.update(
+        verdict=result.quick_verdict,
+        verdict_source="live counts",
+        simulated_s=result.sim_seconds,
+        events=result.events,
+        errors=list(result.errors),
+        skipped_actions=len(result.skipped),
+        report=None,
+        summary=None,
+    )
     if rc != 3 and not args.no_analyze:
-        arc = _analyze(run_dir)
+        arc = _analyze(run_dir, out)
         if arc is not None:
             rc = arc if arc in (0, 1) else 3
-    print(f"run directory: {run_dir}")
+            if arc in (0, 1):
+                outcome.update(verdict="ok" if arc == 0 else "fail", verdict_source="analysis")
+            else:
+                outcome["errors"].append(f"the analysis failed (rmq-analyze exited with {arc})")
+            for name in ("report", "summary"):
+                path = run_dir / ("report.html" if name == "report" else "summary.json")
+                outcome[name] = str(path) if path.is_file() else None
+    print(f"run directory: {run_dir}", file=out)
     return rc
 
 
@@ -277,24 +324,45 @@ WIRE_HELP = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="rmq-sim",
-        description="Run a chaos experiment simulated: the real broker, name server and client code in one "
+    p = command_parser(
+        "rmq-sim",
+        "Run a chaos experiment simulated: the real broker, name server and client code in one "
         "process on a virtual clock and an in-memory network, reproducible from a seed.",
+        {
+            0: "run: the verdict is ok; replay: identical; sweep: every run passed; shrink: written",
+            1: "run: not ok; replay: a file differs; sweep: some run failed; shrink: the run did not fail",
+            2: "bad usage or input (a bad or unknown experiment or sweep file, no Spark for a sweep)",
+            3: "run: the run did not complete",
+            130: "interrupted (a sweep resumes when started again)",
+        },
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="run|replay|sweep|shrink")
-    run = sub.add_parser("run", help="simulate an experiment file (or a shipped experiment by name)")
+    run = subcommand(
+        sub,
+        "run",
+        "simulate an experiment file (or a shipped experiment by name)",
+        {
+            0: "the verdict is ok",
+            1: "it is not",
+            2: "bad usage or a bad experiment file",
+            3: "the run did not complete (or its analysis failed)",
+        },
+    )
     run.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
     run.add_argument("--seed", type=seed_arg, default=None, help="seed (default: the file's 'seed')")
     run.add_argument(
         "--out", default=None, metavar="DIR", help="run directory (default runs/NAME-simSEED-TIME)"
     )
     run.add_argument("--no-analyze", action="store_true", help="skip rmq-analyze; verdict from live counts")
-    run.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_quiet(run)
     run.add_argument("--wire", choices=WIRES, default=None, help=WIRE_HELP)
+    add_json(run, "the verdict, exit code and output paths")
     run.set_defaults(func=cmd_run)
-    rep = sub.add_parser(
-        "replay", help="re-run a simulated run from its manifest and compare the event files"
+    rep = subcommand(
+        sub,
+        "replay",
+        "re-run a simulated run from its manifest and compare the event files",
+        {0: "every event file is identical", 1: "one differs", 2: "bad input"},
     )
     rep.add_argument("run_dir", metavar="RUN_DIR")
     rep.add_argument(
@@ -302,26 +370,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--wire", choices=WIRES, default=None, help=WIRE_HELP)
     rep.set_defaults(func=cmd_replay)
-    sw = sub.add_parser(
+    sw = subcommand(
+        sub,
         "sweep",
-        help="simulate a grid of parameter points x seeds as Spark tasks, then analyse every run",
+        "simulate a grid of parameter points x seeds as Spark tasks, then analyse every run",
+        {
+            0: "every run passed",
+            1: "some run failed (listed with its replay command)",
+            2: "bad input (a bad sweep file, an output folder of another sweep, no Spark)",
+            130: "interrupted (run it again to resume)",
+        },
         description="Run a sweep file: every (point, seed) simulated as a Spark task, every run analysed in "
         "the same Spark application; writes sweep.html, sweep.parquet/csv and runs.parquet/csv. Started "
         "again with the same --out, it runs only what is not finished.",
     )
     sw.add_argument("file", metavar="SWEEP", help="a sweep .toml file, or the name of a shipped sweep")
-    sw.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    add_master(sw, "Spark master URL (default local[*])")
     sw.add_argument("--out", default=None, metavar="DIR", help="output folder (default runs/sweep-NAME)")
     sw.add_argument("--dry-run", action="store_true", help="check the file and list the runs; run nothing")
-    sw.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_quiet(sw)
     sw.set_defaults(func=cmd_sweep)
-    sh = sub.add_parser(
+    sh = subcommand(
+        sub,
         "shrink",
-        help="search for a smaller experiment that still fails a failing simulated run's verdict",
+        "search for a smaller experiment that still fails a failing simulated run's verdict",
+        {0: "the smaller experiment is written", 1: "the run did not fail", 2: "bad input"},
         description="Simulate smaller variants of a failing simulated run (fewer consumers, fewer nemesis "
         "actions, a shorter duration, fewer queues and messages) with its seed, analyse each in plain "
         "Python, keep a variant when the same check still fails, and write the smallest as an experiment "
-        "file. Exit 0 when written, 1 when the run did not fail, 2 on bad input.",
+        "file.",
     )
     sh.add_argument("run_dir", metavar="RUN_DIR", help="a simulated run whose verdict failed")
     sh.add_argument(
@@ -336,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the failing check to keep (default: the run's most severe: lost, orderly, not-converged)",
     )
-    sh.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_quiet(sh)
     sh.set_defaults(func=cmd_shrink)
     return p
 

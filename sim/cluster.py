@@ -31,6 +31,7 @@ from rmqlab.chaos.cluster import route_brokers
 from rmqlab.chaos.experiment import NETWORK_ACTIONS, Step
 from rmqlab.chaos.runner import fault_request, versions
 from rmqlab.chaos.tally import RunTally, progress_line
+from rmqlab.cli import Progress
 from rmqlab.client.config import ConsumerConfig, ProducerConfig
 from rmqlab.client.consumer_base import normalize_enums
 from rmqlab.client.consumer_main import ListenerGate
@@ -247,6 +248,7 @@ class SimCluster:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.out = out or sys.stdout
+        self.printer = Progress(self.out)
         self.progress = progress
         self.loop = VirtualLoop()
         self.net = Network(self.loop, self.seed, sx.sim.latency_ms, sx.sim.wire)
@@ -305,8 +307,7 @@ class SimCluster:
         return random.Random(":".join(str(p) for p in (self.seed, *parts)))
 
     def say(self, text: str) -> None:
-        self.out.write(text + "\n")
-        self.out.flush()
+        self.printer.note(text)
 
     def _elapsed(self) -> float:
         return self.loop.time() - self._t0

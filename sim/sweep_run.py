@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
+from rmqlab import cli
 from rmqlab.sim.sweep import COMPLETE, SWEEP_JSON, RunSpec, Sweep, read_marker, run_task
 
 # The sweep's JVM only schedules tasks, passes each task's few bytes and writes two small tables: the
@@ -83,19 +84,16 @@ def _cost(spec: RunSpec, sweep: Sweep) -> float:
     return float(doc.get("duration", 0)) * (1 + consumers)
 
 
-class Progress:
+class Progress(cli.Progress):
     """Runs done, failed, and the time left, from the completion markers."""
 
     def __init__(self, stream: TextIO, total: int, resumed: int, failed_before: int, enabled: bool) -> None:
-        self.stream, self.total, self.enabled = stream, total, enabled
+        super().__init__(stream, enabled=enabled, prefix="rmq-sim sweep")
+        self.total = total
         self.resumed, self.failed_before = resumed, failed_before
         self.t0 = time.monotonic()
         self.last: tuple[int, int] | None = None
         self.last_print = 0.0
-
-    def note(self, text: str) -> None:
-        if self.enabled:
-            print(f"[rmq-sim sweep] {text}", file=self.stream, flush=True)
 
     def update(
         self, done: int, failed: int, force: bool = False, cost_done: float = 0, cost_left: float = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -142,23 +143,52 @@ def test_convergence_needs_agreement_and_exclusive_full_coverage(lab: RmqLab) ->
         lab.wait_converged("g", timeout_s=0.3)
 
 
-def test_a_users_project_gets_no_loop_scope_warning_and_keeps_its_own_choice(tmp_path: Path) -> None:
+def _pytest_in(project: Path, *extra: str, expect: int = 0) -> str:
     import subprocess
     import sys
 
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", *extra],
+        cwd=project, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == expect, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def test_the_plugin_leaves_other_plugins_settings_alone(tmp_path: Path) -> None:
     (tmp_path / "test_user.py").write_text(
-        "def test_scope(request, rmq_time_scale):\n"
-        "    print('SCOPE=' + request.config.getini('asyncio_default_fixture_loop_scope'))\n"
+        "def test_scope(request):\n"
+        "    print('SCOPE=' + repr(request.config.getini('asyncio_default_fixture_loop_scope')))\n"
     )
+    with_lab, without = _pytest_in(tmp_path), _pytest_in(tmp_path, "-p", "no:rmqlab")
+    scope = re.findall(r"SCOPE=\S+", with_lab)
+    assert scope and scope == re.findall(r"SCOPE=\S+", without)
+    assert "SCOPE='module'" in _pytest_in(tmp_path, "-o", "asyncio_default_fixture_loop_scope=module")
 
-    def run(*extra: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "test_user.py", *extra],
-            cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout + done.stderr
 
-    plain = run()
-    assert "SCOPE=function" in plain and 'asyncio_default_fixture_loop_scope" is unset' not in plain
-    assert "SCOPE=module" in run("-o", "asyncio_default_fixture_loop_scope=module")
+def test_module_and_session_factories_share_labs_and_a_failure_names_the_run(tmp_path: Path) -> None:
+    (tmp_path / "test_user.py").write_text(
+        "import pytest\n"
+        "from rmqlab.chaos.pytest_plugin import RmqLab\n"
+        "SEEN = []\n"
+        "@pytest.fixture(scope='module')\n"
+        "def shared(rmq_lab_module_factory):\n"
+        "    return rmq_lab_module_factory('orders', time_scale=0.1)\n"
+        "def test_one(shared, rmq_lab_session_factory):\n"
+        "    SEEN.append(shared)\n"
+        "    assert shared.time_scale == 0.1 and shared.run_dir.name == 'orders-1'\n"
+        "    assert rmq_lab_session_factory('s').time_scale == 0.05\n"
+        "def test_two(shared):\n"
+        "    assert SEEN == [shared]\n"
+        "def test_context_manager(tmp_path):\n"
+        "    with RmqLab(tmp_path / 'run') as lab:\n"
+        "        pass\n"
+        "    assert lab.log._closed\n"
+        "def test_fails(rmq_lab):\n"
+        "    assert False, 'the user test failed'\n"
+    )
+    out = _pytest_in(tmp_path, "-rN", expect=1)
+    assert "1 failed, 3 passed" in out
+    section = out.split("rmqlab", 1)[1] if "- rmqlab -" in out else ""
+    assert "run directory:" in section and "analyse it:    rmq-analyze " in section
+    assert section.count("rmq-run") >= 2  # the failing test's own lab, not the shared ones

@@ -15,15 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos.experiment import (
-    CLIENT_NAMES,
-    V5_CLIENTS,
-    Experiment,
-    ExperimentError,
-    load,
-    parse,
-    unfit_steps,
-)
 from rmqlab.chaos.handdriven import add_commands
 from rmqlab.chaos.realclients import check_environment
 from rmqlab.cli import (
@@ -38,6 +29,15 @@ from rmqlab.cli import (
     print_json,
     shipped,
     subcommand,
+)
+from rmqlab.lab.experiment import (
+    CLIENT_NAMES,
+    V5_CLIENTS,
+    Experiment,
+    ExperimentError,
+    load,
+    parse,
+    unfit_steps,
 )
 
 

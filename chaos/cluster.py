@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from rmqlab.chaos.admin import AdminClient
-from rmqlab.chaos.experiment import NETWORK_ACTIONS, V5_CLIENTS
 from rmqlab.chaos.proxy import ClientLinks
 from rmqlab.chaos.realclients import RealClients
 from rmqlab.chaos.supervisor import EventSink, Member, Supervisor
+from rmqlab.lab.experiment import NETWORK_ACTIONS, V5_CLIENTS
 from rmqlab.protocol.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
 
 NAMESRV_MODULE = "rmqlab.broker.namesrv_main"

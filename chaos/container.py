@@ -38,17 +38,28 @@ from pathlib import Path
 from typing import Any
 
 from rmqlab.chaos.cluster import BROKER_MODULE, LocalCluster
-from rmqlab.chaos.experiment import NAMESRV_NODE, Experiment
 from rmqlab.chaos.netem import NetemTable, probe_answer, probe_command, probe_precondition
 from rmqlab.chaos.proxy import ClientLinks
 from rmqlab.chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
+from rmqlab.lab.experiment import NAMESRV_NODE, Experiment
 
 IMAGE = "rocketmq-rebalance-lab:latest"
 DIGEST_LABEL = "org.rocketmq-rebalance-lab.source-digest"
 RUN_LABEL = "org.rocketmq-rebalance-lab.run"
 # The package sources that go into the image (the Dockerfile's COPY lines, less the pipeline, which runs
 # on the host: the image's rmq-analyze has no Spark).
-SOURCE_PACKAGES = ("rmqlab", "protocol", "broker", "client", "chaos", "sim", "proxy", "interop", "sweeps")
+SOURCE_PACKAGES = (
+    "rmqlab",
+    "protocol",
+    "broker",
+    "client",
+    "lab",
+    "chaos",
+    "sim",
+    "proxy",
+    "interop",
+    "sweeps",
+)
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 CONTAINER_RUN_DIR = "/runs"

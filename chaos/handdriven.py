@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos.tally import LogTailer, RunTally
+from rmqlab.lab.tally import LogTailer, RunTally
 from rmqlab.protocol.runtime import EventLog
 
 # action -> (the docker command, the container states it applies to)

@@ -25,7 +25,10 @@ from typing import Any, TextIO
 from rmqlab.chaos.admin import AdminError
 from rmqlab.chaos.cluster import PROXY_NODE, LocalCluster
 from rmqlab.chaos.container import BackendError, ContainerCluster, ImageInfo
-from rmqlab.chaos.experiment import (
+from rmqlab.chaos.realclients import RealClients, check_environment
+from rmqlab.chaos.supervisor import ProcessFailed, SupervisorError
+from rmqlab.cli import Progress
+from rmqlab.lab.experiment import (
     BROKER_ACTIONS,
     NETWORK_ACTIONS,
     V5_CLIENTS,
@@ -33,10 +36,7 @@ from rmqlab.chaos.experiment import (
     ExperimentError,
     Step,
 )
-from rmqlab.chaos.realclients import RealClients, check_environment
-from rmqlab.chaos.supervisor import ProcessFailed, SupervisorError
-from rmqlab.chaos.tally import LogTailer, RunTally, progress_line
-from rmqlab.cli import Progress
+from rmqlab.lab.tally import LogTailer, RunTally, progress_line
 from rmqlab.protocol.acl import SessionCredentials
 from rmqlab.protocol.remoting import RemotingError
 from rmqlab.protocol.runtime import EventLog

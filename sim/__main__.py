@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rmqlab.chaos.experiment import ExperimentError
 from rmqlab.cli import (
     SIM_SHELVES,
     SWEEPS,
@@ -35,6 +34,7 @@ from rmqlab.cli import (
     print_json,
     subcommand,
 )
+from rmqlab.lab.experiment import ExperimentError
 from rmqlab.pipeline.contract import CHECKS
 from rmqlab.sim.experiment import SimExperiment, load, parse
 from rmqlab.sim.rundir import RunDirError, read_sim_run

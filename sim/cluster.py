@@ -28,9 +28,7 @@ from rmqlab.broker.namesrv import NamesrvController
 from rmqlab.broker.topic_config import PERM_READ_WRITE, TopicConfig
 from rmqlab.chaos.admin import AdminClient, AdminError
 from rmqlab.chaos.cluster import route_brokers
-from rmqlab.chaos.experiment import NETWORK_ACTIONS, Step
 from rmqlab.chaos.runner import fault_request, versions
-from rmqlab.chaos.tally import RunTally, progress_line
 from rmqlab.cli import Progress
 from rmqlab.client.config import ConsumerConfig, ProducerConfig
 from rmqlab.client.consumer_base import normalize_enums
@@ -40,6 +38,8 @@ from rmqlab.client.instance import MQClientManager
 from rmqlab.client.producer import DEFAULT_PRODUCER_GROUP, Producer
 from rmqlab.client.producer_main import make_body
 from rmqlab.client.push_consumer import PushConsumer
+from rmqlab.lab.experiment import NETWORK_ACTIONS, Step
+from rmqlab.lab.tally import RunTally, progress_line
 from rmqlab.protocol.model import Message, MessageModel
 from rmqlab.protocol.remoting import RemotingError
 from rmqlab.protocol.runtime import EventLog

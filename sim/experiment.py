@@ -34,9 +34,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos import experiment as chaos_experiment
-from rmqlab.chaos.experiment import Experiment, ExperimentError, Step
 from rmqlab.client.config import ConfigError, ConsumerConfig
+from rmqlab.lab import experiment as chaos_experiment
+from rmqlab.lab.experiment import Experiment, ExperimentError, Step
 from rmqlab.sim.dist import Distribution, parse_distribution
 from rmqlab.sim.wire import WIRES
 

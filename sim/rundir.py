@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rmqlab.chaos.experiment import ExperimentError
+from rmqlab.lab.experiment import ExperimentError
 from rmqlab.sim.experiment import SimExperiment, parse
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos.experiment import ExperimentError
 from rmqlab.client.config import ConsumerConfig
+from rmqlab.lab.experiment import ExperimentError
 from rmqlab.pipeline.contract import CHECKS
 from rmqlab.sim.experiment import SimExperiment, parse
 from rmqlab.sim.rundir import read_sim_run

@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos import experiment as chaos_experiment
-from rmqlab.chaos.experiment import ExperimentError, KeyLines
 from rmqlab.cli import SIM_SHELVES, shipped
+from rmqlab.lab import experiment as chaos_experiment
+from rmqlab.lab.experiment import ExperimentError, KeyLines
 from rmqlab.sim.experiment import SimExperiment, parse
 
 COMPLETE = "_complete.json"  # a finished run's marker (hidden from rmq-analyze's discovery)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kit.chaos import run_experiment
 
-from rmqlab.chaos.experiment import ExperimentError, parse
+from rmqlab.lab.experiment import ExperimentError, parse
 
 ACL = """\
 accounts:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from kit.chaos import line_of, problems
 
-from rmqlab.chaos import experiment as ex
+from rmqlab.lab import experiment as ex
 
 BASE = """\
 name = "t"

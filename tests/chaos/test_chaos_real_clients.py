@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from kit.chaos import fake_checkout, line_of, problems
 
-from rmqlab.chaos import experiment as ex
 from rmqlab.chaos import realclients
 from rmqlab.chaos.__main__ import main, resolve
 from rmqlab.chaos.cluster import LocalCluster
 from rmqlab.chaos.realclients import RealClients, check_environment
 from rmqlab.chaos.supervisor import Member, Supervisor, SupervisorError
-from rmqlab.chaos.tally import RunTally
+from rmqlab.lab import experiment as ex
+from rmqlab.lab.tally import RunTally
 
 DRIVERS = ("cpp_consumer.py", "js/consumer.js")
 MIXED = """\

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from rmqlab.chaos.cluster import LocalCluster
-from rmqlab.chaos.experiment import parse
 from rmqlab.chaos.runner import Runner
+from rmqlab.lab.experiment import parse
 
 EXPERIMENT = """\
 name = "t"

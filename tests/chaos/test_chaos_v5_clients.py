@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from kit.chaos import fake_checkout, line_of, problems
 
-from rmqlab.chaos import experiment as ex
 from rmqlab.chaos.cluster import PROXY_NODE, LocalCluster
 from rmqlab.chaos.realclients import RealClients, check_environment
+from rmqlab.lab import experiment as ex
 
 V5 = """\
 name = "v5"

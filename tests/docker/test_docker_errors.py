@@ -220,7 +220,7 @@ def test_kernel_faults_without_root_are_refused_before_anything_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rmqlab.chaos import container
-    from rmqlab.chaos.experiment import parse
+    from rmqlab.lab.experiment import parse
 
     exp = parse(with_nemesis('action = "loss"\ntarget = "consumer-1"\npercent = 20\nat = 50\n'))
     monkeypatch.setattr(container.os, "geteuid", lambda: 1000)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rmqlab.chaos import experiment as ex
+from rmqlab.lab import experiment as ex
 
 STANDIN = textwrap.dedent(
     '''

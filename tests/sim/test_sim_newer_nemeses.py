@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rmqlab.chaos.experiment import ExperimentError
+from rmqlab.lab.experiment import ExperimentError
 from rmqlab.sim.cluster import SimCluster
 from rmqlab.sim.experiment import parse
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqlab.chaos import experiment as chaos_experiment
+from rmqlab.lab import experiment as chaos_experiment
 from rmqlab.sim.experiment import SimExperiment, load
 from rmqlab.sim.shrink import Shrinker, failing_kinds, size
 from tests.sim.test_sim_cli import rmq_sim

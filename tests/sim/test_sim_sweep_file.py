@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rmqlab.chaos.experiment import ExperimentError
+from rmqlab.lab.experiment import ExperimentError
 from rmqlab.sim.__main__ import main
 from rmqlab.sim.experiment import parse
 from rmqlab.sim.sweep import load_sweep, parse_sweep, to_toml

@@ -37,8 +37,8 @@ from rmqlab.lab.experiment import (
     ExperimentError,
     load,
     parse,
-    unfit_steps,
 )
+from rmqlab.lab.schedule import unfit_steps
 
 
 def resolve(path_or_name: str) -> Experiment:

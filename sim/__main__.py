@@ -68,7 +68,7 @@ def with_wire(sx: SimExperiment, wire: str | None) -> SimExperiment:
     """``--wire`` over the file's ``[sim] wire`` (both give the same events; bytes checks the codec)."""
     if wire is None:
         return sx
-    return dataclasses.replace(sx, sim=dataclasses.replace(sx.sim, wire=wire))
+    return sx.with_settings(dataclasses.replace(sx.sim, wire=wire))
 
 
 def event_files(run_dir: Path) -> dict[str, str]:

@@ -8,6 +8,7 @@ import pytest
 from kit.chaos import line_of, problems
 
 from rmqlab.lab import experiment as ex
+from rmqlab.lab import schedule
 
 BASE = """\
 name = "t"
@@ -367,7 +368,7 @@ def test_a_random_target_is_one_the_schedule_left_able_to_take_the_action() -> N
 def test_a_schedule_whose_random_picks_all_fit_is_drawn_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     fits = BASE + NEMESES  # random pauses of four running consumers
     drawn = ex.parse(fits).schedule()
-    monkeypatch.setattr(ex, "live_random_targets", lambda steps, exp: steps)
+    monkeypatch.setattr(schedule, "live_random_targets", lambda steps, nodes, seed: steps)
     assert drawn == ex.parse(fits).schedule()
     assert ex.parse(BASE + RANDOM_KILLS).schedule() != drawn  # (the stand-in above draws differently)
 
@@ -388,7 +389,7 @@ def test_unfit_steps_follow_the_supervisors_rules() -> None:
         step(32, "restart", "consumer-2"),  # a restart takes a node in any state
         step(33, "start", "consumer-3"),  # running
     ]
-    assert [(s.t, state) for s, state in ex.unfit_steps(steps)] == [
+    assert [(s.t, state) for s, state in schedule.unfit_steps(steps)] == [
         (12, "running"),
         (25, "down"),
         (33, "running"),

@@ -220,7 +220,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int:
-    from rmqlab.chaos.runner import Runner
+    from rmqlab.chaos.run import ChaosRun
 
     try:
         exp = resolve(args.file)
@@ -258,7 +258,7 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
         return 2
     for w in _warnings(exp):
         print(f"warning: {w}", file=sys.stderr)
-    runner = Runner(
+    runner = ChaosRun(
         exp,
         run_dir,
         analyze=not args.no_analyze,

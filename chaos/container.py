@@ -41,6 +41,7 @@ from rmqlab.chaos.cluster import BROKER_MODULE, LocalCluster
 from rmqlab.chaos.netem import NetemTable, probe_answer, probe_command, probe_precondition
 from rmqlab.chaos.proxy import ClientLinks
 from rmqlab.chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
+from rmqlab.lab.backend import BackendError
 from rmqlab.lab.experiment import NAMESRV_NODE, Experiment
 
 IMAGE = "rocketmq-rebalance-lab:latest"
@@ -68,10 +69,6 @@ KERNEL_ACTIONS = ("blackhole", "loss")
 PROXY_ACTIONS = ("latency", "reset")
 # What netem does where the kernel has it (then only resets need the proxy).
 NETEM_ACTIONS = ("latency", "loss")
-
-
-class BackendError(RuntimeError):
-    """The container backend cannot run here (no engine, no permission, no or a stale image, ...)."""
 
 
 def source_digest(root: Path | None = None) -> str:
@@ -414,6 +411,7 @@ class ContainerSupervisor(Supervisor):
 class ContainerCluster(LocalCluster):
     """The local cluster's roles and topology, each node in a container on the run's bridge network."""
 
+    kind = "docker"
     proxied_actions = PROXY_ACTIONS
 
     def __init__(
@@ -462,9 +460,10 @@ class ContainerCluster(LocalCluster):
         self.shaped: dict[str, list[tuple[str, str, str, str]]] = {}
         self.network_faults: list[dict[str, str]] = []  # each network fault and the mechanism it used
 
-    async def prepare(self) -> None:
+    async def prepare(self) -> list[str]:
         """Probe for netem, create the run's bridge network and learn its addresses (before any node is
-        declared: which clients need a fault proxy depends on the probe)."""
+        declared: which clients need a fault proxy depends on the probe); returns the image it runs and
+        what does the network faults, to be shown."""
         await self.probe()
         create = ("network", "create", "--driver", "bridge", "--label", f"{RUN_LABEL}={self.label}")
         await docker(*create, self.network)
@@ -488,6 +487,7 @@ class ContainerCluster(LocalCluster):
         hosts = [str(h) for h in net.hosts() if str(h) != gateway]
         assert isinstance(self.sup, ContainerSupervisor)
         self.sup.free_ips = hosts[9:]  # leave the first few to the engine's own use
+        return [f"backend: docker, image {self.image.name} ({self.image.image_id[:19]})", self.network_note()]
 
     async def probe(self) -> None:
         """Whether netem does latency, jitter and loss in this run, or the proxy and iptables do."""

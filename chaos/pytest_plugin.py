@@ -98,7 +98,7 @@ class RmqLab:
 
     def _admin_client(self) -> Any:
         if self._admin is None:
-            from rmqlab.chaos.admin import AdminClient
+            from rmqlab.lab.admin import AdminClient
 
             async def make() -> Any:
                 return AdminClient(timeout_s=5.0)
@@ -205,7 +205,7 @@ class RmqLab:
 
     def create_topic(self, topic: str, queues: int = 4, timeout_s: float = 30.0) -> None:
         """Create ``topic`` with ``queues`` queues on every broker; wait until the name server routes it."""
-        from rmqlab.chaos.cluster import route_brokers
+        from rmqlab.lab.admin import route_brokers
 
         admin = self._admin_client()
 

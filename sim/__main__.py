@@ -105,7 +105,7 @@ def _simulate(
 
 
 def _analyze(run_dir: Path, out: TextIO | None = None) -> int | None:
-    from rmqlab.chaos.runner import pipeline_available
+    from rmqlab.lab.runner import pipeline_available
 
     out = out or sys.stdout
     if not pipeline_available():

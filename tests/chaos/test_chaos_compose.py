@@ -220,6 +220,11 @@ def test_dockerignore_keeps_only_the_sources_and_wheels() -> None:
         "pipeline",
         "sim",
         "proxy",
+        "rmqlab",
+        "lab",
+        "interop",
+        "sweeps",
+        "LICENSE",
         "wheels",
     }
 

@@ -145,14 +145,14 @@ SIM_TABLE = SimTable()
 @dataclass(frozen=True)
 class SimExperiment:
     """An experiment parsed for the simulator: ``exp`` carries the ``[sim]`` settings among its
-    extensions, and ``sim`` reads them."""
+    extensions, and ``sim`` is them."""
 
     exp: Experiment
+    sim: SimSettings = field(init=False)
 
-    @property
-    def sim(self) -> SimSettings:
+    def __post_init__(self) -> None:
         settings = self.exp.extensions.get(SIM_TABLE.name)
-        return settings if isinstance(settings, SimSettings) else SimSettings()
+        object.__setattr__(self, "sim", settings if isinstance(settings, SimSettings) else SimSettings())
 
     def with_seed(self, seed: int) -> SimExperiment:
         """The same experiment run with another seed: its random nemesis targets and times and its GC

@@ -1,9 +1,12 @@
 """The role packages import each other one way only: no circle among the modules of a package, counting
-imports made for type checking too (a circle there still ties the modules' designs together)."""
+imports made for type checking too (a circle there still ties the modules' designs together); the lab
+core knows no backend, the simulator nothing of the process lab, and no module imports a command's
+``__main__``."""
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -11,17 +14,34 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def module_imports(package: str) -> dict[str, set[str]]:
-    """Module -> the modules of ``package`` it imports (absolute or relative, at any depth)."""
+PACKAGES = ["protocol", "broker", "client", "lab", "chaos", "sim", "pipeline", "interop", "proxy", "sweeps"]
+
+
+def _files(packages: list[str]) -> dict[str, Path]:
     files = {}
-    for path in (ROOT / package).rglob("*.py"):
-        parts = ("rmqlab", *path.relative_to(ROOT).with_suffix("").parts)
-        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for package in packages:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = ("rmqlab", *path.relative_to(ROOT).with_suffix("").parts)
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+@functools.cache
+def _nodes(path: Path) -> list[ast.AST]:
+    return list(ast.walk(ast.parse(path.read_text(), str(path))))
+
+
+def module_imports(package: str, *, every_package: bool = False) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports (absolute or relative, at any depth); with
+    ``every_package``, the modules of every package of the lab it imports."""
+    files = _files(PACKAGES if every_package else [package])
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
+        if every_package and not (name == f"rmqlab.{package}" or name.startswith(f"rmqlab.{package}.")):
+            continue
         is_pkg = path.name == "__init__.py"
         found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _nodes(path):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -75,8 +95,38 @@ def test_the_detector_finds_a_circle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-@pytest.mark.parametrize(
-    "package", ["protocol", "broker", "client", "chaos", "sim", "pipeline", "interop", "proxy", "sweeps"]
-)
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_circle(package: str) -> None:
     assert cycles(module_imports(package)) == []
+
+
+def arrows(package: str, into: tuple[str, ...]) -> list[str]:
+    """The imports of ``package``'s modules that reach one of the packages ``into``."""
+    names = tuple(f"rmqlab.{p}" for p in into)
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in module_imports(package, every_package=True).items()
+        for target in targets
+        if target in names or target.startswith(tuple(f"{n}." for n in names))
+    )
+
+
+def test_the_lab_core_imports_no_backend() -> None:
+    """Processes, containers and the simulator plug into lab; lab knows none of them."""
+    assert arrows("lab", ("chaos", "sim")) == []
+
+
+def test_the_simulator_imports_nothing_of_the_process_lab() -> None:
+    assert arrows("sim", ("chaos",)) == []
+
+
+def test_no_module_imports_a_command_line_module() -> None:
+    """A ``__main__`` module is a command's; what two commands share lives in a library module."""
+    found = sorted(
+        f"{module} -> {target}"
+        for package in PACKAGES
+        for module, targets in module_imports(package, every_package=True).items()
+        for target in targets
+        if target.endswith(".__main__")
+    )
+    assert found == []

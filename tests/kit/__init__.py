@@ -6,6 +6,7 @@
 - ``kit.compose_reader``: the YAML subset docker-compose.yml is written in.
 - ``kit.native_wire``: RocketMQ native frames built from the Java layouts, independent of protocol.native.
 - ``kit.interop``: processes for the real-client interop tests.
+- ``kit.lab_fakes``: a fake-clock event loop and a fake Backend, to watch the lab's Runner decide.
 - ``kit.handmade``, ``kit.pipeline_cases``, ``kit.pipeline``: hand-made event logs with their expected
   analysis, and the Spark summary of a run.
 - ``wait_until``: poll a condition spread over several components. ``protocol.runtime.ManualClock`` is the

@@ -655,9 +655,5 @@ class Supervisor:
     def _nemesis(self, action: str, m: Member, **extra: Any) -> None:
         self._emit("nemesis", **nemesis_fields(action, m), **extra)
 
-    def nemesis_event(self, action: str, node: str, **extra: Any) -> None:
-        """Write a ``nemesis`` event for an action done outside the supervisor (network, broker faults)."""
-        self._nemesis(action, self.member(node), **extra)
-
     def manifest(self) -> dict[str, dict[str, Any]]:
         return {m.node: m.info() for m in self}

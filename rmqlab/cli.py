@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
+import shtab
+
 from rmqlab import DISTRIBUTION, __version__
 
 EXIT_OK = 0
@@ -134,6 +136,9 @@ def command_parser(
         **kwargs,
     )
     p.add_argument("--version", action="version", version=version_text(prog), help="print the version")
+    # Completion scripts generated from the parser itself, so they follow every flag: e.g.
+    # `rmq-chaos --print-completion bash > /etc/bash_completion.d/rmq-chaos`.
+    shtab.add_argument_to(p, "--print-completion", help="print a shell completion script (bash, zsh, tcsh)")
     return p
 
 

@@ -391,6 +391,12 @@ def analyze(args: argparse.Namespace) -> int:
                     name, question = _experiment(args.run_dir)
                     title = f"Run {Path(args.run_dir).resolve().name}" + (f" ({name})" if name else "")
                     write_report(out_dir / "report.html", summary, data, title, question)
+                with progress.stage("timeline"):
+                    from rmqlab.pipeline import timeline
+
+                    timeline.write(
+                        out_dir, data, summary, args.run_dir if args.format == "json" else None, title
+                    )
         finally:
             if analysis is not None:
                 analysis.close()
@@ -430,6 +436,7 @@ def print_verdict(summary: dict[str, Any], out_dir: Path, report: bool) -> int:
     print(f"summary: {out_dir / 'summary.json'}")
     if report:
         print(f"report:  {out_dir / 'report.html'}")
+        print(f"timeline: {out_dir / 'timeline.html'} (trace: {out_dir / 'trace.json'})")
     print(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'OK'}")
     return 1 if failed else 0
 

@@ -439,6 +439,7 @@ def write_outputs(
     Returns the runs whose report could not be written, with why (their summaries are written).
     `written`: runs whose summary.json is in out/<run> already, as this would write it (a sweep's
     tasks write theirs)."""
+    from rmqlab.pipeline import timeline
     from rmqlab.pipeline.report import write_report
 
     failures: dict[str, str] = {}
@@ -449,10 +450,11 @@ def write_outputs(
             run_out.mkdir(parents=True, exist_ok=True)
             (run_out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         if reports:
+            data = result.plot_data.get(run.rel)
             try:
-                write_report(
-                    run_out / "report.html", summary, result.plot_data.get(run.rel), f"Run {run.rel}"
-                )
+                write_report(run_out / "report.html", summary, data, f"Run {run.rel}")
+                if data is not None:
+                    timeline.write(run_out, data, summary, run.path, f"Run {run.rel}")
             except (OSError, ValueError) as exc:
                 failures[run.rel] = f"report.html not written: {exc}"
     columns, rows = table_rows(result)

@@ -32,7 +32,8 @@ def measure(page: Any, path: Path, zoom: bool) -> dict[str, Any]:
     if zoom:
         out["paint_ms"] = round(
             page.evaluate(
-                "(() => { const t = performance.now(); window.timeline.paint(); return performance.now() - t; })()"
+                "(() => { const t = performance.now(); window.timeline.paint();"
+                " return performance.now() - t; })()"
             )
             + nav["load_ms"],
             1,

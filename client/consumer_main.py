@@ -17,6 +17,7 @@ from typing import Any
 from rmqlab.cli import (
     ROLE_EXIT_CODES,
     add_common_args,
+    add_metrics_port,
     announce_ready,
     command_parser,
     host_port,
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rocketmq5", action="store_true", help="RocketMQ >=5.2 client behaviour (see README)")
     add_config_args(p)
     add_common_args(p)
+    add_metrics_port(p)
     return p
 
 
@@ -130,6 +132,27 @@ class ListenerGate:
 
 
 async def run(args: argparse.Namespace, log: EventLog) -> int:
+    if args.metrics_port is not None:
+        from prometheus_client import CollectorRegistry
+
+        from rmqlab.protocol.metrics import ConsumerMetrics, MetricsServer
+
+        registry = CollectorRegistry()
+        log.listeners.append(ConsumerMetrics(registry).on_event)
+        try:
+            server = MetricsServer(registry, args.metrics_port)
+        except OSError as exc:
+            print(f"rmq-consumer: cannot serve metrics on port {args.metrics_port}: {exc}", file=sys.stderr)
+            return 2
+        log.info("serving metrics", port=server.port)
+        try:
+            return await _run(args, log)
+        finally:
+            server.close()
+    return await _run(args, log)
+
+
+async def _run(args: argparse.Namespace, log: EventLog) -> int:
     work_s = args.consume_ms / 1000.0
     gate = ListenerGate(log, args.group)
     gate.install()

@@ -21,6 +21,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+ZOOM_FRAMES = """(() => { const v = window.timeline.view, out = [];
+    let [a, b] = v; const mid = (a + b) / 2;
+    for (let i = 0; i < 20; i++) { a = mid - (mid - a) * 0.8; b = mid + (b - mid) * 0.8;
+      window.timeline.view = [a, b]; const t = performance.now(); window.timeline.paint();
+      out.push(performance.now() - t); }
+    return out; })()"""
+
 
 def measure(page: Any, path: Path, zoom: bool) -> dict[str, Any]:
     page.goto(path.as_uri(), wait_until="load")
@@ -38,16 +45,20 @@ def measure(page: Any, path: Path, zoom: bool) -> dict[str, Any]:
             + nav["load_ms"],
             1,
         )
-        frames = page.evaluate(
-            """(() => { const v = window.timeline.view, out = [];
-                 let [a, b] = v; const mid = (a + b) / 2;
-                 for (let i = 0; i < 20; i++) { a = mid - (mid - a) * 0.8; b = mid + (b - mid) * 0.8;
-                   window.timeline.view = [a, b]; const t = performance.now(); window.timeline.paint();
-                   out.push(performance.now() - t); }
-                 return out; })()"""
-        )
+        frames = page.evaluate(ZOOM_FRAMES)
         out["zoom_frame_ms"] = {"median": round(statistics.median(frames), 2), "max": round(max(frames), 2)}
         out["rows"] = page.evaluate("window.timeline.rows()")
+        # Every broker unfolded (a large run opens folded): the frames with all rows laid out.
+        page.evaluate(
+            "document.getElementById('fold').textContent === 'fold all' || document.getElementById('fold').click()"
+        )
+        page.keyboard.press("0")
+        frames = page.evaluate(ZOOM_FRAMES)
+        out["unfolded_rows"] = page.evaluate("window.timeline.rows()")
+        out["unfolded_zoom_frame_ms"] = {
+            "median": round(statistics.median(frames), 2),
+            "max": round(max(frames), 2),
+        }
     return out
 
 

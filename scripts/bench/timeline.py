@@ -50,7 +50,7 @@ def measure(page: Any, path: Path, zoom: bool) -> dict[str, Any]:
         out["rows"] = page.evaluate("window.timeline.rows()")
         # Every broker unfolded (a large run opens folded): the frames with all rows laid out.
         page.evaluate(
-            "document.getElementById('fold').textContent === 'fold all' || document.getElementById('fold').click()"
+            "(b => b.textContent === 'unfold all' && b.click())(document.getElementById('fold'))"
         )
         page.keyboard.press("0")
         frames = page.evaluate(ZOOM_FRAMES)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqlab.cli import Progress, add_master, add_quiet, command_parser, positive_float, positive_int
-from rmqlab.pipeline.discover import RunDirError, RunFile
+from rmqlab.pipeline.discover import RunDirError, RunFile, clock_word
 from rmqlab.pipeline.session import DEFAULT_MASTER, SparkHandle, SparkUnavailable, start_spark
 from rmqlab.pipeline.small_runs import ANALYSIS_CHOICES, SMALL_RUN_BYTES
 
@@ -405,10 +405,11 @@ def analyze(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     finally:
         handle.stop()
-    return print_verdict(summary, out_dir, not args.no_report)
+    return print_verdict(summary, out_dir, not args.no_report, clock_word(args.run_dir))
 
 
-def print_verdict(summary: dict[str, Any], out_dir: Path, report: bool) -> int:
+def print_verdict(summary: dict[str, Any], out_dir: Path, report: bool, clock: str = "wall") -> int:
+    """The verdict lines; ``clock`` names the time of the durations (``wall``, or ``simulated``)."""
     failed = []
     for group, g in summary["groups"].items():
         conv = g["convergence"]
@@ -424,7 +425,7 @@ def print_verdict(summary: dict[str, Any], out_dir: Path, report: bool) -> int:
         )
         print(
             f"{group}: {g['verdict'].upper()}  sent {g['sent']}  consumed {g['consumed_unique']}"
-            f"  lost {g['lost']}  duplicates {g['duplicates']}{times}  slowest convergence {worst} ms wall"
+            f"  lost {g['lost']}  duplicates {g['duplicates']}{times}  slowest convergence {worst} ms {clock}"
             + (f"  never converged {not_conv}" if not_conv else "")
         )
         if g["verdict"] != "ok":

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rmqlab.pipeline.discover import RunFile, discover
+from rmqlab.pipeline.discover import RunFile, discover, is_simulated
 
 TIMELINE_HTML = "timeline.html"
 TRACE_JSON = "trace.json"
@@ -170,14 +170,6 @@ def build(data: Any, summary: dict[str, Any], files: Iterable[RunFile] = ()) -> 
     }
 
 
-def _simulated(run_dir: Path) -> bool:
-    try:
-        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(manifest, dict) and manifest.get("mode") == "sim"
-
-
 def _qnum(q: str) -> tuple[int, str]:
     return (int(q), "") if q.isdigit() else (1 << 30, q)
 
@@ -290,7 +282,7 @@ def write(
     None, e.g. for a Parquet copy, leaves them out)."""
     files = discover(run_dir) if run_dir is not None else []
     doc = build(data, summary, files)
-    doc["run"]["simulated"] = run_dir is not None and _simulated(Path(run_dir))
+    doc["run"]["simulated"] = run_dir is not None and is_simulated(run_dir)
     out = Path(out_dir)
     (out / TIMELINE_HTML).write_text(render_html(doc, title), encoding="utf-8")
     with open(out / TRACE_JSON, "w", encoding="utf-8") as fh:

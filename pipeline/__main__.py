@@ -20,6 +20,7 @@ from typing import Any
 
 from rmqlab.cli import Progress, add_master, add_quiet, command_parser, positive_float, positive_int
 from rmqlab.pipeline.discover import RunDirError, RunFile, clock_word
+from rmqlab.pipeline.quick import failed_groups, verdict_lines
 from rmqlab.pipeline.session import DEFAULT_MASTER, SparkHandle, SparkUnavailable, start_spark
 from rmqlab.pipeline.small_runs import ANALYSIS_CHOICES, SMALL_RUN_BYTES
 
@@ -409,37 +410,17 @@ def analyze(args: argparse.Namespace) -> int:
 
 
 def print_verdict(summary: dict[str, Any], out_dir: Path, report: bool, clock: str = "wall") -> int:
-    """The verdict lines; ``clock`` names the time of the durations (``wall``, or ``simulated``)."""
-    failed = []
-    for group, g in summary["groups"].items():
-        conv = g["convergence"]
-        worst = max((c["convergence_ms"] for c in conv if c["converged"]), default=0)
-        not_conv = sum(1 for c in conv if not c["converged"])
-        rmq = g.get("rocketmq_time")
-        times = (
-            f"  overlap {g['overlap_ms']} ms  orphan {g['orphan_ms']} ms  stalled {g['stalled_ms']} ms"
-            if rmq is None
-            else f"  RocketMQ s summed over queues: overlap {rmq['overlap_ms'] / 1000:.1f}"
-            f"  orphan {rmq['orphan_ms'] / 1000:.1f}  stalled {rmq['stalled_ms'] / 1000:.1f}"
-            f"  unavailable {rmq['unavailable_ms'] / 1000:.1f}"
-        )
-        print(
-            f"{group}: {g['verdict'].upper()}  sent {g['sent']}  consumed {g['consumed_unique']}"
-            f"  lost {g['lost']}  duplicates {g['duplicates']}{times}  slowest convergence {worst} ms {clock}"
-            + (f"  never converged {not_conv}" if not_conv else "")
-        )
-        if g["verdict"] != "ok":
-            failed.append(group)
-    if not summary["groups"]:
-        print("no consumer group in this run")
-    for sentence in summary.get("answer") or []:
-        print(f"answer: {sentence}")
+    """The verdict lines and where the outputs are; ``clock`` names the time of the durations (``wall``,
+    or ``simulated``)."""
+    lines = verdict_lines(summary, clock)
+    verdict = lines.pop()
+    print("\n".join(lines))
     print(f"summary: {out_dir / 'summary.json'}")
     if report:
         print(f"report:  {out_dir / 'report.html'}")
         print(f"timeline: {out_dir / 'timeline.html'} (trace: {out_dir / 'trace.json'})")
-    print(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'OK'}")
-    return 1 if failed else 0
+    print(verdict)
+    return 1 if failed_groups(summary) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

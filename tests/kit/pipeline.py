@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from kit.pipeline_cases import Case
+from rmqlab.pipeline.quick import first_difference
+
+__all__ = ["analyse", "check_case", "first_difference"]
 
 
 def analyse(spark: Any, run_dir: Path) -> dict[str, Any]:
@@ -38,20 +41,3 @@ def check_case(c: Case, summary: dict[str, Any], prefix: str = "", shift: int = 
         got = [(e["change_ms"] - shift, e["converged"], e["convergence_ms"]) for e in entries]
         assert got == expected, group
         assert all(e["cause"] for e in entries)
-
-
-def first_difference(a: Any, b: Any, path: str = "") -> str | None:
-    """Where two summaries first differ (Spark's first, the reference's second), or None."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            found = first_difference(a.get(key, "<missing>"), b.get(key, "<missing>"), f"{path}.{key}")
-            if found:
-                return found
-        return None
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            found = first_difference(x, y, f"{path}[{i}]")
-            if found:
-                return found
-        return None
-    return None if a == b else f"{path}: spark {a!r} != reference {b!r}"

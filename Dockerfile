@@ -47,8 +47,11 @@ RUN if pip show setuptools wheel msgpack >/dev/null 2>&1; then \
        else \
          pip install .; \
        fi \
-    && rm -rf build *.egg-info \
+    && cd / && rm -rf /lab \
     && mkdir -p /runs
+# The sources go once installed: a `python -m rmqlab.<role>` started in a folder that holds the source
+# tree's rmqlab/ would import that partial package instead of the installed one.
+WORKDIR /runs
 
 # Which sources the image was built from: rmq-chaos refuses an image whose digest is not the checkout's.
 ARG SOURCE_DIGEST=unknown

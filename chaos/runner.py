@@ -176,7 +176,10 @@ class Runner:
         self.executed = 0
         self._analysis: asyncio.subprocess.Process | None = None
         self._ended_at: float | None = None
-        self._manifest_path = Path(run_dir).resolve() / "manifest.json"  # the analysis may run elsewhere
+        self._manifest_path = Path(run_dir).resolve() / "manifest.json"
+        self._quick: dict[str, Any] | None = (
+            None  # the plain-Python analysis's summary, once said  # the analysis may run elsewhere
+        )
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -685,10 +688,15 @@ class Runner:
                 "analysis skipped: the pipeline extra (pyspark) is not installed; showing live counts only"
             )
             return
-        self.say("analysing the run (python -m rmqlab.pipeline) ...")
         await self._start_analysis()
         proc = self._analysis
         assert proc is not None
+        self._quick = await self._quick_verdict()
+        self.say(
+            "writing summary.json and the report (rmq-analyze) ..."
+            if self._quick is not None
+            else "analysing the run (python -m rmqlab.pipeline) ..."
+        )
         try:
             rc = await proc.wait()
         except asyncio.CancelledError:
@@ -708,12 +716,37 @@ class Runner:
         self.result.report = report if report.exists() else None
         if rc in (0, 1) and self.result.summary is not None:
             self.result.verdict = "ok" if rc == 0 else "fail"
+            if self._quick is not None:
+                from rmqlab.pipeline.quick import disagreement
+
+                why = disagreement(self._quick, self.result.summary)
+                if why is not None:  # the same definitions twice: a difference is a bug, never hidden
+                    self.result.errors.append(why)
         else:
             self.result.errors.append(f"the analysis failed (python -m rmqlab.pipeline exited with {rc})")
 
-    def _print_verdict(self) -> None:
-        r = self.result
-        s = r.summary
+    async def _quick_verdict(self) -> dict[str, Any] | None:
+        """The verdict at once, by the plain-Python analysis (off the loop), for a run small enough;
+        the Spark analysis writes summary.json and the report meanwhile."""
+        from rmqlab.pipeline.quick import quick_summary
+
+        try:
+            quick = await asyncio.to_thread(quick_summary, self.run_dir)
+        except Exception as exc:  # the Spark analysis still answers; say why this one could not
+            self.say(f"no quick verdict: {type(exc).__name__}: {exc}")
+            return None
+        if quick is None:
+            return None
+        self._say_groups(quick)
+        failed = [g for g, info in quick["groups"].items() if info.get("verdict") != "ok"]
+        after = f"{time.monotonic() - self._ended_at:.1f} s after the run ended, " if self._ended_at else ""
+        self.closing.note(
+            f"verdict: {'FAIL' if failed else 'OK'} (plain-Python analysis, {after}the report follows)"
+        )
+        return quick
+
+    def _say_groups(self, s: dict[str, Any] | None) -> None:
+        """Each group's line and the answer's sentences."""
         if s and isinstance(s.get("groups"), dict):
             for g, info in sorted(s["groups"].items()):
                 conv = info.get("convergence") or []
@@ -743,6 +776,11 @@ class Runner:
                 )
             for sentence in s.get("answer") or []:
                 self.closing.note(f"answer: {sentence}")
+
+    def _print_verdict(self) -> None:
+        r = self.result
+        if self._quick is None:  # said already, when the plain-Python analysis answered at once
+            self._say_groups(r.summary)
         verdict = r.verdict if r.verdict is not None else r.quick_verdict
         source = "analysis" if r.verdict is not None else "live counts (no analysis)"
         self.closing.note(f"verdict: {verdict.upper()} ({source})")

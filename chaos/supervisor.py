@@ -257,7 +257,8 @@ class Supervisor:
         return arg
 
     def command(self, m: Member, log_file: str) -> list[str]:
-        head = m.program if m.program is not None else [self.python, "-m", m.module]
+        # -P: the working folder is not put on the path, so a folder of the user's never shadows a module
+        head = m.program if m.program is not None else [self.python, "-P", "-m", m.module]
         scale = ["--time-scale", f"{self.time_scale:g}"] if m.time_scaled else []
         role_cmd = [
             *head,

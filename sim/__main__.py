@@ -464,7 +464,7 @@ def entry() -> int:
     """The console script: string hashes (and so set order) must not change between runs of one seed."""
     if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
         env = {**os.environ, "PYTHONHASHSEED": HASH_SEED}
-        os.execve(sys.executable, [sys.executable, "-m", "rmqlab.sim", *sys.argv[1:]], env)
+        os.execve(sys.executable, [sys.executable, "-P", "-m", "rmqlab.sim", *sys.argv[1:]], env)
     return main()
 
 

@@ -213,6 +213,10 @@ def test_dockerignore_keeps_only_the_sources_and_wheels() -> None:
     assert allowed == {
         "pyproject.toml",
         "README.md",
+        "LICENSE",
+        "rmqlab",
+        "interop",
+        "sweeps",
         "protocol",
         "broker",
         "client",

@@ -14,7 +14,8 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def packages() -> list[str]:
-    return [p.rstrip("*") for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]]
+    """The checkout's folders that pyproject maps into the rmqlab package."""
+    return sorted(set(PYPROJECT["tool"]["setuptools"]["package-dir"].values()))
 
 
 def test_the_dockerfile_copies_every_package_and_the_digest_covers_what_runs_in_it() -> None:

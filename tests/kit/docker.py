@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from rmqlab.chaos.__main__ import shipped
 from rmqlab.chaos.container import RUN_LABEL
+from rmqlab.cli import CHAOS_SHELVES, shipped
 
 # The comparison runs the shipped experiments with their tails cut: every nemesis of the four is over
 # by 280 s of RocketMQ time, and 320 s leaves two rebalance rounds after the last one.
@@ -22,7 +22,7 @@ SHORT_DURATION = 320
 
 def shortened(name: str, duration: int = SHORT_DURATION) -> str:
     """A shipped experiment's text with a shorter duration and a workload that fits into it."""
-    text = shipped()[name]
+    text = shipped(CHAOS_SHELVES)[name].text
     rate = float(re.search(r"^rate = (\d+)$", text, re.M).group(1))  # type: ignore[union-attr]
     scale = float(re.search(r"^time_scale = ([\d.]+)$", text, re.M).group(1))  # type: ignore[union-attr]
     text = re.sub(r"^duration = \d+$", f"duration = {duration}", text, flags=re.M)

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
-ensure_venv '.[dev,pipeline,v5]'
+ensure_venv '.[dev,docs,pipeline,v5]'
 # The pages' browser tests drive headless Chromium (Debian's) through playwright.
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "==> installing headless Chromium for the browser tests"

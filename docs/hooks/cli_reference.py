@@ -32,7 +32,7 @@ CLI_DIR = "reference/cli"
 INDEX = f"{CLI_DIR}/index.md"
 EXIT_CODES = "reference/exit-codes.md"
 EXIT_CODES_MARKER = "<!-- exit codes of every command: generated at build time -->"
-WIDTH = "88"  # the column width argparse wraps usage lines to, fixed so that a build is reproducible
+WIDTH = "72"  # argparse wraps usage lines to this (the page's code width), fixed so builds are reproducible
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,9 @@ def _body(parser: argparse.ArgumentParser, title: str, level: int, summary: str 
         out += ["**Options**", ""]
         for a in options:
             choices = f" (one of {', '.join(f'`{c}`' for c in a.choices)})" if a.choices and a.metavar else ""
-            out.append(f"- `{_flag(parser, a)}`: {_text(_help(parser, a))}{choices}{_default(a)}")
+            text = _help(parser, a)
+            default = "" if "default" in text.lower() else _default(a)
+            out.append(f"- `{_flag(parser, a)}`: {_text(text)}{choices}{default}")
         out.append("")
     for sub in _subactions(parser):
         helps = {c.dest: c.help for c in sub._choices_actions}

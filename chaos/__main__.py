@@ -266,6 +266,7 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
         image=image,
         out=sys.stderr if args.json else sys.stdout,
         quiet=args.quiet,
+        metrics=args.metrics,
     )
     if outcome is not None:
         outcome["run_dir"] = str(run_dir)
@@ -336,6 +337,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="rocketmq-rebalance-lab:latest",
         metavar="NAME",
         help="the image of the docker backend (scripts/docker/build_image.sh builds it)",
+    )
+    run.add_argument(
+        "--metrics",
+        action="store_true",
+        help="every name server, broker and consumer of ours serves live metrics in Prometheus text "
+        "(local processes; the endpoints are printed once the cluster is up)",
     )
     add_quiet(run, "no progress or step lines: only the verdict, the report and the run directory")
     add_json(run, "the verdict, exit code and output paths")

@@ -143,6 +143,7 @@ class Runner:
         analyze: bool = True,
         out: TextIO | None = None,
         quiet: bool = False,
+        metrics: bool = False,
         ready_timeout_s: float = 60.0,
         progress_interval_s: float = 0.5,
         analysis_command: list[str] | None = None,
@@ -176,10 +177,9 @@ class Runner:
         self.executed = 0
         self._analysis: asyncio.subprocess.Process | None = None
         self._ended_at: float | None = None
-        self._manifest_path = Path(run_dir).resolve() / "manifest.json"
-        self._quick: dict[str, Any] | None = (
-            None  # the plain-Python analysis's summary, once said  # the analysis may run elsewhere
-        )
+        self._manifest_path = Path(run_dir).resolve() / "manifest.json"  # the analysis may run elsewhere
+        self.metrics = metrics  # every node of ours serves live metrics (--metrics-port)
+        self._quick: dict[str, Any] | None = None  # the plain-Python analysis's summary, once said
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -313,7 +313,9 @@ class Runner:
         if self.image is None:
             if exp.acl is not None:
                 common["credentials"] = SessionCredentials(exp.acl.access_key, exp.acl.secret_key)
-            return LocalCluster(self.run_dir, **common)
+            return LocalCluster(self.run_dir, metrics=self.metrics, **common)
+        if self.metrics:
+            raise ExperimentError(exp.source, [(None, "--metrics runs on the local-process backend only")])
         if exp.acl is not None:
             raise ExperimentError(exp.source, [(None, "[acl] runs on the local-process backend only")])
         return ContainerCluster(self.run_dir, image=self.image, **common)
@@ -398,6 +400,9 @@ class Runner:
         self.log_emit("schedule_started", time_scale=exp.time_scale, duration_s=exp.duration)
         self._phase = "run"
         total = exp.wall(exp.duration)
+        if self.metrics and isinstance(self.cluster, LocalCluster):
+            for node, url in sorted(self.cluster.metrics_endpoints().items()):
+                self.say(f"metrics: {node} {url}")
         self.say(
             f"running for {total:.1f}s wall ({exp.duration:g}s at time scale {exp.time_scale:g}), "
             f"{len(exp.schedule())} scheduled nemesis action(s) (a restart is written as a stop and a start)"

@@ -335,7 +335,7 @@ class Supervisor:
             if line == READY_PREFIX or line.startswith(READY_PREFIX + " "):
                 m.ready_info = line[len(READY_PREFIX) :].strip()
                 if m.role == "consumer" and m.ready_info:
-                    m.client_ids.append(m.ready_info)
+                    m.client_ids.append(m.ready_info.split()[0])  # READY <client id> [metrics=...]
                 self._learn_port(m)
                 m.state = "running"
                 m.hung = False  # a new incarnation's listener is not hung
@@ -359,8 +359,12 @@ class Supervisor:
         words = (m.ready_info or "").split()
         if not words:
             return
-        native = next((w.removeprefix("native=") for w in words[1:] if w.startswith("native=")), "")
-        for flag, addr in (("--port", words[0]), ("--remoting-port", native)):
+
+        def named(key: str) -> str:
+            return next((w.removeprefix(key) for w in words[1:] if w.startswith(key)), "")
+
+        native, metrics = named("native="), named("metrics=")
+        for flag, addr in (("--port", words[0]), ("--remoting-port", native), ("--metrics-port", metrics)):
             _, sep, port = addr.rpartition(":")
             if not sep or not port.isdigit() or flag not in m.args:
                 continue

@@ -97,7 +97,8 @@ async def serve(args: argparse.Namespace, log: EventLog, listener: Callable[...,
     else:
         consumer.register_message_listener(listener)
     await consumer.start()
-    announce_ready(consumer.client_id)
+    metrics = getattr(args, "metrics_addr", None)
+    announce_ready(consumer.client_id + (f" metrics={metrics}" if metrics else ""))
     try:
         await asyncio.Event().wait()
     finally:
@@ -144,7 +145,7 @@ async def run(args: argparse.Namespace, log: EventLog) -> int:
         except OSError as exc:
             print(f"rmq-consumer: cannot serve metrics on port {args.metrics_port}: {exc}", file=sys.stderr)
             return 2
-        log.info("serving metrics", port=server.port)
+        args.metrics_addr = f"127.0.0.1:{server.port}"
         try:
             return await _run(args, log)
         finally:

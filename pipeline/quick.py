@@ -18,9 +18,9 @@ QUICK_RUN_BYTES = SMALL_RUN_BYTES
 
 def quick_summary(run_dir: str | os.PathLike[str], max_bytes: int = QUICK_RUN_BYTES) -> dict[str, Any] | None:
     """summary.json (with its answer) of a run by the reference, or None for a run larger than
-    ``max_bytes``."""
+    ``max_bytes`` or without event files (there is nothing to say at once)."""
     run = RunDir(".", str(run_dir), discover(run_dir), {})
-    if run_bytes(run) > max_bytes:
+    if not run.files or run_bytes(run) > max_bytes:
         return None
     summary, _data = analyse_run(run, plots=True)
     return summary

@@ -69,9 +69,6 @@ def render(machines: dict[str, str], benchmarks: list[dict[str, Any]]) -> str:
     ]
     for key, text in machines.items():
         out += [f"`{key}`", f": {_cell(text)}", ""]
-    out += ["## Contents", ""]
-    out += [f"- [{_cell(b['title'])}](#{b['benchmark']})" for b in benchmarks]
-    out.append("")
     for b in benchmarks:
         out += [f"## {_cell(b['title'])} {{#{b['benchmark']}}}", "", _cell(b["what"]), ""]
         out += ["```bash", b["command"], "```", ""]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import rmqlab
 from rmqlab.pipeline.discover import BadRun, RunDir
-from rmqlab.pipeline.report import MAX_INTERVALS, MAX_NEMESES, PlotData, answers, pick_bucket_ms
+from rmqlab.pipeline.report_plots import MAX_INTERVALS, MAX_NEMESES, PlotData, answers, pick_bucket_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -75,7 +75,7 @@ def summarize_sweep_run(run_dir: Path) -> dict[str, int]:
     ``rmq-analyze ROOT`` does and return its queue moves by group."""
     from rmqlab.pipeline.availability_reference import summarize_with_rocketmq_time
     from rmqlab.pipeline.reference import RunModel, load_run
-    from rmqlab.pipeline.report import answers
+    from rmqlab.pipeline.report_plots import answers
 
     events, malformed = load_run(run_dir)
     model = RunModel(events)
@@ -239,7 +239,7 @@ def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rmqlab.pipeline.report import _png
+    from rmqlab.pipeline.report_plots import _png
 
     plots: list[tuple[str, str]] = []
     metrics = [m for m in SWEEP_METRICS if any(r.get(f"{m}_median") for r in rows)]

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from rmqlab.pipeline import report
-from rmqlab.pipeline.report import (
+from rmqlab.pipeline import report_plots as report
+from rmqlab.pipeline.report_plots import (
     MAP_STATES,
     OWNERSHIP_TEXT,
     Marker,

@@ -75,7 +75,7 @@ def summarize_sweep_run(run_dir: Path) -> dict[str, int]:
     ``rmq-analyze ROOT`` does and return its queue moves by group."""
     from rmqlab.pipeline.availability_reference import summarize_with_rocketmq_time
     from rmqlab.pipeline.reference import RunModel, load_run
-    from rmqlab.pipeline.report_plots import answers
+    from rmqlab.pipeline.report_story import answers
 
     events, malformed = load_run(run_dir)
     model = RunModel(events)
@@ -239,7 +239,7 @@ def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rmqlab.pipeline.report_plots import _png
+    from rmqlab.pipeline.report_plots import figure_png
 
     plots: list[tuple[str, str]] = []
     metrics = [m for m in SWEEP_METRICS if any(r.get(f"{m}_median") for r in rows)]
@@ -277,7 +277,7 @@ def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) 
             ax.set_title(f"{metric} by {name} (median, p90 dashed)", fontsize=9)
             if len(series) > 1:
                 ax.legend(fontsize=7)
-            plots.append((f"{metric} by {name}", _png(fig)))
+            plots.append((f"{metric} by {name}", figure_png(fig)))
     return plots
 
 

@@ -248,8 +248,7 @@ def write_report(
     title: str,
     question: str | None = None,
 ) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    """Write the run's report.html. The pictures are drawn on figures of their own (matplotlib's
+    object API), so the caller's backend and pyplot's open figures are left as they were."""
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(render_html(summary, data, title, question))

@@ -14,6 +14,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import matplotlib
+from matplotlib.colors import ListedColormap, to_hex, to_rgb
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
 from rmqlab.pipeline.report_data import (
     Marker,
     PlotData,
@@ -89,17 +94,15 @@ def _levels(xs: list[float], gap: float, lanes: int = 3) -> list[int]:
     return out
 
 
-def _figure(height: float, markers: list[Marker]) -> tuple[Any, Any, Any]:
+def _figure(height: float, markers: list[Marker]) -> tuple[Figure, Any, Any]:
     """A figure with a marker lane above the main axes (sharing x), so labels never sit on the data."""
-    import matplotlib.pyplot as plt
-
     if not markers:
-        fig, ax = plt.subplots(figsize=(FIG_W, height))
-        return fig, None, ax
-    fig, (lane, ax) = plt.subplots(
+        fig = Figure(figsize=(FIG_W, height))
+        return fig, None, fig.subplots()
+    fig = Figure(figsize=(FIG_W, height + LANE_H))
+    lane, ax = fig.subplots(
         2,
         1,
-        figsize=(FIG_W, height + LANE_H),
         sharex=True,
         gridspec_kw={"height_ratios": [LANE_H, height], "hspace": 0.04},
     )
@@ -163,12 +166,16 @@ def _x_label(ax: Any, clock: RunClock) -> None:
         ax.set_xlabel(f"RocketMQ seconds since t = 0 (wall seconds = x {clock.time_scale:g})", fontsize=FONT)
 
 
-def figure_png(fig: Any) -> str:
-    import matplotlib.pyplot as plt
-
+def figure_png(fig: Figure) -> str:
+    """The figure as a base64 PNG. A figure of our own (made as `Figure`, not by pyplot) is drawn by
+    the Agg canvas whatever the caller's backend is, and is simply dropped afterwards; one made by
+    pyplot is closed, so pyplot does not keep it."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    if fig.canvas.manager is not None:  # pyplot's: only pyplot gives a figure a manager
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -327,8 +334,6 @@ def health_map(data: PlotData, group: str, summary_group: dict[str, Any] | None 
 
 def _pale(color: str) -> str:
     """The colour three fifths of the way to white: a state that lasted only briefly in its cell."""
-    from matplotlib.colors import to_hex, to_rgb
-
     return to_hex(tuple(1 - 0.4 * (1 - c) for c in to_rgb(color)))
 
 
@@ -337,9 +342,6 @@ def plot_health_map(
 ) -> str | None:
     """The ownership chart of a group of many queues: its health map, with the other charts' marker
     lane and time axis, and a legend of the states in it."""
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import ListedColormap
-
     hm = health_map(data, group, summary_group)
     if hm is None:
         return None
@@ -384,9 +386,7 @@ def plot_health_map(
     shown = left + right
     ax.legend(
         [
-            plt.Rectangle(
-                (0, 0), 1, 1, facecolor=c or "none", edgecolor="#888", linewidth=0.5, visible=bool(c)
-            )
+            Rectangle((0, 0), 1, 1, facecolor=c or "none", edgecolor="#888", linewidth=0.5, visible=bool(c))
             for _, c in shown
         ],
         [text for text, _ in shown],
@@ -424,8 +424,6 @@ def plot_ownership(
     """Gantt chart: one row per queue, one bar per ownership interval, coloured by consumer; paused
     stretches hatched; unavailable stretches as a strip under the bars, coloured by cause. A group of
     more than MANY_QUEUES queues gets its health map instead."""
-    import matplotlib.pyplot as plt
-
     rows = [r for r in data.intervals if r["group"] == group]
     if not rows:
         return None
@@ -435,7 +433,7 @@ def plot_ownership(
     queues = sorted({(r["topic"], r["queue"]) for r in rows}, key=_queue_sort_key)
     label = client_labels(rows)
     owners = sorted(label, key=lambda c: label[c])
-    cmap = plt.get_cmap("tab10" if len(owners) <= 10 else "tab20")
+    cmap = matplotlib.colormaps["tab10" if len(owners) <= 10 else "tab20"]
     color = {c: cmap(i % cmap.N) for i, c in enumerate(owners)}
     y = {q: i for i, q in enumerate(queues)}
     many_topics = len(real_topics(sorted({q[0] for q in queues}))) > 1
@@ -503,14 +501,14 @@ def plot_ownership(
     _x_label(ax, clock)
     (lane or ax).set_title(f"{group}: who owned which queue, and when", fontsize=FONT + 1)
     _draw_markers(lane, ax, markers, clock, x_max, _notifies(summary_group))
-    handles = [plt.Rectangle((0, 0), 1, 1, color=color[c]) for c in owners]
+    handles = [Rectangle((0, 0), 1, 1, color=color[c]) for c in owners]
     names = [label[c] for c in owners]
     if pauses and any(node in group_nodes(data, group) for node, _, _ in pauses):
-        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", hatch="////", edgecolor="#444"))
+        handles.append(Rectangle((0, 0), 1, 1, facecolor="white", hatch="////", edgecolor="#444"))
         names.append("paused (SIGSTOP)")
     for cause in CAUSES:
         if cause in causes_seen:
-            handles.append(plt.Rectangle((0, 0), 1, 1, color=CAUSE_COLORS[cause]))
+            handles.append(Rectangle((0, 0), 1, 1, color=CAUSE_COLORS[cause]))
             names.append(f"unavailable: {CAUSE_TEXT[cause].split(' (')[0]}")
     ax.legend(
         handles,
@@ -615,13 +613,12 @@ def plot_duplicates(data: PlotData, group: str, markers: list[Marker]) -> str | 
 
 
 def plot_convergence(entries: list[dict[str, Any]], group: str, clock: RunClock) -> str | None:
-    import matplotlib.pyplot as plt
-
     if not entries:
         return None
     if len(entries) > MANY_MARKERS:
         return _plot_convergence_over_time(entries, group, clock)
-    fig, ax = plt.subplots(figsize=(FIG_W, max(2.0, 0.34 * len(entries) + 1.0)))
+    fig = Figure(figsize=(FIG_W, max(2.0, 0.34 * len(entries) + 1.0)))
+    ax = fig.subplots()
     labels = [f"t = {clock.at_s(e['change_ms']):z.1f} s  {short_cause(e['cause'])}" for e in entries]
     # a label too long for the margin loses the named targets of a many-action change first
     labels = [(re.sub(r" \([^)]*\)", "", t) if len(t) > 48 else t)[:48] for t in labels]
@@ -653,9 +650,8 @@ def plot_convergence(entries: list[dict[str, Any]], group: str, clock: RunClock)
 def _plot_convergence_over_time(entries: list[dict[str, Any]], group: str, clock: RunClock) -> str:
     """Past MANY_MARKERS changes a bar each would be a page tall: one dot per change at its time, its
     convergence on a log scale (from a millisecond to a minute are both common), never as a red cross."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(FIG_W - 1.4, 3.4))  # the legend beside it takes the rest
+    fig = Figure(figsize=(FIG_W - 1.4, 3.4))  # the legend beside it takes the rest
+    ax = fig.subplots()
     done = [e for e in entries if e["converged"]]
     never = [e for e in entries if not e["converged"]]
     ys = [max(clock.rmq_ms(e["convergence_ms"]) / 1000, CONVERGENCE_FLOOR_S) for e in done]

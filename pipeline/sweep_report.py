@@ -234,10 +234,7 @@ def _is_number(v: Any) -> bool:
 def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) -> list[tuple[str, str]]:
     """(title, png) per metric and varied parameter: the median over seeds (line, dots) and p90 (dashed)
     against the parameter, one series per value of the other varied parameters (and group)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     from rmqlab.pipeline.report_plots import figure_png
 
@@ -261,7 +258,8 @@ def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) 
                     label = f"{label}, {r['group']}" if label else str(r["group"])
                 x = float(r[param]) if numeric else float(cats.index(str(r[param])))
                 series[label or metric].append((x, r[f"{metric}_median"], r[f"{metric}_p90"]))
-            fig, ax = plt.subplots(figsize=(5.6, 3.4))
+            fig = Figure(figsize=(5.6, 3.4))
+            ax = fig.subplots()
             for i, (label, pts) in enumerate(sorted(series.items())):
                 pts.sort()
                 color = f"C{i % 10}"

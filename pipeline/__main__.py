@@ -156,7 +156,7 @@ def _warm_up(spark: Any) -> None:
     from rmqlab.pipeline.ingest import load_json_run
     from rmqlab.pipeline.metrics import Analysis
     from rmqlab.pipeline.pop_spark import add_pop_metrics
-    from rmqlab.pipeline.report import collect_plot_data
+    from rmqlab.pipeline.report_data import collect_plot_data
     from rmqlab.pipeline.synth import realistic_run
 
     with tempfile.TemporaryDirectory(prefix="rmq-analyze-warm-") as tmp:
@@ -383,7 +383,9 @@ def analyze(args: argparse.Namespace) -> int:
             if args.no_report:
                 _write_summary(out_dir, summary)
             else:
-                from rmqlab.pipeline.report import answers, collect_plot_data, write_report
+                from rmqlab.pipeline.report_data import collect_plot_data
+                from rmqlab.pipeline.report_page import write_report
+                from rmqlab.pipeline.report_story import answers
 
                 with progress.stage("report"):
                     data = collect_plot_data(analysis, clock=clock)

@@ -21,7 +21,8 @@ from rmqlab.pipeline.discover import BadRun, RunDir
 from rmqlab.pipeline.ingest import RUN_SEP, load_json_runs, run_prefix
 from rmqlab.pipeline.metrics import Analysis
 from rmqlab.pipeline.pop_spark import add_pop_metrics_of_runs
-from rmqlab.pipeline.report import MAX_INTERVALS, PlotData, answers, plot_data_by_run
+from rmqlab.pipeline.report_data import MAX_INTERVALS, PlotData, plot_data_by_run
+from rmqlab.pipeline.report_story import answers
 from rmqlab.pipeline.unavailability import CAUSES
 
 if TYPE_CHECKING:
@@ -281,7 +282,7 @@ def metric_plots(columns: list[str], rows: list[dict[str, Any]], limit: int = 24
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rmqlab.pipeline.report import _png
+    from rmqlab.pipeline.report_plots import figure_png as _png
 
     params = [c for c in columns if c.startswith("param.") and len({str(r[c]) for r in rows}) > 1]
     same = {m for m, _ in constant_metrics(rows)}
@@ -440,7 +441,7 @@ def write_outputs(
     `written`: runs whose summary.json is in out/<run> already, as this would write it (a sweep's
     tasks write theirs)."""
     from rmqlab.pipeline import timeline
-    from rmqlab.pipeline.report import write_report
+    from rmqlab.pipeline.report_page import write_report
 
     failures: dict[str, str] = {}
     for run in result.runs:

@@ -12,7 +12,7 @@ import pytest
 
 from rmqlab.pipeline import timeline
 from rmqlab.pipeline.discover import discover
-from rmqlab.pipeline.report import PlotData
+from rmqlab.pipeline.report_data import PlotData
 from rmqlab.pipeline.unavailability import RunClock
 
 T0 = 1_700_000_000_000

@@ -18,12 +18,13 @@ from rmqlab.client.api import MQClientAPI
 from rmqlab.client.config import ClientConfig, ConsumerConfig
 from rmqlab.client.errors import MQClientError
 from rmqlab.client.ports import GroupApi
+from rmqlab.client.publish_info import TopicPublishInfo
 from rmqlab.client.rebalance import PullMessageService, RebalanceService, RegisteredConsumer
-from rmqlab.client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
 from rmqlab.client.scheduler import SingleThreadScheduler
 from rmqlab.protocol.acl import SessionCredentials
 from rmqlab.protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
 from rmqlab.protocol.remoting import RemotingClient
+from rmqlab.protocol.route import MASTER_ID, TopicRouteData
 from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, build_client_id
 
 

@@ -38,10 +38,10 @@ from rmqlab.client.pop import (
 )
 from rmqlab.client.ports import EventSink, GroupApi
 from rmqlab.client.rebalance import RebalancePushImpl
-from rmqlab.client.route import MASTER_ID, TopicRouteData
 from rmqlab.protocol.codes import ResponseCode
 from rmqlab.protocol.model import ConsumeFromWhere, Message, MessageModel, MessageQueue, is_retry_topic
 from rmqlab.protocol.pop import pop_retry_topic, real_topic
+from rmqlab.protocol.route import MASTER_ID, TopicRouteData
 from rmqlab.protocol.runtime import Clock
 
 QUERY_ASSIGNMENT_TIMEOUT_MS = 3_000  # RebalanceImpl.QUERY_ASSIGNMENT_TIMEOUT

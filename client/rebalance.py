@@ -34,12 +34,12 @@ from rmqlab.client.group_state import (
 from rmqlab.client.offset_store import ReadOffsetType
 from rmqlab.client.ports import EventSink, GroupApi, GroupOffsets, MessageQueueListener, PullDispatcher
 from rmqlab.client.process_queue import ProcessQueue, PullRequest
-from rmqlab.client.route import MASTER_ID
 from rmqlab.client.scheduler import SingleThreadScheduler, Wakeup
 from rmqlab.protocol.codes import RequestCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.model import MessageModel, MessageQueue, is_retry_topic
 from rmqlab.protocol.remoting import Connection, RemotingClient
+from rmqlab.protocol.route import MASTER_ID
 from rmqlab.protocol.runtime import Clock, TimerSet
 
 

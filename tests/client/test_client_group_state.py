@@ -26,9 +26,9 @@ from rmqlab.client.pull_core import (
     pull_exception_delay_ms,
     pull_status,
 )
-from rmqlab.client.route import TopicRouteData
 from rmqlab.protocol.codes import ResponseCode
 from rmqlab.protocol.model import ConsumeFromWhere, ConsumeType, Message, MessageModel, MessageQueue
+from rmqlab.protocol.route import TopicRouteData
 
 LAST = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET

@@ -36,10 +36,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from rmqlab.client.allocate import ALLOCATION_CACHE, AllocateMessageQueueStrategy, sort_mq_all
 from rmqlab.client.config import ConsumerConfig
 from rmqlab.client.process_queue import ProcessQueue
 from rmqlab.client.pull_core import FlowControl, flow_control_check
+from rmqlab.protocol.allocate import ALLOCATION_CACHE, AllocateMessageQueueStrategy, sort_mq_all
 from rmqlab.protocol.model import (
     MQ_ORDER,
     ConsumeFromWhere,

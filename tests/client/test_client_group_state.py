@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from rmqlab.client.allocate import get_strategy
 from rmqlab.client.config import ConsumerConfig
 from rmqlab.client.group_state import (
     DropReason,
@@ -26,6 +25,7 @@ from rmqlab.client.pull_core import (
     pull_exception_delay_ms,
     pull_status,
 )
+from rmqlab.protocol.allocate import get_strategy
 from rmqlab.protocol.codes import ResponseCode
 from rmqlab.protocol.model import ConsumeFromWhere, ConsumeType, Message, MessageModel, MessageQueue
 from rmqlab.protocol.route import TopicRouteData

@@ -1,23 +1,21 @@
 """A client's rebalancing, from the broker's NOTIFY_CONSUMER_IDS_CHANGED to the PullRequests of new queues.
 
-The two services of MQClientInstance that the path runs on are here, with the rebalance between them:
-``RebalanceService`` (RocketMQ's thread of that name) answers the notification by waking up, and its
-round (MQClientInstance#doRebalance) runs each registered consumer's ``RebalanceImpl`` in turn;
-``PullMessageService`` (RocketMQ's) takes the PullRequests a round makes and runs each consumer's
-``pull_message``, one at a time. ``RebalanceImpl`` / ``RebalancePushImpl`` / ``RebalanceLitePullImpl``
-are RocketMQ's: rebalanceByTopic for both message models, updateProcessQueueTableInRebalance,
+``RebalanceService`` (RocketMQ's thread of that name, one of MQClientInstance's services) answers the
+notification by waking up, and its round (MQClientInstance#doRebalance) runs each registered consumer's
+``RebalanceImpl`` in turn. ``RebalanceImpl`` / ``RebalancePushImpl`` / ``RebalanceLitePullImpl`` are
+RocketMQ's: rebalanceByTopic for both message models, updateProcessQueueTableInRebalance,
 messageQueueChanged, truncateMessageQueueNotMyTopic, and the orderly lock / unlock calls.
 
 The tables and decisions are the group's ``client.group_state.GroupState``; this module makes the broker
-calls they need through the ports of ``client.ports`` (the ``pulls`` port is the PullMessageService
-below) and writes the events the analysis reads (``notify_received``, ``rebalance``, ``mq_added``,
-``mq_removed``, lock events).
+calls they need through the ports of ``client.ports`` and writes the events the analysis reads
+(``notify_received``, ``rebalance``, ``mq_added``, ``mq_removed``, lock events). New queues' PullRequests
+go to the ``pulls`` port, the client's PullMessageService (``client.pull_service``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from rmqlab.client.config import ClientConfig, ConsumerConfig
@@ -34,13 +32,14 @@ from rmqlab.client.group_state import (
 from rmqlab.client.offset_store import ReadOffsetType
 from rmqlab.client.ports import EventSink, GroupApi, GroupOffsets, MessageQueueListener, PullDispatcher
 from rmqlab.client.process_queue import ProcessQueue, PullRequest
-from rmqlab.client.scheduler import SingleThreadScheduler, Wakeup
+from rmqlab.client.pull_service import PullingConsumer
+from rmqlab.client.scheduler import Wakeup
 from rmqlab.protocol.codes import RequestCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.model import MessageModel, MessageQueue, is_retry_topic
 from rmqlab.protocol.remoting import Connection, RemotingClient
 from rmqlab.protocol.route import MASTER_ID
-from rmqlab.protocol.runtime import Clock, TimerSet
+from rmqlab.protocol.runtime import Clock
 
 
 def emit_queue_event(
@@ -58,13 +57,11 @@ def emit_queue_event(
     )
 
 
-class RegisteredConsumer(Protocol):
+class RegisteredConsumer(PullingConsumer, Protocol):
     """A consumer registered in the client, as its RebalanceService and PullMessageService see it."""
 
     @property
     def rebalance_impl(self) -> RebalanceImpl: ...
-
-    async def pull_message(self, request: PullRequest) -> None: ...
 
 
 class RebalanceService:
@@ -162,7 +159,7 @@ class RebalanceImpl:
     """The rebalance of one consumer group in one client: the calls and events around its GroupState.
 
     The consumer builds it from its GroupState and ports: ``api`` (the client's broker calls), ``pulls``
-    (the client's PullMessageService, below), ``offsets`` (the group's offset store) and ``events``.
+    (the client's PullMessageService), ``offsets`` (the group's offset store) and ``events``.
     """
 
     read_offset_type = ReadOffsetType.READ_FROM_STORE
@@ -598,56 +595,6 @@ class RebalanceLitePullImpl(RebalanceImpl):
             raise
         except Exception as exc:
             self.log.error("messageQueueChanged listener failed", group=self.group, error=repr(exc))
-
-
-class PullMessageService:
-    """RocketMQ's PullMessageService thread: PullRequests taken one at a time, each ``pull_message``
-    awaited to its end. What blocks that thread in Java (connecting to a broker, a route lookup, the
-    orderly first pull's QUERY_CONSUMER_OFFSET) is awaited here in line, so it holds up the pulls of
-    every other queue; only the wait for the pull's answer runs apart (invokeAsync). Delayed tasks run
-    on the service's own single-threaded scheduler."""
-
-    def __init__(self, consumers: Mapping[str, RegisteredConsumer], events: EventSink) -> None:
-        self.consumers = consumers
-        self.log = events
-        self._queue: asyncio.Queue[PullRequest] = asyncio.Queue()
-        self._timers = TimerSet()
-        self._stopped = False
-        self.scheduler = SingleThreadScheduler("PullMessageServiceScheduledThread", events)
-
-    def execute_pull_request_immediately(self, request: PullRequest) -> None:
-        if not self._stopped:
-            self._queue.put_nowait(request)
-
-    def execute_pull_request_later(self, request: PullRequest, delay_ms: float) -> None:
-        """``delay_ms`` is already scaled."""
-        if delay_ms <= 0:
-            self.execute_pull_request_immediately(request)
-            return
-        self._timers.call_later(delay_ms, lambda: self.execute_pull_request_immediately(request))
-
-    def execute_task_later(self, fn: Callable[[], Coroutine[Any, Any, None]], delay_ms: float) -> None:
-        """``delay_ms`` is already scaled."""
-        if not self._stopped:
-            self.scheduler.schedule(fn, max(0.0, delay_ms) / 1000.0, "pull service task")
-
-    def stop(self) -> None:
-        self._stopped = True
-        self.scheduler.stop()
-        self._timers.cancel_all()
-
-    async def run(self) -> None:
-        while True:
-            request = await self._queue.get()
-            consumer = self.consumers.get(request.consumer_group)
-            if consumer is None:
-                continue  # group unregistered: the request dies, as in RocketMQ
-            try:
-                await consumer.pull_message(request)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bug in one pull must not stop the service
-                self.log.error("pull_message failed", error=repr(exc), mq=request.message_queue.short)
 
 
 async def _try_acquire(lock: asyncio.Lock, timeout_s: float) -> bool:

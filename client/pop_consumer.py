@@ -152,7 +152,7 @@ class RebalancePush5Impl(RebalancePushImpl):
             elif pop and not pull:
                 self.state.unsubscribe(retry)
         changed = await self.update_process_queue_table_in_rebalance(
-            topic, pull, self.state.need_lock(is_order)
+            self.state.plan_assignment(topic, pull, is_order, self._now())
         )
         now = self._now()
         max_idle = self.config.ms(self.config.pull_max_idle_time)

@@ -6,25 +6,30 @@ notification by waking up, and its round (MQClientInstance#doRebalance) runs eac
 RocketMQ's: rebalanceByTopic for both message models, updateProcessQueueTableInRebalance,
 messageQueueChanged, truncateMessageQueueNotMyTopic, and the orderly lock / unlock calls.
 
-The tables and decisions are the group's ``client.group_state.GroupState``; this module makes the broker
-calls they need through the ports of ``client.ports`` and writes the events the analysis reads
-(``notify_received``, ``rebalance``, ``mq_added``, ``mq_removed``, lock events). New queues' PullRequests
-go to the ``pulls`` port, the client's PullMessageService (``client.pull_service``).
+The tables and decisions are the group's ``client.group_state.GroupState``: for each topic a round asks it
+once for a ``RebalancePlan`` and carries the plan out here, making the broker calls it needs through the
+ports of ``client.ports`` and writing the events the analysis reads (``notify_received``, ``rebalance``,
+``mq_added``, ``mq_removed``, lock events). New queues' PullRequests go to the ``pulls`` port, the
+client's PullMessageService (``client.pull_service``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
 
 from rmqlab.client.config import ClientConfig, ConsumerConfig
 from rmqlab.client.errors import MQClientError
 from rmqlab.client.group_state import (
+    AllocationFailed,
     DropReason,
     GroupState,
+    RebalancePlan,
     StartKind,
     StartPlan,
+    StartRule,
     member_set,
     rebalance_event_fields,
     shorts,
@@ -233,10 +238,9 @@ class RebalanceImpl:
                 if self.config.message_queue_changed_without_route:
                     await self.message_queue_changed(topic, set(), set())
                 return True
-            changed = await self.update_process_queue_table_in_rebalance(
-                topic, mq_set, state.need_lock(is_order)
-            )
-            self._emit_rebalance(topic, [self.client_id], mq_set, changed, "BROADCASTING")
+            plan = state.plan_rebalance(topic, None, is_order, self._now())
+            changed = await self.update_process_queue_table_in_rebalance(plan)
+            self._emit_rebalance(topic, plan.cid_all, plan.allocated, changed, "BROADCASTING")
             if changed:
                 await self.message_queue_changed(topic, mq_set, mq_set)
             return mq_set == state.working_set(topic)
@@ -251,26 +255,29 @@ class RebalanceImpl:
         if mq_set is None or cid_all is None:
             return True
         try:
-            cids, allocated = state.allocate(topic, cid_all)
-        except Exception as exc:
+            plan = state.plan_rebalance(topic, cid_all, is_order, self._now())
+        except AllocationFailed as exc:
             self.log.error(
                 "allocate failed",
                 group=self.group,
                 topic=topic,
                 strategy=state.strategy.name,
-                error=repr(exc),
+                error=repr(exc.cause),
             )
             return False
-        changed = await self.update_process_queue_table_in_rebalance(
-            topic, allocated, state.need_lock(is_order)
-        )
-        self._emit_rebalance(topic, cids, allocated, changed, state.strategy.name)
+        changed = await self.update_process_queue_table_in_rebalance(plan)
+        self._emit_rebalance(topic, plan.cid_all, plan.allocated, changed, state.strategy.name)
         if changed:
-            await self.message_queue_changed(topic, mq_set, allocated)
-        return allocated == state.working_set(topic)
+            await self.message_queue_changed(topic, mq_set, set(plan.allocated))
+        return plan.allocated == state.working_set(topic)
 
     def _emit_rebalance(
-        self, topic: str, cid_all: list[str], allocated: set[MessageQueue], changed: bool, strategy: str
+        self,
+        topic: str,
+        cid_all: list[str],
+        allocated: AbstractSet[MessageQueue],
+        changed: bool,
+        strategy: str,
     ) -> None:
         cfg = self.config
         alloc = shorts(allocated)
@@ -305,24 +312,25 @@ class RebalanceImpl:
         for mq in self.state.truncate_message_queue_not_my_topic():
             self._emit_mq("mq_removed", mq, reason=str(DropReason.NOT_MY_TOPIC))
 
-    async def update_process_queue_table_in_rebalance(
-        self, topic: str, mq_set: set[MessageQueue], need_lock: bool
-    ) -> bool:
+    async def update_process_queue_table_in_rebalance(self, plan: RebalancePlan) -> bool:
+        """Carry out ``plan`` (RocketMQ's updateProcessQueueTableInRebalance): release and remove the drops,
+        then lock (orderly), start and add the new queues, and hand their PullRequests to ``pulls``. True
+        when the table changed."""
         state = self.state
         changed = False
-        drops = state.select_queues_to_drop(topic, mq_set, self._now())
         if self.config.mark_dropped_before_release:
             # 5.x: every queue leaving is marked dropped before the first one is released, so none of
             # them keeps consuming while an earlier one waits for its consume lock
-            for mq, _ in drops:
-                state.mark_dropped(mq)
-        for mq, reason in drops:
+            for drop in plan.drop:
+                state.mark_dropped(drop.mq)
+        for drop in plan.drop:
+            mq = drop.mq
             pq = state.mark_dropped(mq)
             assert pq is not None
             if await self.remove_unnecessary_message_queue(mq, pq):
                 state.remove_process_queue(mq, pq)
                 changed = True
-                self._emit_mq("mq_removed", mq, reason=str(reason))
+                self._emit_mq("mq_removed", mq, reason=str(drop.reason))
             else:
                 self.log.warning(
                     "queue dropped but kept until it can be released", group=self.group, mq=mq.short
@@ -330,26 +338,31 @@ class RebalanceImpl:
 
         all_locked = True
         new_requests: list[PullRequest] = []
-        for mq in state.select_queues_to_add(mq_set):
-            if need_lock and not await self.lock(mq):
+        held = state.process_queue_table
+        for add in [add for add in plan.add if add.mq not in held]:  # a failed release keeps its queue
+            mq = add.mq
+            if mq in plan.lock and not await self.lock(mq):
                 all_locked = False
                 self.log.warning(
-                    "add a new mq failed, because lock failed", group=self.group, mq=mq.short, topic=topic
+                    "add a new mq failed, because lock failed",
+                    group=self.group,
+                    mq=mq.short,
+                    topic=plan.topic,
                 )
                 continue
             self.offsets.remove_offset(mq)  # removeDirtyOffset
             pq = state.new_process_queue(self._now())
             try:
-                next_offset = await self.compute_pull_from_where_with_exception(mq)
+                next_offset = await self.compute_pull_from_where_with_exception(mq, add.start)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self.log.info(
-                    "compute offset failed", group=self.group, mq=mq.short, topic=topic, error=repr(exc)
+                    "compute offset failed", group=self.group, mq=mq.short, topic=plan.topic, error=repr(exc)
                 )
                 continue
             if next_offset < 0:
-                self.log.warning("add new mq failed", group=self.group, mq=mq.short, topic=topic)
+                self.log.warning("add new mq failed", group=self.group, mq=mq.short, topic=plan.topic)
                 continue
             if not state.add_process_queue(mq, pq, next_offset):
                 continue
@@ -367,9 +380,14 @@ class RebalanceImpl:
         self.offsets.remove_offset(mq)
         return True
 
-    async def compute_pull_from_where_with_exception(self, mq: MessageQueue) -> int:
+    async def compute_pull_from_where_with_exception(
+        self, mq: MessageQueue, start: StartRule | None = None
+    ) -> int:
+        """Where ``mq`` starts: the offset store's answer through ``start`` (by default the group's rule
+        for the queue's topic), then the broker call that answer asks for, if any."""
         last = await self.offsets.read_offset(mq, self.read_offset_type)
-        return await self._resolve_start(mq, self.state.plan_start(mq, last))
+        rule = start if start is not None else self.state.start_rule(mq.topic)
+        return await self._resolve_start(mq, rule.given(last))
 
     def dispatch_pull_request(self, requests: list[PullRequest]) -> None:
         return None
@@ -560,8 +578,10 @@ class RebalancePushImpl(RebalanceImpl):
             if acquired:
                 pq.consume_lock.release()
 
-    async def compute_pull_from_where_with_exception(self, mq: MessageQueue) -> int:
-        result = await super().compute_pull_from_where_with_exception(mq)
+    async def compute_pull_from_where_with_exception(
+        self, mq: MessageQueue, start: StartRule | None = None
+    ) -> int:
+        result = await super().compute_pull_from_where_with_exception(mq, start)
         if result < 0:
             raise MQClientError(f"found unexpected result {result} for {mq}")
         return result

@@ -27,12 +27,11 @@ from rmqlab.broker.pop import PopState
 from rmqlab.broker.processor import register_processors
 from rmqlab.broker.processor.pop import PopLongPollingService, PopMessageProcessor
 from rmqlab.broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, Handler
-from rmqlab.broker.route_info import QueueData, RouteInfoManager
+from rmqlab.broker.route_info import RouteInfoManager
 from rmqlab.broker.schedule import ScheduleMessageService
 from rmqlab.broker.sqlite_store import SqliteMessageStore
 from rmqlab.broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, StoredMessage, StoreError
 from rmqlab.broker.topic_config import TopicConfig
-from rmqlab.client.route import TopicRouteData
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import CommandError, RemotingCommand
 from rmqlab.protocol.model import MessageQueue, WireError, is_retry_topic, retry_topic
@@ -40,6 +39,7 @@ from rmqlab.protocol.model import MessageQueue, WireError, is_retry_topic, retry
 if TYPE_CHECKING:  # prometheus_client is imported only by a broker that serves metrics
     from rmqlab.protocol.metrics import RoleMetrics, Snapshot
 from rmqlab.protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer, SyncHandler
+from rmqlab.protocol.route import QueueData, TopicRouteData
 from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, local_ip
 
 ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused

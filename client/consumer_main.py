@@ -23,11 +23,11 @@ from rmqlab.cli import (
     host_port,
     non_negative_int,
 )
-from rmqlab.client.allocate import STRATEGY_NAMES
 from rmqlab.client.cli_common import add_config_args, layered_settings, run_client_main
 from rmqlab.client.config import ConsumerConfig
 from rmqlab.client.consumer_base import normalize_enums
 from rmqlab.client.push_consumer import PushConsumer
+from rmqlab.protocol.allocate import STRATEGY_NAMES
 from rmqlab.protocol.model import Message, MessageModel
 from rmqlab.protocol.runtime import EventLog
 

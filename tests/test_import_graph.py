@@ -1,5 +1,6 @@
-"""The role packages import each other one way only: no circle among the modules of a package, counting
-imports made for type checking too (a circle there still ties the modules' designs together)."""
+"""The role packages import each other one way only: the broker and the client share only the layer below
+them (``protocol``), and no package has a circle among its modules. Imports made for type checking count
+too (a circle there still ties the modules' designs together)."""
 
 from __future__ import annotations
 
@@ -80,3 +81,49 @@ def test_the_detector_finds_a_circle() -> None:
 )
 def test_no_import_circle(package: str) -> None:
     assert cycles(module_imports(package)) == []
+
+
+ROLES = ("protocol", "broker", "client", "chaos", "sim", "pipeline", "interop", "proxy", "sweeps")
+# The role packages each role may import; shared helpers outside the roles (``rmqlab.cli``) are free.
+MAY_IMPORT = {
+    "protocol": set(),
+    "broker": {"protocol"},
+    "client": {"protocol"},
+    "proxy": {"protocol", "client"},
+}
+
+
+def role_imports(package: str, root: Path = ROOT) -> dict[str, set[str]]:
+    """Other role -> the files of ``package`` that import it (any import statement, at any depth)."""
+    out: dict[str, set[str]] = {}
+    for path in sorted((root / package).rglob("*.py")):
+        module = str(path.relative_to(root))
+        for node in ast.walk(ast.parse(path.read_text(), module)):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                role = parts[1] if parts[0] == "rmqlab" and len(parts) > 1 else None
+                if role in ROLES and role != package:
+                    out.setdefault(role, set()).add(module)
+    return out
+
+
+def test_role_imports_finds_a_type_checking_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "broker"
+    pkg.mkdir()
+    (pkg / "x.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rmqlab.client.route import A\n"
+        "def f():\n    import rmqlab.sim\n    from rmqlab import client\n"
+    )
+    assert role_imports("broker", tmp_path) == {"client": {"broker/x.py"}, "sim": {"broker/x.py"}}
+
+
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_roles_import_only_the_layers_below(package: str) -> None:
+    found = role_imports(package)
+    assert {role: sorted(mods) for role, mods in found.items() if role not in MAY_IMPORT[package]} == {}

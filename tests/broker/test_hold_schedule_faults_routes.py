@@ -6,10 +6,11 @@ import pytest
 
 from rmqlab.broker.faults import FaultTable, parse_fault_spec
 from rmqlab.broker.long_polling import HeldPull, PullRequestHoldService
-from rmqlab.broker.route_info import QueueData, RouteInfoManager, parse_topic_config_table
+from rmqlab.broker.route_info import RouteInfoManager, parse_topic_config_table
 from rmqlab.broker.schedule import ScheduleMessageService
 from rmqlab.broker.store import SCHEDULE_TOPIC, MemoryMessageStore
 from rmqlab.protocol.command import InvalidParameter
+from rmqlab.protocol.route import QueueData
 from rmqlab.protocol.runtime import ManualClock
 
 # -- long polling ---------------------------------------------------------------------------------

@@ -15,10 +15,10 @@ from typing import Any
 from rmqlab.broker.config import BrokerConfig, NamesrvConfig
 from rmqlab.broker.controller import BrokerController
 from rmqlab.broker.namesrv import NamesrvController
-from rmqlab.client.allocate import get_strategy, sort_cid_all, sort_mq_all
 from rmqlab.client.instance import MQClientManager
 from rmqlab.client.producer import Producer
 from rmqlab.client.push_consumer import PushConsumer
+from rmqlab.protocol.allocate import get_strategy, sort_cid_all, sort_mq_all
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.model import MessageQueue

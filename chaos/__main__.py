@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rmqlab.chaos.cleanup import add_clean_command
 from rmqlab.chaos.experiment import (
     CLIENT_NAMES,
     V5_CLIENTS,
@@ -360,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_json(val, "the checked experiment and its schedule, or its problems")
     val.set_defaults(func=cmd_validate)
     add_commands(sub)
+    add_clean_command(sub)
     return p
 
 

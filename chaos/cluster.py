@@ -21,10 +21,10 @@ from rmqlab.chaos.supervisor import EventSink, Member, Supervisor
 from rmqlab.protocol.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
 
 NAMESRV_MODULE = "rmqlab.broker.namesrv_main"
-BROKER_MODULE = "broker"
+BROKER_MODULE = "rmqlab.broker"
 CONSUMER_MODULE = "rmqlab.client.consumer_main"
 PRODUCER_MODULE = "rmqlab.client.producer_main"
-PROXY_MODULE = "proxy"
+PROXY_MODULE = "rmqlab.proxy"
 PROXY_NODE = "proxy"
 
 

@@ -513,7 +513,7 @@ class ContainerCluster(LocalCluster):
             store.mkdir(parents=True, exist_ok=True)
             args += ["--store-dir", str(store.resolve())]
         args += flags or []
-        return self.sup.add(name, "broker", "broker", args, port=BROKER_PORT)
+        return self.sup.add(name, "broker", "rmqlab.broker", args, port=BROKER_PORT)
 
     async def start_links(self) -> None:
         """Fault proxies on the host, listening on the run network's gateway (reachable from containers)."""

@@ -162,7 +162,7 @@ class RmqLab:
                 args.append("--release-locks-on-close")
             if notify_on_channel_expired:
                 args.append("--notify-on-channel-expired")
-            m = self.sup.add(name, "broker", "broker", args + list(extra_args or []))
+            m = self.sup.add(name, "broker", "rmqlab.broker", args + list(extra_args or []))
             self.sup.start(name)
             addr = f"127.0.0.1:{m.port}"
         self.brokers[name] = addr

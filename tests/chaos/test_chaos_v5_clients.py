@@ -105,7 +105,7 @@ def test_v5_consumers_keep_their_own_timers_and_the_proxy_scales_its_own(tmp_pat
         ]
         proxy_cmd = cluster.sup.command(proxy, "LOG")
         assert proxy.node == PROXY_NODE and proxy.role == "proxy"
-        assert proxy_cmd[proxy_cmd.index("-m") + 1] == "proxy"
+        assert proxy_cmd[proxy_cmd.index("-m") + 1] == "rmqlab.proxy"
         assert "--namesrv" in proxy_cmd and proxy_cmd[proxy_cmd.index("--namesrv") + 1] == "127.0.0.1:1"
         assert "--time-scale" in proxy_cmd and "--time-scale" not in cmd
     finally:

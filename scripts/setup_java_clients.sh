@@ -22,10 +22,12 @@ for tool in java mvn; do
 done
 
 stamp_of_sources() {
-    {
-        find "$SRC" -type f \( -name pom.xml -o -name '*.java' \) -print0 | sort -z | xargs -0 sha256sum
-        sha256sum "$0"
-    } | sha256sum | cut -d' ' -f1
+    # Contents and paths relative to the checkout: the same wherever the checkout is.
+    find "$SRC" -type f \( -name pom.xml -o -name '*.java' \) | LC_ALL=C sort |
+        while read -r f; do
+            echo "$f"
+            cat "$f"
+        done | cat - scripts/setup_java_clients.sh | sha256sum | cut -d' ' -f1
 }
 
 up_to_date() {
@@ -54,8 +56,9 @@ fi
 echo "==> building the Java clients into $CACHE/lib (first time: Maven downloads ~120 MB)"
 staging="$CACHE/staging"
 rm -rf "$staging"
+# Quiet but for errors (and without the bare colour resets some Maven builds print even so).
 # shellcheck disable=SC2086  # MAVEN_ARGS is a list of words
-mvn -B -q -Dstyle.color=never -f "$SRC/pom.xml" package -Dlab.cache="$PWD/$staging" ${MAVEN_ARGS:-}
+mvn -B -q -f "$SRC/pom.xml" package -Dlab.cache="$PWD/$staging" ${MAVEN_ARGS:-} 2>&1 | sed 's/\x1b\[0m//g'
 for m in "${MODULES[@]}"; do
     if [ ! -f "$staging/lib/$m/$m-1.jar" ]; then
         echo "error: the build made no $staging/lib/$m/$m-1.jar" >&2

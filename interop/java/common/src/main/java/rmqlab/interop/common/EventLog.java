@@ -35,17 +35,17 @@ public final class EventLog {
         if (fields.length % 2 != 0) {
             throw new IllegalArgumentException("fields must come in name, value pairs");
         }
-        StringBuilder line = new StringBuilder(160);
-        line.append("{\"ts_ms\":").append(System.currentTimeMillis());
-        field(line, "event", event);
-        field(line, "node", node);
-        field(line, "role", role);
+        StringBuilder rest = new StringBuilder(160);
+        field(rest, "event", event);
+        field(rest, "node", node);
+        field(rest, "role", role);
         for (int i = 0; i < fields.length; i += 2) {
-            field(line, (String) fields[i], fields[i + 1]);
+            field(rest, (String) fields[i], fields[i + 1]);
         }
-        line.append("}\n");
-        byte[] bytes = line.toString().getBytes(StandardCharsets.UTF_8);
+        rest.append("}\n");
         synchronized (this) {
+            // The time is taken under the lock, so that the file is in time order.
+            byte[] bytes = ("{\"ts_ms\":" + System.currentTimeMillis() + rest).getBytes(StandardCharsets.UTF_8);
             try {
                 out.write(bytes);
                 out.flush();

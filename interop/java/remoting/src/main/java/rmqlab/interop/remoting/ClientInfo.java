@@ -1,9 +1,10 @@
 package rmqlab.interop.remoting;
 
+import org.apache.rocketmq.client.impl.factory.MQClientInstance;
 import org.apache.rocketmq.common.MQVersion;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 
-/** Which client this is (consumer_started names it), and the consume-from setting of both consumer kinds. */
+/** Which client this is (consumer_started names it), and what both consumer kinds share. */
 final class ClientInfo {
     private ClientInfo() {
     }
@@ -21,6 +22,17 @@ final class ClientInfo {
                 return ConsumeFromWhere.CONSUME_FROM_TIMESTAMP;
             default:
                 return ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET;
+        }
+    }
+
+    /**
+     * A client whose start() failed keeps its client instance running, and that one goes on heartbeating
+     * the group to the brokers: a member nobody consumes for. This takes it out of the group and stops it.
+     */
+    static void releaseFailedStart(MQClientInstance instance, String group) {
+        if (instance != null) {
+            instance.unregisterConsumer(group);
+            instance.shutdown();
         }
     }
 }

@@ -41,6 +41,7 @@ final class LiteDriver implements Driver {
     public String start() throws Exception {
         DefaultLitePullConsumer c = new DefaultLitePullConsumer(s.group);
         consumer = c;
+        poller = null;
         c.setNamesrvAddr(s.namesrv);
         if (s.instance != null) {
             c.setInstanceName(s.instance);
@@ -119,8 +120,11 @@ final class LiteDriver implements Driver {
     @Override
     public void stop() {
         stopping = true;
-        if (consumer != null) {
+        if (consumer != null && poller != null) {
             consumer.shutdown();
+        } else if (consumer != null) {
+            // start() failed; its client instance, if it made one, is the one of its client id.
+            ClientInfo.releaseFailedStart(MQClientManager.getInstance().getOrCreateMQClientInstance(consumer), s.group);
         }
         if (poller != null) {
             poller.interrupt();

@@ -11,7 +11,30 @@ import rmqlab.interop.common.ListenerGate;
  * SIGTERM or SIGINT shut it down gracefully; SIGUSR1 hangs the listener and SIGUSR2 releases it.
  */
 public final class Main {
+    static final int START_ATTEMPTS = 3;
+
     private Main() {
+    }
+
+    /**
+     * The client's start(), again with a new client if it fails (at most {@value #START_ATTEMPTS} times): a
+     * client cannot start twice, and on a busy machine a cold JVM's first name server request can outlast
+     * the client's 3 s timeout. The failed client is shut down first ({@code consumer_stopped}).
+     */
+    private static String start(Driver driver, EventLog events) throws InterruptedException {
+        for (int attempt = 1; ; attempt++) {
+            try {
+                return driver.start();
+            } catch (Exception e) {
+                if (attempt == START_ATTEMPTS) {
+                    System.err.println("consumer: could not start: " + e);
+                    System.exit(1);
+                }
+                events.emit("log", "level", "warning", "msg", "start failed, starting a new client: " + e);
+                driver.stop();
+                Thread.sleep(1_000);
+            }
+        }
     }
 
     public static void main(String[] args) throws Exception {
@@ -37,15 +60,7 @@ public final class Main {
             driver.stop();
             events.close();
         });
-        String clientId;
-        try {
-            clientId = driver.start();
-        } catch (Exception e) {
-            System.err.println("consumer: could not start: " + e);
-            System.exit(1);
-            return;
-        }
-        Lifecycle.ready(clientId);
+        Lifecycle.ready(start(driver, events));
         Lifecycle.awaitSignal();
     }
 }

@@ -12,7 +12,9 @@ import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.consumer.store.LocalFileOffsetStore;
 import org.apache.rocketmq.client.consumer.store.OffsetStore;
 import org.apache.rocketmq.client.consumer.store.RemoteBrokerOffsetStore;
+import org.apache.rocketmq.client.impl.consumer.DefaultMQPushConsumerImpl;
 import org.apache.rocketmq.client.impl.factory.MQClientInstance;
+import org.apache.rocketmq.common.ServiceState;
 import org.apache.rocketmq.common.message.MessageExt;
 import rmqlab.interop.common.EventLog;
 import rmqlab.interop.common.ListenerGate;
@@ -101,7 +103,12 @@ final class PushDriver implements Driver {
     @Override
     public void stop() {
         if (consumer != null) {
-            consumer.shutdown();
+            DefaultMQPushConsumerImpl impl = consumer.getDefaultMQPushConsumerImpl();
+            if (impl.getServiceState() == ServiceState.START_FAILED) {
+                ClientInfo.releaseFailedStart(impl.getmQClientFactory(), s.group);
+            } else {
+                consumer.shutdown();
+            }
         }
         recorder.stopped();
     }

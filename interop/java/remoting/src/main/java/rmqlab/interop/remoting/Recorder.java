@@ -55,6 +55,7 @@ final class Recorder {
             popRemoved(mq, "shutdown");
         }
         events.emit("consumer_stopped", "group", group, "client_id", clientId);
+        clientId = "";
     }
 
     /** One allocation the strategy made: {@code rebalance}, after {@code topic_route} when the queues changed. */

@@ -28,6 +28,8 @@ final class ClientVersion {
     }
 
     static void configurePush(DefaultMQPushConsumer consumer, Settings s, Recorder recorder) {
+        // How long a popped message stays invisible (the client refuses less than 5 s, more than 300 s).
+        consumer.setPopInvisibleTime(Math.min(300_000, Math.max(5_000, Timers.scaled(60_000, s.timeScale))));
         consumer.setClientRebalance(false);
         consumer.setMessageQueueListener(new AssignmentListener(consumer, s, recorder));
     }

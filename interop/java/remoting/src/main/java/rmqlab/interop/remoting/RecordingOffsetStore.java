@@ -24,7 +24,9 @@ import org.apache.rocketmq.remoting.exception.RemotingException;
  *       is adding the queue (computePullFromWhere; an orderly client has locked it): {@code mq_added};
  *   <li>{@code removeOffset(mq)} right after {@code persist(mq)} on the same thread: the client is giving
  *       the queue up (removeUnnecessaryMessageQueue): {@code mq_removed}. A {@code removeOffset} without
- *       it is the dirty-offset cleanup before an add, and says nothing.
+ *       it is the dirty-offset cleanup before an add, and says nothing. The reason is offset_moved when the
+ *       same thread has just set the queue's offset outright (OFFSET_ILLEGAL, a reset), pull_expired when
+ *       the queue is still allocated to the client, else reallocated.
  * </ul>
  */
 abstract class RecordingOffsetStore implements OffsetStore {
@@ -36,6 +38,7 @@ abstract class RecordingOffsetStore implements OffsetStore {
     private final String storeName;
     private final Map<MessageQueue, Long> lastRead = new ConcurrentHashMap<>();
     private final ThreadLocal<MessageQueue> justPersisted = new ThreadLocal<>();
+    private final ThreadLocal<MessageQueue> offsetMoved = new ThreadLocal<>();
     protected volatile OffsetStore delegate;
 
     /**
@@ -68,6 +71,10 @@ abstract class RecordingOffsetStore implements OffsetStore {
     @Override
     public void updateOffset(MessageQueue mq, long offset, boolean increaseOnly) {
         delegate.updateOffset(mq, offset, increaseOnly);
+        if (!increaseOnly) {
+            // The offset set outright: after OFFSET_ILLEGAL or a reset the client drops the queue next.
+            offsetMoved.set(mq);
+        }
     }
 
     @Override
@@ -109,12 +116,18 @@ abstract class RecordingOffsetStore implements OffsetStore {
     public void removeOffset(MessageQueue mq) {
         delegate.removeOffset(mq);
         boolean givingUp = mq != null && mq.equals(justPersisted.get());
+        boolean moved = mq != null && mq.equals(offsetMoved.get());
         justPersisted.remove();
+        offsetMoved.remove();
         lastRead.remove(mq);
         if (queueEvents && givingUp) {
-            // Still allocated to this client: the client dropped it because its pulls stopped.
-            boolean stillMine = recorder.allocation(mq.getTopic()).contains(mq);
-            recorder.removed(mq, stillMine ? "pull_expired" : "reallocated");
+            String reason = "reallocated";
+            if (moved) {
+                reason = "offset_moved";
+            } else if (recorder.allocation(mq.getTopic()).contains(mq)) {
+                reason = "pull_expired"; // still allocated: dropped because its pulls stopped
+            }
+            recorder.removed(mq, reason);
         }
     }
 

@@ -25,10 +25,14 @@ final class Strategies {
     }
 
     static void check(String name) throws UsageError {
-        String base = name.startsWith(NEARBY + "-") ? name.substring(NEARBY.length() + 1) : name;
-        if (!NAMES.contains(name) && (!name.startsWith(NEARBY + "-") || base.startsWith(NEARBY)
-            || !NAMES.contains(base))) {
-            throw new UsageError("unknown allocation strategy " + name + "; known: " + String.join(", ", NAMES));
+        boolean known = NAMES.contains(name);
+        if (name.startsWith(NEARBY + "-")) {
+            String inner = name.substring(NEARBY.length() + 1);
+            known = NAMES.contains(inner) && !inner.equals(NEARBY);
+        }
+        if (!known) {
+            throw new UsageError("unknown allocation strategy " + name + "; known: " + String.join(", ", NAMES)
+                + " (MACHINE_ROOM_NEARBY-<inner> names the inner one)");
         }
     }
 

@@ -66,6 +66,8 @@ def narrative(summary: dict[str, Any], data: PlotData | None) -> list[str]:
             "unreadable lines were skipped). Times are counted from the experiment's t = 0 (the start of its "
             "schedule), in RocketMQ seconds as in the experiment file, with wall seconds beside them."
         )
+    if run.get("time_scale_note"):  # the processes logged a time scale other than the one used
+        out.append(run["time_scale_note"])
     groups = summary["groups"]
     if groups:
         names = ", ".join(sorted(groups))

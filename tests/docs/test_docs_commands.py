@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, console_scripts
+from kit.docs import ROOT, console_scripts
 
 SHELLS = {"bash", "sh", "shell", "console"}
 EXAMPLE = re.compile(r'title="Example')

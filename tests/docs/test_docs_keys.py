@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, sibling_module
+from kit.docs import ROOT, sibling_module
 
 KINDS = {"int", "number", "str", "bool", "str-list", "number-list", "any"}
 EXPERIMENT_PAGE = ROOT / "docs" / "reference" / "experiment-file.md"
@@ -113,7 +113,7 @@ def test_a_key_missing_from_the_page_is_caught(tmp_path: Path, drop: str) -> Non
 def test_the_pytest_plugin_page_names_every_fixture() -> None:
     import importlib
 
-    from conftest import pyproject
+    from kit.docs import pyproject
 
     plugins = pyproject()["project"]["entry-points"]["pytest11"]
     text = (ROOT / "docs" / "reference" / "pytest-plugin.md").read_text(encoding="utf-8")

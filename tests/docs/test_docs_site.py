@@ -7,7 +7,7 @@ import importlib
 import re
 from pathlib import Path
 
-from conftest import ROOT, Build, console_scripts
+from kit.docs import ROOT, Build, console_scripts
 
 README_MAX_LINES = 300
 FIRST_SCREEN = 40  # lines a reader sees before scrolling
@@ -55,9 +55,9 @@ def test_every_console_script_has_a_generated_page(built_site: Build) -> None:
             assert f'id="{anchor}"' in html, f"{s.name}: no section for '{' '.join(path)}'"
             child = parser
             for part in path:
-                child = next(
-                    a for a in child._actions if isinstance(a, argparse._SubParsersAction)
-                ).choices[part]
+                child = next(a for a in child._actions if isinstance(a, argparse._SubParsersAction)).choices[
+                    part
+                ]
             for option in _options(child):
                 assert option in html, f"{s.name} {' '.join(path)}: {option} is missing from its page"
 

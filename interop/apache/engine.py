@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import itertools
 import os
 import random
@@ -819,6 +820,13 @@ class RunningMember:
         return bool(self.member.ready.search(self.output()))
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the supervisor dies, even by SIGKILL (Linux's
+    PR_SET_PDEATHSIG), so that no JVM outlives the process that started it."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
+
+
 class Cluster:
     """The JVMs of a ``ClusterPlan``, started in order and stopped together."""
 
@@ -837,7 +845,9 @@ class Cluster:
             stderr=subprocess.STDOUT,
             cwd=member.dir,
             start_new_session=True,  # a terminal's ^C reaches the supervisor only; it stops the JVMs
+            preexec_fn=_die_with_parent,
         )
+        (member.dir / "pid").write_text(f"{popen.pid}\n", encoding="ascii")
         run = RunningMember(member, popen, out_path, out)
         self.running[member.name] = run
         return run
@@ -1015,7 +1025,14 @@ def cmd_start(args: argparse.Namespace) -> int:
         code = 1
     finally:
         codes = cluster.stop()
-        _say("stopped: " + ", ".join(f"{k} exit {v}" for k, v in codes.items()))
+        notes = []
+        for name, exit_code in codes.items():
+            member = cluster.running[name].member
+            # A broker that did not finish its shutdown hook leaves the store's abort file behind.
+            unclean = member.role == "broker" and (member.dir / "store" / "abort").exists()
+            notes.append(f"{name} exit {exit_code}" + (" (store left with an abort file)" if unclean else ""))
+            code = code or (1 if unclean else 0)
+        _say("stopped: " + ", ".join(notes))
     return code
 
 

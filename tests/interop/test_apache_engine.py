@@ -1,0 +1,233 @@
+"""Apache RocketMQ's own name server and broker (the apache-4.9.7 engine) with Apache's C++ clients.
+
+Needs a JDK and the engine's jars (scripts/setup_apache_engine.sh, tried once here when Maven is there),
+and the C++ client's environment (scripts/setup_real_clients.sh); skipped with the reason otherwise.
+Our own producer speaks only the lab's protocol to a broker (the native codec is the brokers' side), so
+Apache's C++ producer sends the messages.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kit.interop import ROOT, Lab, consumed_positions, cpp_client_missing, max_offsets, ownership, wait_for
+
+from rmqlab.interop.apache.engine import (
+    SETUP_SCRIPT,
+    EngineUnavailable,
+    check_environment,
+    cluster_brokers,
+    create_topic,
+    route_brokers,
+    wait_topic,
+)
+
+pytestmark = pytest.mark.slow
+
+ENGINE = "apache-4.9.7"
+
+
+def engine_missing() -> str | None:
+    """Why the engine cannot run here, or None; sets its jars up first when only they are missing."""
+    try:
+        check_environment(ENGINE)
+        return None
+    except EngineUnavailable as exc:
+        first = str(exc)
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        return first
+    if shutil.which("mvn") is None:
+        return f"{first} (and Maven is not installed to set them up)"
+    version = ENGINE.removeprefix("apache-")
+    setup = subprocess.run(
+        ["bash", SETUP_SCRIPT],
+        cwd=ROOT,
+        env={**os.environ, "APACHE_VERSIONS": version},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if setup.returncode != 0:
+        return f"{first}; {SETUP_SCRIPT} failed: {(setup.stderr or setup.stdout)[-500:]}"
+    try:
+        check_environment(ENGINE)
+    except EngineUnavailable as exc:
+        return str(exc)
+    return None
+
+
+_engine_missing = engine_missing()
+_cpp_missing = cpp_client_missing()
+needs_engine = pytest.mark.skipif(_engine_missing is not None, reason=_engine_missing or "")
+needs_cpp = pytest.mark.skipif(_cpp_missing is not None, reason=_cpp_missing or "")
+
+
+class Engine:
+    """``python -m rmqlab.interop.apache.engine start`` as a child process, with its READY lines."""
+
+    def __init__(self, run_dir: Path, brokers: int = 1) -> None:
+        self.dir = run_dir
+        self.err_path = run_dir.parent / "engine.err"
+        self._err = open(self.err_path, "w")  # noqa: SIM115 (closed in stop)
+        argv = [sys.executable, "-m", "rmqlab.interop.apache.engine", "start", "--engine", ENGINE]
+        argv += ["--run-dir", str(run_dir), "--brokers", str(brokers)]
+        self.popen = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=self._err, cwd=ROOT, start_new_session=True, text=True
+        )
+        self.addrs: dict[str, str] = {}
+
+    def wait_ready(self, members: int, timeout: float = 90.0) -> dict[str, str]:
+        deadline = time.monotonic() + timeout
+        assert self.popen.stdout is not None
+        while len(self.addrs) < members and time.monotonic() < deadline:
+            line = self.popen.stdout.readline()
+            if not line and self.popen.poll() is not None:
+                break
+            if line.startswith("READY "):
+                _, name, addr = line.split()
+                self.addrs[name] = addr
+        assert len(self.addrs) == members, f"engine not ready: {self.err_path.read_text()[-3000:]}"
+        return self.addrs
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        try:
+            if self.popen.poll() is None:
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(5)
+            return None
+        finally:
+            self._err.close()
+            # The JVMs die with their supervisor (PR_SET_PDEATHSIG); make sure of it by their pid files.
+            for pid_file in self.dir.glob("*/pid"):
+                pid = int(pid_file.read_text())
+                if Path(f"/proc/{pid}").exists() and str(self.dir) in _cmdline(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    lab = Lab(tmp_path)
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+def averagely(clients: list[str], queues: int) -> dict[str, set[int]]:
+    """AllocateMessageQueueAveragely of one broker's queues over the sorted client ids."""
+    cids = sorted(clients)
+    n = len(cids)
+    out = {}
+    for i, cid in enumerate(cids):
+        mod = queues % n
+        size = queues // n + (1 if i < mod else 0) if queues > n else 1 if i < queues else 0
+        start = i * size if mod and i < mod else i * size + mod
+        out[cid] = {start + k for k in range(min(size, queues - start))} if size else set()
+    return out
+
+
+@needs_engine
+def test_engine_starts_registers_creates_a_topic_and_stops_cleanly(tmp_path: Path) -> None:
+    engine = Engine(tmp_path / "engine", brokers=2)
+    try:
+        addrs = engine.wait_ready(3)
+        known = cluster_brokers(addrs["namesrv"])
+        assert {name: ids[0] for name, ids in known.items()} == {
+            "broker-a": addrs["broker-a"],
+            "broker-b": addrs["broker-b"],
+        }
+        for broker in ("broker-a", "broker-b"):
+            create_topic(addrs[broker], "TE", 4)
+        wait_topic(addrs["namesrv"], "TE", ["broker-a", "broker-b"])
+        assert route_brokers(addrs["namesrv"], "TE") == {b: addrs[b] for b in ("broker-a", "broker-b")}
+    finally:
+        code = engine.stop()
+    assert code == 0, engine.err_path.read_text()
+    # The brokers' shutdown hooks ran to the end: no abort file, the broker unregistered.
+    for broker in ("broker-a", "broker-b"):
+        store = tmp_path / "engine" / broker / "store"
+        assert (store / "checkpoint").exists() and not (store / "abort").exists()
+        assert "unregisterBroker OK" in (tmp_path / "engine" / broker / "rocketmq.log").read_text()
+
+
+@needs_engine
+@needs_cpp
+def test_cpp_clients_share_a_group_on_apaches_broker(lab: Lab, tmp_path: Path) -> None:
+    group, topic, queues, count = "GA", "TA", 4, 40
+    engine = Engine(tmp_path / "engine")
+    try:
+        addrs = engine.wait_ready(2)
+        lab.native = addrs["namesrv"]  # the C++ drivers look routes up here
+        create_topic(addrs["broker-a"], topic, queues)
+        wait_topic(addrs["namesrv"], topic, ["broker-a"])
+
+        ids = {name: lab.cpp_consumer(name, group, topic).wait_ready() for name in ("cpp-1", "cpp-2")}
+        clients = sorted(ids.values())
+        held = wait_for(
+            "two C++ consumers to split the four queues",
+            lambda: (
+                (h := {c: q for c, q in ownership(lab, group, topic).items() if c in clients})
+                == averagely(clients, queues)
+                and h
+            ),
+            40,
+            lab,
+        )
+
+        producer = lab.cpp_producer("cpp-producer", topic, count, "apache")
+        assert producer.popen.wait(60) == 0, producer.out_path.read_text()
+        sent = max_offsets(lab, topic)
+        positions = {(q, o) for q, top in sent.items() for o in range(top)}
+        assert len(positions) == count
+        got = wait_for(
+            f"all {count} messages consumed",
+            lambda: (c := consumed_positions(lab, group, topic)) and positions <= set(c) and c,
+            40,
+            lab,
+        )
+        # Every message consumed once, by the consumer that owns its queue; both consumed some.
+        owner = {q: cid for cid, qs in held.items() for q in qs}
+        for pos in positions:
+            assert got[pos] == {owner[pos[0]]}, f"{pos} consumed by {got[pos]}, owner {owner[pos[0]]}"
+        assert {c for cs in got.values() for c in cs} == set(clients)
+        sent_ids = {e["msg_id"] for e in lab.events("cpp-producer", "message_sent")}
+        consumed_ids = {e["msg_id"] for e in lab.events(event="message_consumed") if e["group"] == group}
+        assert sent_ids == consumed_ids
+
+        # Both consumers' own rebalance events (from the client's log) name both members.
+        for name, cid in ids.items():
+            rounds = [e for e in lab.events(name, "rebalance") if e["topic"] == topic]
+            latest = rounds[-1]
+            assert sorted(latest["cid_all"]) == clients
+            assert sorted(latest["allocated"]) == sorted(f"broker-a:{q}" for q in held[cid])
+
+        for name in ids:
+            assert lab.procs[[p.name for p in lab.procs].index(name)].stop(20) == 0
+        assert {e["client_id"] for e in lab.events(event="consumer_stopped")} == set(clients)
+    finally:
+        lab.close()
+        code = engine.stop()
+    assert code == 0, engine.err_path.read_text()
+
+
+def test_unserved_release_is_refused_with_the_reason() -> None:
+    with pytest.raises(EngineUnavailable, match="no rocketmq-broker"):
+        check_environment("apache-4.9.8")

@@ -132,13 +132,20 @@ def find_java(explicit: str | None = None) -> str | None:
 _JAVA_VERSION_RE = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
 
-def java_major(java: str) -> int | None:
-    """The feature release of ``java`` (8 for "1.8.0_x", 17 for "17.0.15"), or None if it does not run."""
+def java_version(java: str) -> str | None:
+    """What ``java -version`` says its version is ("17.0.15", "1.8.0_412"), or None if it does not run."""
     try:
         out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    m = _JAVA_VERSION_RE.search(out.stderr + out.stdout)
+    m = re.search(r'version "([^"]+)"', out.stderr + out.stdout)
+    return m[1] if m else None
+
+
+def java_major(java: str) -> int | None:
+    """The feature release of ``java`` (8 for "1.8.0_x", 17 for "17.0.15"), or None if it does not run."""
+    version = java_version(java)
+    m = _JAVA_VERSION_RE.search(f'version "{version}"') if version else None
     if not m:
         return None
     major = int(m[1])
@@ -153,6 +160,7 @@ class Environment:
     java: str
     java_major: int
     lib: Path
+    java_version: str = ""
 
     @property
     def class_path(self) -> str:
@@ -186,7 +194,7 @@ def check_environment(
     if problems:
         raise EngineUnavailable(f"engine {eng.name}: " + "; ".join(problems))
     assert java_path is not None and major is not None
-    return Environment(eng, java_path, major, lib)
+    return Environment(eng, java_path, major, lib, java_version(java_path) or str(major))
 
 
 # -- configuration -------------------------------------------------------------------------------------
@@ -232,6 +240,10 @@ class Heaps:
 
     namesrv_mb: int = 48
     broker_mb: int = 128
+    # The heap starts this small and grows as needed: with -Xms at the maximum the serial collector's eden
+    # is a third of it, and start-up garbage touches all of it before the first collection (about 20 MB
+    # of a broker's resident memory).
+    initial_mb: int = 16
 
 
 def _scaled(ms: int, time_scale: float) -> int:
@@ -294,6 +306,10 @@ def broker_properties(
             "subscriptionExpiredTimeout": str(_scaled(600_000, time_scale)),
             "loadBalancePollNameServerInterval": str(_scaled(30_000, time_scale)),
             "mappedFileSizeTimerLog": str(sizes.timer_log_bytes),
+            # The timer wheel (messages with a delivery time; delay levels and retries go through the
+            # schedule service either way) maps a 38 MB wheel and starts its services at once: about
+            # 120 MB of a broker's resident memory and seconds of its start. The lab sends no timers.
+            "timerWheelEnable": "false",
         }
     return props
 
@@ -416,6 +432,43 @@ JDK9_BROKER_OPTIONS_4: Final = (
 TLS_OFF: Final = "-Dtls.server.mode=disabled"
 
 
+@dataclass(frozen=True, slots=True)
+class CdsFiles:
+    """A role's class-data-sharing archive (AppCDS): the JVM maps the classes it loaded last time instead
+    of loading and verifying them again, a faster start and a few MB less per JVM. When the archive does
+    not exist yet the JVM writes one at exit (``dump``); ``install_cds_archive`` moves it into place."""
+
+    archive: Path
+    dump: Path | None
+
+    def options(self) -> list[str]:
+        if self.dump is not None:
+            return [f"-XX:ArchiveClassesAtExit={self.dump}"]
+        return [f"-XX:SharedArchiveFile={self.archive}"]
+
+
+def cds_files(env: Environment, role: str, member_dir: str | Path) -> CdsFiles:
+    """Where ``role``'s archive belongs (per version, JDK and fetch of the jars, whose class path it is
+    valid for) and, while it is missing, where a member writes one."""
+    stamp = env.lib.parent / ".complete"
+    fetched = int(stamp.stat().st_mtime) if stamp.exists() else 0
+    archive = env.lib.parent / "cds" / f"{role}-java{env.java_version}-{fetched}.jsa"
+    dump = None if archive.is_file() else Path(member_dir) / "tmp" / f"{role}.jsa"
+    return CdsFiles(archive, dump)
+
+
+def install_cds_archive(files: CdsFiles | None) -> bool:
+    """Move an archive a stopped member wrote into place (once: the first one stays)."""
+    if files is None or files.dump is None or not files.dump.is_file() or files.archive.exists():
+        return False
+    files.archive.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(files.dump, files.archive)  # atomic: a JVM starting now maps a whole file or none
+    except OSError:
+        return False
+    return True
+
+
 def jvm_options(
     env: Environment,
     role: str,
@@ -425,12 +478,16 @@ def jvm_options(
     log_file: str | Path,
     heap_mb: int,
     time_scale: float = 1.0,
+    initial_heap_mb: int | None = None,
+    cds: CdsFiles | None = None,
 ) -> list[str]:
-    """The JVM's options for ``role`` ("namesrv" or "broker"): a small fixed heap, the serial collector
-    and C1 only (quick to start, little memory), everything a member writes inside ``member_dir``."""
+    """The JVM's options for ``role`` ("namesrv" or "broker"): a small heap, the serial collector and C1
+    only (quick to start, little memory), everything a member writes inside ``member_dir``; with ``cds``,
+    the class-data archive of the role (used, or written at exit when there is none yet)."""
     d = Path(member_dir)
+    initial = min(heap_mb, initial_heap_mb or Heaps().initial_mb)
     opts = [
-        f"-Xms{heap_mb}m",
+        f"-Xms{initial}m",
         f"-Xmx{heap_mb}m",
         "-XX:+UseSerialGC",
         "-XX:TieredStopAtLevel=1",
@@ -441,7 +498,12 @@ def jvm_options(
         f"-Drmqlab.log.file={Path(log_file)}",
         f"-Drmq.logback.configurationFile={Path(home) / 'conf' / 'rmq.logback.xml'}",
         TLS_OFF,
+        # Netty's pooled buffers come in chunks of pageSize << maxOrder: 16 MiB in 4.9's Netty, 4 MiB in
+        # 5.x's, each zeroed (so resident) when first used; 1 MiB is plenty for a lab's messages.
+        "-Dio.netty.allocator.maxOrder=7",
     ]
+    if cds is not None:
+        opts += cds.options()
     if role == "broker":
         if env.engine.major < 5 and env.java_major >= 9:
             opts += JDK9_BROKER_OPTIONS_4
@@ -450,48 +512,41 @@ def jvm_options(
     return opts
 
 
-def namesrv_argv(
+def member_argv(
     env: Environment,
+    role: str,
     config: str | Path,
     *,
     member_dir: str | Path,
     home: str | Path,
     log_file: str | Path,
-    heap_mb: int | None = None,
+    heaps: Heaps | None = None,
     time_scale: float = 1.0,
+    cds: CdsFiles | None = None,
 ) -> list[str]:
+    """The command line of a name server (``role`` "namesrv") or a broker ("broker")."""
+    heaps = heaps or Heaps()
     opts = jvm_options(
         env,
-        "namesrv",
+        role,
         member_dir=member_dir,
         home=home,
         log_file=log_file,
-        heap_mb=heap_mb or Heaps().namesrv_mb,
+        heap_mb=heaps.namesrv_mb if role == "namesrv" else heaps.broker_mb,
+        initial_heap_mb=heaps.initial_mb,
         time_scale=time_scale,
+        cds=cds,
     )
-    return [env.java, *opts, "-cp", env.class_path, NAMESRV_MAIN, "-c", str(config)]
+    main_class = NAMESRV_MAIN if role == "namesrv" else BROKER_MAIN
+    return [env.java, *opts, "-cp", env.class_path, main_class, "-c", str(config)]
 
 
-def broker_argv(
-    env: Environment,
-    config: str | Path,
-    *,
-    member_dir: str | Path,
-    home: str | Path,
-    log_file: str | Path,
-    heap_mb: int | None = None,
-    time_scale: float = 1.0,
-) -> list[str]:
-    opts = jvm_options(
-        env,
-        "broker",
-        member_dir=member_dir,
-        home=home,
-        log_file=log_file,
-        heap_mb=heap_mb or Heaps().broker_mb,
-        time_scale=time_scale,
-    )
-    return [env.java, *opts, "-cp", env.class_path, BROKER_MAIN, "-c", str(config)]
+def namesrv_argv(env: Environment, config: str | Path, **kwargs: Any) -> list[str]:
+    return member_argv(env, "namesrv", config, **kwargs)
+
+
+def broker_argv(env: Environment, config: str | Path, **kwargs: Any) -> list[str]:
+    return member_argv(env, "broker", config, **kwargs)
 
 
 # The lines each prints on stdout once up (4.9 and 5.x alike).
@@ -511,6 +566,7 @@ class Member:
     config: Path
     log_file: Path  # the JVM's own log (logback)
     ready: re.Pattern[str]  # its stdout line that says it is up
+    cds: CdsFiles | None = None  # its class-data archive (install_cds_archive once it stopped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -576,12 +632,13 @@ def plan_cluster(
     sizes: StoreSizes | None = None,
     auto_create_topic: bool = True,
     default_queue_nums: int = 4,
+    cds: bool = True,
 ) -> ClusterPlan:
     """Write every member's configuration under ``run_dir`` and return their command lines.
 
     Layout: ``<run_dir>/rocketmq-home/conf/`` (logging), and per member ``<run_dir>/<name>/`` with
     ``<name>.properties``, ``rocketmq.log`` (its JVM log), ``store/`` (brokers) and ``tmp/``. Ports 0 are
-    picked free."""
+    picked free. ``cds``: use (or, the first time, write) each role's class-data archive."""
     run = Path(run_dir).resolve()
     heaps = heaps or Heaps()
     home = write_home(run / "rocketmq-home")
@@ -595,23 +652,19 @@ def plan_cluster(
         ns_dir / "namesrv.properties", ns_port, ns_dir, time_scale, engine=env.engine, home=home
     )
     ns_log = ns_dir / "rocketmq.log"
-    namesrv = Member(
-        "namesrv",
-        "namesrv",
-        namesrv_addr,
-        namesrv_argv(
-            env,
-            ns_conf,
-            member_dir=ns_dir,
-            home=home,
-            log_file=ns_log,
-            heap_mb=heaps.namesrv_mb,
-            time_scale=time_scale,
-        ),
-        ns_dir,
+    ns_cds = cds_files(env, "namesrv", ns_dir) if cds else None
+    ns_argv = namesrv_argv(
+        env,
         ns_conf,
-        ns_log,
-        NAMESRV_READY,
+        member_dir=ns_dir,
+        home=home,
+        log_file=ns_log,
+        heaps=heaps,
+        time_scale=time_scale,
+        cds=ns_cds,
+    )
+    namesrv = Member(
+        "namesrv", "namesrv", namesrv_addr, ns_argv, ns_dir, ns_conf, ns_log, NAMESRV_READY, ns_cds
     )
     names = broker_names(brokers) if isinstance(brokers, int) else list(brokers)
     members = []
@@ -634,16 +687,11 @@ def plan_cluster(
             default_queue_nums=default_queue_nums,
         )
         log = d / "rocketmq.log"
+        b_cds = cds_files(env, "broker", d) if cds else None
         argv = broker_argv(
-            env,
-            conf,
-            member_dir=d,
-            home=home,
-            log_file=log,
-            heap_mb=heaps.broker_mb,
-            time_scale=time_scale,
+            env, conf, member_dir=d, home=home, log_file=log, heaps=heaps, time_scale=time_scale, cds=b_cds
         )
-        members.append(Member(name, "broker", f"{host}:{port}", argv, d, conf, log, BROKER_READY))
+        members.append(Member(name, "broker", f"{host}:{port}", argv, d, conf, log, BROKER_READY, b_cds))
     return ClusterPlan(env, namesrv, members, time_scale)
 
 
@@ -928,6 +976,7 @@ class Cluster:
                     codes[r.member.name] = r.popen.wait(10)
                 if r._out is not None:
                     r._out.close()
+                install_cds_archive(r.member.cds)
         return codes
 
     def rss(self) -> dict[str, int | None]:
@@ -972,6 +1021,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--broker-heap-mb", type=positive_int, default=Heaps().broker_mb)
     start.add_argument("--namesrv-heap-mb", type=positive_int, default=Heaps().namesrv_mb)
     start.add_argument("--java", default=None, help="the java to run (default $JAVA_HOME/bin/java or PATH)")
+    start.add_argument("--no-cds", action="store_true", help="no class-data archives (see CdsFiles)")
     check = subcommand(sub, "check", "say whether an engine can run here (JDK, cached jars)")
     check.add_argument("--engine", default=DEFAULT_ENGINE)
     check.add_argument("--java", default=None)
@@ -997,6 +1047,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         namesrv_port=args.namesrv_port,
         time_scale=args.time_scale,
         heaps=Heaps(args.namesrv_heap_mb, args.broker_heap_mb),
+        cds=not args.no_cds,
     )
     cluster = Cluster(plan)
     stop = threading.Event()

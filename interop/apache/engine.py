@@ -264,6 +264,7 @@ def broker_properties(
     default_queue_nums: int = 4,
     sizes: StoreSizes | None = None,
     home: str | Path | None = None,
+    timer_wheel: bool = False,
 ) -> dict[str, str]:
     """A broker's settings (the ``-c`` file's keys, as BrokerConfig, NettyServerConfig and
     MessageStoreConfig name them), with the time scale applied to every interval RocketMQ lets a file set.
@@ -308,8 +309,10 @@ def broker_properties(
             "mappedFileSizeTimerLog": str(sizes.timer_log_bytes),
             # The timer wheel (messages with a delivery time; delay levels and retries go through the
             # schedule service either way) maps a 38 MB wheel and starts its services at once: about
-            # 120 MB of a broker's resident memory and seconds of its start. The lab sends no timers.
-            "timerWheelEnable": "false",
+            # 120 MB of a broker's resident memory and seconds of its start. Off unless asked for: the
+            # lab sends no timer messages. 5.x's POP revive needs it ("skip revive topic because
+            # timerWheelEnable is false"), so POP consumers need timer_wheel=True.
+            "timerWheelEnable": _bool(timer_wheel),
         }
     return props
 
@@ -633,6 +636,7 @@ def plan_cluster(
     auto_create_topic: bool = True,
     default_queue_nums: int = 4,
     cds: bool = True,
+    timer_wheel: bool = False,
 ) -> ClusterPlan:
     """Write every member's configuration under ``run_dir`` and return their command lines.
 
@@ -685,6 +689,7 @@ def plan_cluster(
             home=home,
             auto_create_topic=auto_create_topic,
             default_queue_nums=default_queue_nums,
+            timer_wheel=timer_wheel,
         )
         log = d / "rocketmq.log"
         b_cds = cds_files(env, "broker", d) if cds else None
@@ -1022,6 +1027,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--namesrv-heap-mb", type=positive_int, default=Heaps().namesrv_mb)
     start.add_argument("--java", default=None, help="the java to run (default $JAVA_HOME/bin/java or PATH)")
     start.add_argument("--no-cds", action="store_true", help="no class-data archives (see CdsFiles)")
+    start.add_argument("--timer-wheel", action="store_true", help="5.x: keep the timer wheel (POP needs it)")
     check = subcommand(sub, "check", "say whether an engine can run here (JDK, cached jars)")
     check.add_argument("--engine", default=DEFAULT_ENGINE)
     check.add_argument("--java", default=None)
@@ -1048,6 +1054,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         time_scale=args.time_scale,
         heaps=Heaps(args.namesrv_heap_mb, args.broker_heap_mb),
         cds=not args.no_cds,
+        timer_wheel=args.timer_wheel,
     )
     cluster = Cluster(plan)
     stop = threading.Event()

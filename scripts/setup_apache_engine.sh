@@ -51,7 +51,12 @@ for version in $VERSIONS; do
     echo "==> fetching Apache RocketMQ $version (rocketmq-namesrv, rocketmq-broker and their dependencies)"
     mkdir -p "$dir"
     rm -rf "$dir/lib.partial" "$stamp"
-    nice mvn "${mvn_args[@]}" "-Drocketmq.version=$version" "-Dlib.dir=$PWD/$dir/lib.partial" process-resources
+    if ! nice mvn "${mvn_args[@]}" "-Drocketmq.version=$version" "-Dlib.dir=$PWD/$dir/lib.partial" \
+        process-resources >"$dir/maven.log" 2>&1; then
+        cat "$dir/maven.log" >&2
+        echo "error: Maven could not fetch Apache RocketMQ $version (log: $dir/maven.log)" >&2
+        exit 1
+    fi
     # Both entry points must be on the class path; a half-resolved closure fails here, not in a test.
     for cls in org.apache.rocketmq.namesrv.NamesrvStartup org.apache.rocketmq.broker.BrokerStartup; do
         if ! has_class "$dir/lib.partial" "${cls//.//}.class"; then

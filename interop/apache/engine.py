@@ -21,7 +21,9 @@ What this module gives the lab (it imports nothing of the lab's core, only the n
   one ``READY <name> <host:port>`` line each once every broker is registered, stopped on SIGTERM.
 
 The lab's time scale reaches only what RocketMQ lets a configuration set (see ``broker_properties``); the
-rest of the broker's timers are constants of its code and stay RocketMQ's (``UNSCALED``).
+rest of the broker's timers are constants of its code and stay RocketMQ's (``UNSCALED``). The clients of
+these brokers are real RocketMQ clients, which keep their own timers (a heartbeat every 30 s): below a
+time scale of 0.25 the scaled idle-connection close (120 s) would drop them between heartbeats.
 """
 
 from __future__ import annotations
@@ -1039,7 +1041,16 @@ def _say(text: str, stream: TextIO = sys.stderr) -> None:
     stream.flush()
 
 
+# Real clients heartbeat every 30 s; the scaled idle close (120 s x scale) must stay above that.
+MIN_TIME_SCALE_FOR_REAL_CLIENTS: Final = 0.25
+
+
 def cmd_start(args: argparse.Namespace) -> int:
+    if args.time_scale < MIN_TIME_SCALE_FOR_REAL_CLIENTS:
+        _say(
+            f"warning: at time scale {args.time_scale:g} the brokers close a connection idle for "
+            f"{120 * args.time_scale:g} s, less than real clients' 30 s heartbeat"
+        )
     try:
         env = check_environment(args.engine, java=args.java)
     except EngineUnavailable as exc:

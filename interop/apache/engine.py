@@ -49,6 +49,7 @@ from typing import Any, Final, TextIO
 
 from rmqlab.cli import command_parser, positive_float, positive_int, subcommand
 from rmqlab.protocol.codes import RequestCode, ResponseCode
+from rmqlab.protocol.command import FrameError
 from rmqlab.protocol.native.frame import NativeFrame, NativeFrameDecoder, encode_frame
 from rmqlab.protocol.native.translate import parse_json_body
 from rmqlab.protocol.runtime import TimeScale
@@ -144,14 +145,19 @@ def java_version(java: str) -> str | None:
     return m[1] if m else None
 
 
-def java_major(java: str) -> int | None:
-    """The feature release of ``java`` (8 for "1.8.0_x", 17 for "17.0.15"), or None if it does not run."""
-    version = java_version(java)
-    m = _JAVA_VERSION_RE.search(f'version "{version}"') if version else None
+def major_of(version: str) -> int | None:
+    """The feature release of a Java version: 8 for "1.8.0_412", 17 for "17.0.15"."""
+    m = _JAVA_VERSION_RE.search(f'version "{version}"')
     if not m:
         return None
     major = int(m[1])
     return int(m[2] or 0) if major == 1 else major
+
+
+def java_major(java: str) -> int | None:
+    """The feature release of ``java``, or None if it does not run."""
+    version = java_version(java)
+    return major_of(version) if version else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +183,8 @@ def check_environment(
     root = root or checkout_root()
     problems: list[str] = []
     java_path = find_java(java)
-    major = java_major(java_path) if java_path else None
+    version = java_version(java_path) if java_path else None
+    major = major_of(version) if version else None
     if java_path is None:
         problems.append("no JDK: no java on the PATH and no $JAVA_HOME/bin/java (install a JDK 17)")
     elif major is None:
@@ -196,7 +203,7 @@ def check_environment(
     if problems:
         raise EngineUnavailable(f"engine {eng.name}: " + "; ".join(problems))
     assert java_path is not None and major is not None
-    return Environment(eng, java_path, major, lib, java_version(java_path) or str(major))
+    return Environment(eng, java_path, major, lib, version or str(major))
 
 
 # -- configuration -------------------------------------------------------------------------------------
@@ -743,6 +750,8 @@ def native_request(
                         return answer
     except TimeoutError:
         raise AdminError(f"{addr} did not answer request {code} within {timeout:g} s") from None
+    except FrameError as exc:
+        raise AdminError(f"{addr} answered request {code} with a broken frame: {exc}") from None
     except OSError as exc:
         raise AdminError(f"request {code} to {addr} failed: {exc}") from None
 

@@ -21,17 +21,24 @@ import pytest
 from kit.interop import ROOT, Lab, consumed_positions, cpp_client_missing, max_offsets, ownership, wait_for
 
 from rmqlab.interop.apache.engine import (
+    BROKER_READY,
     SETUP_SCRIPT,
+    AdminError,
+    Engine,
     EngineUnavailable,
+    Environment,
+    Heaps,
+    broker_properties,
     check_environment,
     cluster_brokers,
     create_topic,
+    free_port,
+    jvm_options,
+    namesrv_properties,
     resolve_engine,
     route_brokers,
     wait_topic,
 )
-
-pytestmark = pytest.mark.slow
 
 ENGINES = ["apache-4.9.7", "apache-5"]
 
@@ -66,16 +73,26 @@ def engine_missing(engine: str) -> str | None:
 
 
 ENGINES_VERSIONS = {name: resolve_engine(name).version for name in ENGINES}
-_engine_missing = {name: engine_missing(name) for name in ENGINES}
-_cpp_missing = cpp_client_missing()
-needs_cpp = pytest.mark.skipif(_cpp_missing is not None, reason=_cpp_missing or "")
-each_engine = pytest.mark.parametrize(
-    "engine",
-    [
-        pytest.param(name, marks=pytest.mark.skipif(why is not None, reason=why or ""))
-        for name, why in _engine_missing.items()
-    ],
-)
+_missing: dict[str, str | None] = {}
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """An engine that can run here (set up on first use, so that a run without the slow tests never
+    starts Maven); the test is skipped with the reason otherwise."""
+    name: str = request.param
+    if name not in _missing:
+        _missing[name] = engine_missing(name)
+    if _missing[name] is not None:
+        pytest.skip(_missing[name])
+    return name
+
+
+@pytest.fixture
+def cpp_client() -> None:
+    why = cpp_client_missing()
+    if why is not None:
+        pytest.skip(why)
 
 
 class EngineProcess:
@@ -152,7 +169,7 @@ def averagely(clients: list[str], queues: int) -> dict[str, set[int]]:
     return out
 
 
-@each_engine
+@pytest.mark.slow
 def test_engine_starts_registers_creates_a_topic_and_stops_cleanly(tmp_path: Path, engine: str) -> None:
     cluster = EngineProcess(engine, tmp_path / "engine", brokers=2)
     try:
@@ -176,8 +193,8 @@ def test_engine_starts_registers_creates_a_topic_and_stops_cleanly(tmp_path: Pat
         assert "unregisterBroker OK" in (tmp_path / "engine" / broker / "rocketmq.log").read_text()
 
 
-@each_engine
-@needs_cpp
+@pytest.mark.slow
+@pytest.mark.usefixtures("cpp_client")
 def test_cpp_clients_share_a_group_on_apaches_broker(lab: Lab, tmp_path: Path, engine: str) -> None:
     group, topic, queues, count = "GA", "TA", 4, 40
     cluster = EngineProcess(engine, tmp_path / "engine")
@@ -247,3 +264,56 @@ def test_unserved_release_is_refused_with_the_reason() -> None:
         check_environment("apache-4.9.8")
     with pytest.raises(EngineUnavailable, match="unknown engine"):
         resolve_engine("apache-3")
+
+
+# -- without a JVM -------------------------------------------------------------------------------------
+
+
+def test_broker_configuration_scales_what_rocketmq_lets_a_file_set(tmp_path: Path) -> None:
+    props = broker_properties(
+        "broker-b", 20911, "127.0.0.1:9876", tmp_path / "store", 0.5, engine="apache-4.9.7"
+    )
+    assert props["brokerName"] == "broker-b" and props["brokerId"] == "0" and props["listenPort"] == "20911"
+    assert props["namesrvAddr"] == "127.0.0.1:9876" and props["autoCreateTopicEnable"] == "true"
+    assert props["storePathRootDir"] == str(tmp_path / "store")
+    assert props["storePathCommitLog"] == str(tmp_path / "store" / "commitlog")
+    # The setters' names (setMappedFileSizeCommitLog), not the old "maped" spelling a file would ignore.
+    assert int(props["mappedFileSizeCommitLog"]) == 32 * 1024 * 1024
+    assert int(props["mappedFileSizeConsumeQueue"]) % 20 == 0
+    assert props["registerNameServerPeriod"] == "15000"  # 30 s x 0.5 (the broker clamps to 10..60 s)
+    assert props["flushConsumerOffsetInterval"] == "2500"
+    assert props["serverChannelMaxIdleTimeSeconds"] == "60"
+    assert "channelExpiredTimeout" not in props  # a constant of 4.9's code
+    five = broker_properties("b", 1, "n:1", tmp_path, 0.5, engine="apache-5")
+    assert five["channelExpiredTimeout"] == "60000" and five["timerWheelEnable"] == "false"
+    assert namesrv_properties(9876, tmp_path, 0.5, engine="apache-5")["scanNotActiveBrokerInterval"] == "2500"
+
+
+def test_jvm_options_on_java_17(tmp_path: Path) -> None:
+    def options(engine: Engine, role: str) -> list[str]:
+        env = Environment(engine, "java", 17, tmp_path / "lib", "17.0.15")
+        return jvm_options(
+            env, role, member_dir=tmp_path, home=tmp_path, log_file=tmp_path / "x.log", heap_mb=128
+        )
+
+    broker49 = options(Engine("apache-4.9.7", "4.9.7"), "broker")
+    assert "--add-opens=java.base/java.nio=ALL-UNNAMED" in broker49
+    assert "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED" in broker49
+    assert "-Xmx128m" in broker49 and f"-Xms{Heaps().initial_mb}m" in broker49
+    assert "-Drocketmq.broker.rebalance.lockMaxLiveTime=60000" in broker49
+    assert not any(o.startswith("--add-") for o in options(Engine("apache-5", "5.5.0"), "broker"))
+    assert not any(o.startswith("--add-") for o in options(Engine("apache-4.9.7", "4.9.7"), "namesrv"))
+
+
+def test_ready_line_and_ports() -> None:
+    m = BROKER_READY.search("The broker[broker-a, 127.0.0.1:10911] boot success. serializeType=JSON")
+    assert m is not None and m["name"] == "broker-a" and m["addr"] == "127.0.0.1:10911"
+    taken: set[int] = set()
+    port = free_port(also=(-2, 1), taken=taken)
+    assert {port - 2, port, port + 1} <= taken
+
+
+def test_admin_request_to_a_closed_port_fails_clearly() -> None:
+    port = free_port()
+    with pytest.raises(AdminError, match="failed"):
+        cluster_brokers(f"127.0.0.1:{port}", timeout=1.0)

@@ -290,8 +290,11 @@ class Supervisor:
         if nemesis:
             self._nemesis("start", m)
         with open(m.out_file, "ab") as out:
-            m._out_offset = out.tell()
             out.write(f"--- incarnation {m.incarnation} ---\n".encode())
+            # On disk before the child exists: the child appends to the same file, and its READY line may
+            # come before this process runs again (a loaded machine); a header still in this buffer would
+            # then land after it, and so would the offset check_ready reads from.
+            out.flush()
             m._out_offset = out.tell()
             m.proc = subprocess.Popen(
                 self.command(m, log_file),

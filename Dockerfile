@@ -18,6 +18,16 @@ ENV PYTHONUNBUFFERED=1 \
     VIRTUAL_ENV=/opt/rmqlab \
     PATH=/opt/rmqlab/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
+# The roles run as an unprivileged user of their own, rmqlab (10001:10001), which owns /runs (a named
+# or anonymous volume there starts out as its). `--user UID:GID` (the compose file's RMQ_USER, the
+# docker backend's host user) overrides it so that files in a bind-mounted host folder are that user's.
+# Network faults need no privilege inside: iptables and tc run from the host, in the container's
+# network namespace (nsenter). Created first: this layer stays cached when the sources change.
+RUN groupadd --gid 10001 rmqlab \
+    && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin rmqlab \
+    && mkdir -p /runs \
+    && chown 10001:10001 /runs
+
 WORKDIR /lab
 # The dependencies first, in a layer of their own: a change of the sources does not reinstall them.
 # pyproject.toml keeps the sources of this COPY from being empty when there is no wheels/ (the
@@ -48,8 +58,11 @@ RUN if pip show setuptools wheel msgpack >/dev/null 2>&1; then \
        else \
          pip install .; \
        fi \
-    && rm -rf build *.egg-info \
-    && mkdir -p /runs
+    && cd / && rm -rf /lab
+# The sources go once installed: a `python -m rmqlab.<role>` started in a folder that holds the source
+# tree's rmqlab/ would import that partial package instead of the installed one.
+WORKDIR /runs
+USER 10001:10001
 
 # Which sources the image was built from: rmq-chaos refuses an image whose digest is not the checkout's.
 ARG SOURCE_DIGEST=unknown

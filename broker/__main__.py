@@ -15,6 +15,7 @@ from rmqlab.broker.topic_config import PERM_READ_WRITE, TopicConfig
 from rmqlab.cli import (
     ROLE_EXIT_CODES,
     add_common_args,
+    add_metrics_port,
     add_native_port_arg,
     announce_ready,
     command_parser,
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=10911, help="port to listen on; 0 picks a free one")
     add_common_args(p)
+    add_metrics_port(p)
     p.add_argument(
         "--broker-name",
         default="broker-a",
@@ -197,8 +199,14 @@ async def serve(
     log: EventLog,
     native_port: int | None = None,
     topics: list[tuple[str, int | None]] | None = None,
+    metrics_port: int | None = None,
 ) -> int:
     broker = BrokerController(config, log=log)
+    metrics = None
+    if metrics_port is not None:
+        from rmqlab.protocol.metrics import NodeLabels, RoleMetrics
+
+        broker.metrics = metrics = RoleMetrics(NodeLabels("broker", log.node))
     try:
         await broker.start()
     except (OSError, sqlite3.Error, StoreError) as exc:
@@ -217,9 +225,22 @@ async def serve(
             except OSError as exc:
                 print(f"rmq-broker: cannot listen on {config.host}:{native_port}: {exc}", file=sys.stderr)
                 return 2
+        if metrics is not None:
+            assert metrics_port is not None
+            metrics.watch(asyncio.get_running_loop(), broker.metrics_snapshot)
+            try:
+                ready += f" metrics={config.host}:{metrics.serve(metrics_port, config.host)}"
+            except OSError as exc:
+                print(
+                    f"rmq-broker: cannot serve metrics on {config.host}:{metrics_port}: {exc}",
+                    file=sys.stderr,
+                )
+                return 2
         announce_ready(ready)
         await asyncio.Event().wait()  # until SIGTERM/SIGINT cancels us
     finally:
+        if metrics is not None:
+            metrics.close()
         await asyncio.shield(broker.shutdown())
     return 0
 
@@ -229,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from_args(args)
     log = EventLog(args.node or config.broker_name, "broker", args.log_file)
     try:
-        return run_async_main(lambda: serve(config, log, args.remoting_port, args.create_topic))
+        return run_async_main(
+            lambda: serve(config, log, args.remoting_port, args.create_topic, args.metrics_port)
+        )
     finally:
         log.close()
 

@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import inspect
 import os
-from typing import Any, cast
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, cast
 
 from rmqlab.broker.acl import ADMIN_CODES, AclDenied, PlainAccessValidator, is_loopback
 from rmqlab.broker.assignment import MessageRequestModeTable
@@ -26,16 +27,19 @@ from rmqlab.broker.pop import PopState
 from rmqlab.broker.processor import register_processors
 from rmqlab.broker.processor.pop import PopLongPollingService, PopMessageProcessor
 from rmqlab.broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, Handler
-from rmqlab.broker.route_info import QueueData, RouteInfoManager
+from rmqlab.broker.route_info import RouteInfoManager
 from rmqlab.broker.schedule import ScheduleMessageService
 from rmqlab.broker.sqlite_store import SqliteMessageStore
 from rmqlab.broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, StoredMessage, StoreError
 from rmqlab.broker.topic_config import TopicConfig
-from rmqlab.client.route import TopicRouteData
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import CommandError, RemotingCommand
 from rmqlab.protocol.model import MessageQueue, WireError, is_retry_topic, retry_topic
+
+if TYPE_CHECKING:  # prometheus_client is imported only by a broker that serves metrics
+    from rmqlab.protocol.metrics import RoleMetrics, Snapshot
 from rmqlab.protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer, SyncHandler
+from rmqlab.protocol.route import QueueData, TopicRouteData
 from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, local_ip
 
 ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused
@@ -97,6 +101,7 @@ class BrokerController:
         self._started_ms = 0
         self._stopped = False
         self.pull_events = True  # one pull_served event per answered pull
+        self.metrics: RoleMetrics | None = None  # live metrics, with --metrics-port
         # offsets committed since the last flush, when offsets are flushed periodically as RocketMQ does
         self._unflushed_offsets: dict[tuple[str, str, int], int] = {}
         # RocketMQ 5: POP's checkpoints and held pops, the request modes, and the topic routes
@@ -282,9 +287,74 @@ class BrokerController:
                     raise CommandError(ResponseCode.SERVICE_NOT_AVAILABLE, str(exc)) from None
             return None if drop else resp
 
+        if self.metrics is not None:
+            wrapped = self._timed(code, wrapped)
         if sync_handler is not None and not durable:
             return self._wrap_sync(code, sync_handler, wrapped)
         return wrapped
+
+    def _timed(self, code: int, handler: Handler) -> Handler:
+        """rocketmq_rpc_latency of every answer (a held pull counts until it is answered)."""
+        metrics = self.metrics
+        assert metrics is not None
+        monotonic = self.clock.monotonic_ms
+
+        async def timed(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+            t0 = monotonic()
+            try:
+                resp = await handler(conn, cmd)
+            except CommandError as exc:
+                metrics.answered(code, int(exc.code), monotonic() - t0)
+                raise
+            metrics.answered(code, resp.code if resp is not None else -1, monotonic() - t0)
+            return resp
+
+        return timed
+
+    def metrics_snapshot(self) -> Snapshot:
+        """The state metrics at this moment (run on the loop at each scrape)."""
+        from rmqlab.protocol.metrics import Snapshot
+
+        snap = Snapshot()
+        written: dict[str, int] = defaultdict(int)
+        max_offsets: dict[tuple[str, int], int] = {}
+        for (topic, queue_id), cq in list(self.store.queues.items()):
+            written[topic] += cq.max_offset
+            max_offsets[(topic, queue_id)] = cq.max_offset
+        snap.add(
+            "rocketmq_messages_in",
+            "Messages stored",
+            "counter",
+            ["topic", "message_type"],
+            (([t, "Normal"], float(n)) for t, n in sorted(written.items())),
+        )
+        lag: dict[tuple[str, str], int] = defaultdict(int)
+        for group, topic, queue_id, offset in self.offset_manager.entries():
+            lag[(topic, group)] += max(0, max_offsets.get((topic, queue_id), 0) - offset)
+        snap.add(
+            "rocketmq_consumer_lag_messages",
+            "Messages stored and not yet committed by the group",
+            "gauge",
+            ["topic", "consumer_group"],
+            (([t, g], float(n)) for (t, g), n in sorted(lag.items())),
+        )
+        cm = self.consumer_manager
+        snap.add(
+            "rocketmq_consumer_connections",
+            "Consumer connections of the group",
+            "gauge",
+            ["consumer_group"],
+            (([g], float(len(cm.conn_ids(g)))) for g in sorted(cm.groups)),
+        )
+        pm = self.producer_manager
+        snap.add(
+            "rocketmq_producer_connections",
+            "Producer connections of the group",
+            "gauge",
+            ["producer_group"],
+            (([g], float(len(c))) for g, c in sorted(pm.groups.items())),
+        )
+        return snap
 
     def _wrap_sync(self, code: int, handler: SyncHandler, wrapped: Handler) -> SyncHandler:
         """``wrap`` for a handler that never waits, when the store is not durable (no barrier to wait

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from rmqlab.protocol.metrics import Snapshot
 from rmqlab.broker.config import NamesrvConfig
 from rmqlab.broker.route_info import RouteInfoManager, parse_topic_config_table
 from rmqlab.protocol.codes import RequestCode, ResponseCode
@@ -126,6 +128,20 @@ class NamesrvController:
     @property
     def address(self) -> str:
         return self.server.address
+
+    def metrics_snapshot(self) -> Snapshot:
+        """The state metrics at this moment (run on the loop at each scrape)."""
+        from rmqlab.protocol.metrics import Snapshot
+
+        snap = Snapshot()
+        snap.add(
+            "active_broker_num",
+            "Brokers registered and alive",
+            "gauge",
+            [],
+            [([], float(len(self.route_info.broker_live_table)))],
+        )
+        return snap
 
     async def start(self) -> None:
         await self.server.start()

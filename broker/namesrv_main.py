@@ -11,6 +11,7 @@ from rmqlab.broker.namesrv import NamesrvController
 from rmqlab.cli import (
     ROLE_EXIT_CODES,
     add_common_args,
+    add_metrics_port,
     add_native_port_arg,
     announce_ready,
     command_parser,
@@ -33,10 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_native_port_arg(p)
     add_common_args(p)
+    add_metrics_port(p)
     return p
 
 
-async def serve(config: NamesrvConfig, log: EventLog, native_port: int | None = None) -> int:
+async def serve(
+    config: NamesrvConfig, log: EventLog, native_port: int | None = None, metrics_port: int | None = None
+) -> int:
     ns = NamesrvController(config, log=log)
     try:
         await ns.start()
@@ -57,10 +61,26 @@ async def serve(config: NamesrvConfig, log: EventLog, native_port: int | None = 
             await ns.shutdown()
             return 2
         ready += f" native={config.host}:{native.port}"
+    metrics = None
     try:
+        if metrics_port is not None:
+            from rmqlab.protocol.metrics import NodeLabels, RoleMetrics
+
+            metrics = RoleMetrics(NodeLabels("nameserver", log.node))
+            metrics.watch(asyncio.get_running_loop(), ns.metrics_snapshot)
+            try:
+                ready += f" metrics={config.host}:{metrics.serve(metrics_port, config.host)}"
+            except OSError as exc:
+                print(
+                    f"rmq-namesrv: cannot serve metrics on {config.host}:{metrics_port}: {exc}",
+                    file=sys.stderr,
+                )
+                return 2
         announce_ready(ready)
         await asyncio.Event().wait()
     finally:
+        if metrics is not None:
+            metrics.close()
         if native is not None:
             await asyncio.shield(native.close())
         await asyncio.shield(ns.shutdown())
@@ -74,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     log = EventLog(args.node or "namesrv", "namesrv", args.log_file)
     try:
-        return run_async_main(lambda: serve(config, log, args.remoting_port))
+        return run_async_main(lambda: serve(config, log, args.remoting_port, args.metrics_port))
     finally:
         log.close()
 

@@ -1,54 +1,18 @@
 """The name server's route table (RocketMQ's RouteInfoManager), sans-IO.
 
 Brokers register their topic configs every 30 s; a broker is forgotten when its registrations stop for
-120 s or when the connection it registered over closes. Routes are answered per topic.
+120 s or when the connection it registered over closes. Routes are answered per topic. The tables hold
+``protocol.route``'s frozen BrokerData and QueueData, replaced (never changed) when a registration or an
+unregistration changes them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rmqlab.protocol.command import InvalidParameter, field_int
-
-
-@dataclass(slots=True)
-class QueueData:
-    """A broker's queue counts and permissions for one topic, as the name server keeps them."""
-
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "brokerName": self.broker_name,
-            "readQueueNums": self.read_queue_nums,
-            "writeQueueNums": self.write_queue_nums,
-            "perm": self.perm,
-        }
-
-
-@dataclass(slots=True)
-class BrokerData:
-    """A broker name's cluster and addresses by broker id."""
-
-    cluster: str
-    broker_name: str
-    broker_addrs: dict[int, str] = field(default_factory=dict)
-    # Addresses of the brokers' RocketMQ-native ports, for real clients (absent when none is open).
-    native_addrs: dict[int, str] = field(default_factory=dict)
-
-    def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {
-            "cluster": self.cluster,
-            "brokerName": self.broker_name,
-            "brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
-        }
-        if self.native_addrs:
-            wire["nativeAddrs"] = {str(k): v for k, v in sorted(self.native_addrs.items())}
-        return wire
+from rmqlab.protocol.route import BrokerData, QueueData, TopicRouteData
 
 
 @dataclass(slots=True)
@@ -112,16 +76,18 @@ class RouteInfoManager:
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
         bd = self.broker_addr_table.get(broker_name)
         if bd is None:
-            bd = self.broker_addr_table[broker_name] = BrokerData(cluster, broker_name)
+            bd = BrokerData(cluster, broker_name)
         # An address re-registered under another id (a restart with a new role) replaces the old one.
-        for bid, addr in list(bd.broker_addrs.items()):
-            if addr == broker_addr and bid != broker_id:
-                del bd.broker_addrs[bid]
-        bd.broker_addrs[broker_id] = broker_addr
+        addrs = {bid: addr for bid, addr in bd.broker_addrs if addr != broker_addr or bid == broker_id}
+        addrs[broker_id] = broker_addr
+        native = dict(bd.native_addrs)
         if native_addr:
-            bd.native_addrs[broker_id] = native_addr
+            native[broker_id] = native_addr
         else:
-            bd.native_addrs.pop(broker_id, None)
+            native.pop(broker_id, None)
+        self.broker_addr_table[broker_name] = BrokerData(
+            bd.cluster, broker_name, tuple(sorted(addrs.items())), tuple(sorted(native.items()))
+        )
         first = broker_addr not in self.broker_live_table
         self.broker_live_table[broker_addr] = BrokerLiveInfo(
             broker_addr, broker_name, cluster, broker_id, now_ms, conn_id
@@ -143,11 +109,15 @@ class RouteInfoManager:
         live = self.broker_live_table.pop(broker_addr, None)
         removed = False
         for name, bd in list(self.broker_addr_table.items()):
-            for bid, addr in list(bd.broker_addrs.items()):
-                if addr == broker_addr:
-                    del bd.broker_addrs[bid]
-                    bd.native_addrs.pop(bid, None)
-                    removed = True
+            gone = {bid for bid, addr in bd.broker_addrs if addr == broker_addr}
+            if gone:
+                removed = True
+                bd = self.broker_addr_table[name] = BrokerData(
+                    bd.cluster,
+                    name,
+                    tuple(a for a in bd.broker_addrs if a[0] not in gone),
+                    tuple(a for a in bd.native_addrs if a[0] not in gone),
+                )
             if not bd.broker_addrs:
                 del self.broker_addr_table[name]
                 self._remove_broker_name(name, bd.cluster)
@@ -182,7 +152,4 @@ class RouteInfoManager:
         brokers = [self.broker_addr_table[n] for n in sorted(queues) if n in self.broker_addr_table]
         if not brokers:
             return None
-        return {
-            "brokerDatas": [b.to_wire() for b in brokers],
-            "queueDatas": [queues[b.broker_name].to_wire() for b in brokers],
-        }
+        return TopicRouteData(tuple(brokers), tuple(queues[b.broker_name] for b in brokers)).to_wire()

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rmqlab.chaos.cleanup import add_clean_command
 from rmqlab.chaos.handdriven import add_commands
 from rmqlab.chaos.realclients import check_environment
 from rmqlab.cli import (
@@ -266,6 +267,7 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
         image=image,
         out=sys.stderr if args.json else sys.stdout,
         quiet=args.quiet,
+        metrics=args.metrics,
     )
     if outcome is not None:
         outcome["run_dir"] = str(run_dir)
@@ -337,6 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="the image of the docker backend (scripts/docker/build_image.sh builds it)",
     )
+    run.add_argument(
+        "--metrics",
+        action="store_true",
+        help="every name server, broker and consumer of ours serves live metrics in Prometheus text "
+        "(local processes; the endpoints are printed once the cluster is up)",
+    )
     add_quiet(run, "no progress or step lines: only the verdict, the report and the run directory")
     add_json(run, "the verdict, exit code and output paths")
     run.set_defaults(func=cmd_run)
@@ -353,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_json(val, "the checked experiment and its schedule, or its problems")
     val.set_defaults(func=cmd_validate)
     add_commands(sub)
+    add_clean_command(sub)
     return p
 
 

@@ -50,6 +50,7 @@ class LocalCluster:
         env: dict[str, str] | None = None,
         credentials: SessionCredentials | None = None,
         clients: RealClients | None = None,
+        metrics: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir).resolve()  # paths given to children must not depend on their cwd
         self.clients = clients or RealClients()  # where the real clients' drivers are
@@ -79,6 +80,9 @@ class LocalCluster:
         # RocketMQ's native remoting ports, when the servers were declared with native=True.
         self.namesrv_native: str | None = None
         self.brokers_native: dict[str, str] = {}
+        # Every name server, broker and consumer of ours serves live metrics (--metrics-port 0, kept
+        # across restarts like the other ports); metrics_endpoints() says where.
+        self.metrics = metrics
 
     # -- declaring and starting -------------------------------------------------------------------
     # Servers listen on port 0 and keep the port they got (from their READY line) across restarts, so
@@ -90,7 +94,7 @@ class LocalCluster:
 
     def add_namesrv(self, node: str = "namesrv", *, native: bool = False) -> Member:
         args = ["--host", "127.0.0.1", "--port", "0"] + (["--remoting-port", "0"] if native else [])
-        return self.sup.add(node, "namesrv", NAMESRV_MODULE, args, port=0)
+        return self.sup.add(node, "namesrv", NAMESRV_MODULE, args + self._metrics_args(), port=0)
 
     def add_broker(
         self, name: str, *, durable: bool = False, flags: list[str] | None = None, native: bool = False
@@ -103,7 +107,20 @@ class LocalCluster:
             store.mkdir(parents=True, exist_ok=True)
             args += ["--store-dir", str(store)]
         args += flags or []
-        return self.sup.add(name, "broker", BROKER_MODULE, args, port=0)
+        return self.sup.add(name, "broker", BROKER_MODULE, args + self._metrics_args(), port=0)
+
+    def _metrics_args(self) -> list[str]:
+        return ["--metrics-port", "0"] if self.metrics else []
+
+    def metrics_endpoints(self) -> dict[str, str]:
+        """Node -> the URL of its metrics, for the members that serve them and are up."""
+        out = {}
+        for m in self.sup:
+            words = (m.ready_info or "").split()
+            addr = next((w.removeprefix("metrics=") for w in words[1:] if w.startswith("metrics=")), None)
+            if addr:
+                out[m.node] = f"http://{addr}/metrics"
+        return out
 
     def add_proxy(self, node: str = PROXY_NODE) -> Member:
         """rmq-proxy, the gRPC endpoint Apache's RocketMQ 5 clients talk to, over the name server's routes.
@@ -146,6 +163,7 @@ class LocalCluster:
         if consume_ms:
             args += ["--consume-ms", str(consume_ms)]
         args += extra or []
+        args += self._metrics_args()
         return self.sup.add(node, "consumer", CONSUMER_MODULE, args, group=group, client="python")
 
     def add_real_consumer(

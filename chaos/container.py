@@ -44,7 +44,8 @@ from rmqlab.chaos.supervisor import EventSink, Member, Supervisor, SupervisorErr
 from rmqlab.lab.backend import BackendError
 from rmqlab.lab.experiment import NAMESRV_NODE, Experiment
 
-IMAGE = "rocketmq-rebalance-lab:latest"
+# The lab's image; RMQ_IMAGE names another (a checkout of its own on a shared engine).
+IMAGE = os.environ.get("RMQ_IMAGE") or "rocketmq-rebalance-lab:latest"
 DIGEST_LABEL = "org.rocketmq-rebalance-lab.source-digest"
 RUN_LABEL = "org.rocketmq-rebalance-lab.run"
 # The package sources that go into the image (the Dockerfile's COPY lines, less the pipeline, which runs

@@ -11,6 +11,7 @@ ignore the lab's time scale: they keep RocketMQ's own timers.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -19,7 +20,19 @@ from pathlib import Path
 from rmqlab.lab.experiment import CLIENT_NAMES, REAL_CLIENTS, Experiment, ExperimentError, KeyLines
 
 SETUP_SCRIPT = "scripts/setup_real_clients.sh"
-ROOT = Path(__file__).resolve().parents[1]
+# The real clients' environments live in a checkout of the project (the setup script installs them
+# there). Run from a checkout, that is this package's own root; an installed package has no place for
+# them, so RMQLAB_CHECKOUT names a checkout whose clients to use.
+CHECKOUT_ENV = "RMQLAB_CHECKOUT"
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_root() -> Path:
+    named = os.environ.get(CHECKOUT_ENV)
+    return Path(named).resolve() if named else PACKAGE_ROOT
+
+
+ROOT = default_root()
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,12 @@ class RealClients:
     def missing(self, kind: str) -> str | None:
         """Why ``kind`` cannot run here, or None when it can."""
         name = CLIENT_NAMES[kind]
+        if not (self.root / SETUP_SCRIPT).is_file():
+            return (
+                f"{name} runs from a checkout of the project, where {SETUP_SCRIPT} installs it; this lab is "
+                f"an installed package ({self.root}): set {CHECKOUT_ENV}=DIR to a checkout where that "
+                "script has run"
+            )
         fix = f"run {SETUP_SCRIPT} in the project's checkout"
         driver = self.driver(kind)
         if not driver.is_file():

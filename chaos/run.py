@@ -46,6 +46,7 @@ class ChaosRun:
         analyze: bool = True,
         out: TextIO | None = None,
         quiet: bool = False,
+        metrics: bool = False,
         ready_timeout_s: float = 60.0,
         progress_interval_s: float = 0.5,
         analysis_command: list[str] | None = None,
@@ -60,7 +61,7 @@ class ChaosRun:
         self.analyze = analyze
         self.out = out or sys.stdout
         # Progress and step lines; with quiet only the closing lines (verdict, report) are printed.
-        self.console = Console(self.out, quiet=quiet)
+        self.console = _ChaosConsole(self, self.out, quiet=quiet)
         self.closing = Progress(self.out)
         self.ready_timeout_s = ready_timeout_s
         self.progress_interval_s = progress_interval_s
@@ -73,6 +74,8 @@ class ChaosRun:
         self._analysis: asyncio.subprocess.Process | None = None
         self._ended_at: float | None = None
         self._manifest_path = Path(run_dir).resolve() / "manifest.json"  # the analysis may run elsewhere
+        self.metrics = metrics  # every node of ours serves live metrics (--metrics-port)
+        self._quick: dict[str, Any] | None = None  # the plain-Python analysis's summary, once said
 
     def say(self, text: str) -> None:
         self.console.say(text)
@@ -138,7 +141,9 @@ class ChaosRun:
         if self.image is None:
             if exp.acl is not None:
                 common["credentials"] = SessionCredentials(exp.acl.access_key, exp.acl.secret_key)
-            return LocalCluster(self.run_dir, clients=self.clients, **common)
+            return LocalCluster(self.run_dir, clients=self.clients, metrics=self.metrics, **common)
+        if self.metrics:
+            raise ExperimentError(exp.source, [(None, "--metrics runs on the local-process backend only")])
         if exp.acl is not None:
             raise ExperimentError(exp.source, [(None, "[acl] runs on the local-process backend only")])
         return ContainerCluster(self.run_dir, image=self.image, **common)
@@ -217,10 +222,15 @@ class ChaosRun:
                 "analysis skipped: the pipeline extra (pyspark) is not installed; showing live counts only"
             )
             return
-        self.say("analysing the run (python -m rmqlab.pipeline) ...")
         await self._start_analysis()
         proc = self._analysis
         assert proc is not None
+        self._quick = await self._quick_verdict()
+        self.say(
+            "writing summary.json and the report (rmq-analyze) ..."
+            if self._quick is not None
+            else "analysing the run (python -m rmqlab.pipeline) ..."
+        )
         try:
             rc = await proc.wait()
         except asyncio.CancelledError:
@@ -240,12 +250,37 @@ class ChaosRun:
         self.result.report = report if report.exists() else None
         if rc in (0, 1) and self.result.summary is not None:
             self.result.verdict = "ok" if rc == 0 else "fail"
+            if self._quick is not None:
+                from rmqlab.pipeline.quick import disagreement
+
+                why = disagreement(self._quick, self.result.summary)
+                if why is not None:  # the same definitions twice: a difference is a bug, never hidden
+                    self.result.errors.append(why)
         else:
             self.result.errors.append(f"the analysis failed (python -m rmqlab.pipeline exited with {rc})")
 
-    def _print_verdict(self) -> None:
-        r = self.result
-        s = r.summary
+    async def _quick_verdict(self) -> dict[str, Any] | None:
+        """The verdict at once, by the plain-Python analysis (off the loop), for a run small enough;
+        the Spark analysis writes summary.json and the report meanwhile."""
+        from rmqlab.pipeline.quick import quick_summary
+
+        try:
+            quick = await asyncio.to_thread(quick_summary, self.run_dir)
+        except Exception as exc:  # the Spark analysis still answers; say why this one could not
+            self.say(f"no quick verdict: {type(exc).__name__}: {exc}")
+            return None
+        if quick is None:
+            return None
+        self._say_groups(quick)
+        failed = [g for g, info in quick["groups"].items() if info.get("verdict") != "ok"]
+        after = f"{time.monotonic() - self._ended_at:.1f} s after the run ended, " if self._ended_at else ""
+        self.closing.note(
+            f"verdict: {'FAIL' if failed else 'OK'} (plain-Python analysis, {after}the report follows)"
+        )
+        return quick
+
+    def _say_groups(self, s: dict[str, Any] | None) -> None:
+        """Each group's line and the answer's sentences."""
         if s and isinstance(s.get("groups"), dict):
             for g, info in sorted(s["groups"].items()):
                 conv = info.get("convergence") or []
@@ -275,6 +310,11 @@ class ChaosRun:
                 )
             for sentence in s.get("answer") or []:
                 self.closing.note(f"answer: {sentence}")
+
+    def _print_verdict(self) -> None:
+        r = self.result
+        if self._quick is None:  # said already, when the plain-Python analysis answered at once
+            self._say_groups(r.summary)
         verdict = r.verdict if r.verdict is not None else r.quick_verdict
         source = "analysis" if r.verdict is not None else "live counts (no analysis)"
         self.closing.note(f"verdict: {verdict.upper()} ({source})")
@@ -288,3 +328,18 @@ class ChaosRun:
         if r.summary is not None:
             self.closing.note(f"summary: {self.run_dir / 'summary.json'}")
         self.closing.note(f"run directory: {self.run_dir}")
+
+
+class _ChaosConsole(Console):
+    """rmq-chaos's console: with ``--metrics``, where each node serves its metrics, once the cluster is up."""
+
+    def __init__(self, run: ChaosRun, out: TextIO, *, quiet: bool) -> None:
+        super().__init__(out, quiet=quiet)
+        self.run = run
+
+    def running(self, exp: Experiment, actions: int) -> None:
+        cluster = self.run.cluster
+        if self.run.metrics and cluster is not None and not isinstance(cluster, ContainerCluster):
+            for node, url in sorted(cluster.metrics_endpoints().items()):
+                self.say(f"metrics: {node} {url}")
+        super().running(exp, actions)

@@ -253,7 +253,8 @@ class Supervisor:
         return arg
 
     def command(self, m: Member, log_file: str) -> list[str]:
-        head = m.program if m.program is not None else [self.python, "-m", m.module]
+        # -P: the working folder is not put on the path, so a folder of the user's never shadows a module
+        head = m.program if m.program is not None else [self.python, "-P", "-m", m.module]
         scale = ["--time-scale", f"{self.time_scale:g}"] if m.time_scaled else []
         role_cmd = [
             *head,
@@ -285,8 +286,11 @@ class Supervisor:
         if nemesis:
             self._nemesis("start", m)
         with open(m.out_file, "ab") as out:
-            m._out_offset = out.tell()
             out.write(f"--- incarnation {m.incarnation} ---\n".encode())
+            # On disk before the child exists: the child appends to the same file, and its READY line may
+            # come before this process runs again (a loaded machine); a header still in this buffer would
+            # then land after it, and so would the offset check_ready reads from.
+            out.flush()
             m._out_offset = out.tell()
             m.proc = subprocess.Popen(
                 self.command(m, log_file),
@@ -330,7 +334,7 @@ class Supervisor:
             if line == READY_PREFIX or line.startswith(READY_PREFIX + " "):
                 m.ready_info = line[len(READY_PREFIX) :].strip()
                 if m.role == "consumer" and m.ready_info:
-                    m.client_ids.append(m.ready_info)
+                    m.client_ids.append(m.ready_info.split()[0])  # READY <client id> [metrics=...]
                 self._learn_port(m)
                 m.state = "running"
                 m.hung = False  # a new incarnation's listener is not hung
@@ -354,8 +358,12 @@ class Supervisor:
         words = (m.ready_info or "").split()
         if not words:
             return
-        native = next((w.removeprefix("native=") for w in words[1:] if w.startswith("native=")), "")
-        for flag, addr in (("--port", words[0]), ("--remoting-port", native)):
+
+        def named(key: str) -> str:
+            return next((w.removeprefix(key) for w in words[1:] if w.startswith(key)), "")
+
+        native, metrics = named("native="), named("metrics=")
+        for flag, addr in (("--port", words[0]), ("--remoting-port", native), ("--metrics-port", metrics)):
             _, sep, port = addr.rpartition(":")
             if not sep or not port.isdigit() or flag not in m.args:
                 continue

@@ -2,7 +2,7 @@
 
 Pure: builds a topic (``--brokers`` brokers named broker-a, broker-b, ... with ``--queues`` queues each)
 and a group of ``--consumers`` clients named consumer-00, consumer-01, ..., then runs the allocation every
-RocketMQ client runs (``client.allocate``). ``--leave N`` removes the last N consumers (with
+RocketMQ client runs (``protocol.allocate``). ``--leave N`` removes the last N consumers (with
 ``--leave-from first`` the first N); ``--join N`` adds N consumers numbered after the existing ones.
 
 Strategies that need configuration: MACHINE_ROOM_NEARBY puts broker i and consumer j into rooms
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rmqlab.cli import bounded_int, command_parser
-from rmqlab.client.allocate import (
+from rmqlab.protocol.allocate import (
     DEFAULT_VIRTUAL_NODE_CNT,
     AllocateMessageQueueStrategy,
     StaticMachineRoomResolver,

@@ -13,11 +13,11 @@ from typing import Any
 
 from rmqlab.client.errors import MQBrokerError, OffsetNotFoundError
 from rmqlab.client.pull_core import PullStatus, pull_status
-from rmqlab.client.route import TopicRouteData
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand, field_int, field_list, field_str
 from rmqlab.protocol.model import HeartbeatData, Message, MessageModel, MessageQueue, is_retry_topic
 from rmqlab.protocol.remoting import RemotingClient
+from rmqlab.protocol.route import TopicRouteData
 
 # PullSysFlag bits
 FLAG_COMMIT_OFFSET = 0x1

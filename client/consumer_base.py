@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rmqlab.client.allocate import AllocateMessageQueueStrategy, get_strategy
 from rmqlab.client.config import ConfigError, ConsumerConfig
 from rmqlab.client.errors import MQClientError
 from rmqlab.client.group_state import GroupState, shorts
@@ -16,7 +15,7 @@ from rmqlab.client.ports import GroupApi, PullDispatcher
 from rmqlab.client.process_queue import PullRequest
 from rmqlab.client.producer import check_topic, shutdown_instance, start_instance
 from rmqlab.client.rebalance import RebalanceImpl, emit_queue_event
-from rmqlab.client.route import TopicRouteData
+from rmqlab.protocol.allocate import AllocateMessageQueueStrategy, get_strategy
 from rmqlab.protocol.model import (
     ConsumeFromWhere,
     ConsumerData,
@@ -24,6 +23,7 @@ from rmqlab.protocol.model import (
     MessageModel,
     MessageQueue,
 )
+from rmqlab.protocol.route import TopicRouteData
 from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, build_client_id, new_instance_name
 
 DEFAULT_INSTANCE_NAME = "DEFAULT"

@@ -17,16 +17,17 @@ from typing import Any
 from rmqlab.cli import (
     ROLE_EXIT_CODES,
     add_common_args,
+    add_metrics_port,
     announce_ready,
     command_parser,
     host_port,
     non_negative_int,
 )
-from rmqlab.client.allocate import STRATEGY_NAMES
 from rmqlab.client.cli_common import add_config_args, layered_settings, run_client_main
 from rmqlab.client.config import ConsumerConfig
 from rmqlab.client.consumer_base import normalize_enums
 from rmqlab.client.push_consumer import PushConsumer
+from rmqlab.protocol.allocate import STRATEGY_NAMES
 from rmqlab.protocol.model import Message, MessageModel
 from rmqlab.protocol.runtime import EventLog
 
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rocketmq5", action="store_true", help="RocketMQ >=5.2 client behaviour (see README)")
     add_config_args(p)
     add_common_args(p)
+    add_metrics_port(p)
     return p
 
 
@@ -95,7 +97,8 @@ async def serve(args: argparse.Namespace, log: EventLog, listener: Callable[...,
     else:
         consumer.register_message_listener(listener)
     await consumer.start()
-    announce_ready(consumer.client_id)
+    metrics = getattr(args, "metrics_addr", None)
+    announce_ready(consumer.client_id + (f" metrics={metrics}" if metrics else ""))
     try:
         await asyncio.Event().wait()
     finally:
@@ -130,6 +133,27 @@ class ListenerGate:
 
 
 async def run(args: argparse.Namespace, log: EventLog) -> int:
+    if args.metrics_port is not None:
+        from prometheus_client import CollectorRegistry
+
+        from rmqlab.protocol.metrics import ConsumerMetrics, MetricsServer
+
+        registry = CollectorRegistry()
+        log.listeners.append(ConsumerMetrics(registry).on_event)
+        try:
+            server = MetricsServer(registry, args.metrics_port)
+        except OSError as exc:
+            print(f"rmq-consumer: cannot serve metrics on port {args.metrics_port}: {exc}", file=sys.stderr)
+            return 2
+        args.metrics_addr = f"127.0.0.1:{server.port}"
+        try:
+            return await _run(args, log)
+        finally:
+            server.close()
+    return await _run(args, log)
+
+
+async def _run(args: argparse.Namespace, log: EventLog) -> int:
     work_s = args.consume_ms / 1000.0
     gate = ListenerGate(log, args.group)
     gate.install()

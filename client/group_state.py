@@ -1,8 +1,11 @@
 """GroupState: the rebalance tables of one consumer group in one client, and every rule that changes them.
 
 No I/O, no event loop, no clock: time comes in as ``now_ms`` (monotonic) or ``wall_ms`` (epoch), and the
-methods answer what to do; ``client.rebalance.RebalanceImpl`` makes the broker calls those answers ask for
-and writes the events. The rules, each enforced by a method below (RocketMQ's RebalanceImpl and
+methods answer what to do. A rebalance round asks once per topic, ``plan_rebalance`` (or
+``plan_assignment`` for queues the broker assigned), and gets a ``RebalancePlan``: the allocation, the
+queues to drop, the queues to add with where each starts, and those to lock first;
+``client.rebalance.RebalanceImpl`` carries it out, making the broker calls it asks for and writing the
+events. The rules, each enforced by a method below (RocketMQ's RebalanceImpl and
 RebalancePushImpl / RebalanceLitePullImpl are the reference):
 
 1. ``subscription_inner`` (topic -> SubscriptionData) changes on subscribe / unsubscribe, when a
@@ -33,13 +36,14 @@ import functools
 import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from rmqlab.client.allocate import ALLOCATION_CACHE, AllocateMessageQueueStrategy, sort_mq_all
 from rmqlab.client.config import ConsumerConfig
 from rmqlab.client.process_queue import ProcessQueue
 from rmqlab.client.pull_core import FlowControl, flow_control_check
+from rmqlab.protocol.allocate import ALLOCATION_CACHE, AllocateMessageQueueStrategy, sort_mq_all
 from rmqlab.protocol.model import (
     MQ_ORDER,
     ConsumeFromWhere,
@@ -140,12 +144,101 @@ def plan_pull_from_where_lite(
     return plan
 
 
+@dataclass(frozen=True, slots=True)
+class StartRule:
+    """Where a new queue of ``topic`` starts, decided before the offset store is asked: the committed
+    offset when there is one, otherwise what ``consume_from_where`` says (computePullFromWhere)."""
+
+    topic: str
+    consume_from_where: ConsumeFromWhere
+    consume_timestamp_ms: int
+    lite: bool = False  # RebalanceLitePullImpl's variant: -1 instead of an exception
+
+    def given(self, last_offset: int) -> StartPlan:
+        """The start once the offset store answered ``last_offset``."""
+        plan = plan_pull_from_where_lite if self.lite else plan_pull_from_where
+        return plan(self.consume_from_where, last_offset, self.topic, self.consume_timestamp_ms)
+
+
 def per_queue_threshold(topic_threshold: int, queue_count: int, current: int) -> int:
     """pullThreshold(Size)ForQueue after a rebalance: the topic-level limit split over every
     ProcessQueue of the consumer (all topics, dropped ones still in the table included)."""
     if queue_count == 0 or topic_threshold == -1:
         return current
     return max(1, topic_threshold // queue_count)
+
+
+# -- a round's plan (updateProcessQueueTableInRebalance) ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDrop:
+    """A queue leaving the process-queue table, and why."""
+
+    mq: MessageQueue
+    reason: DropReason
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAdd:
+    """A queue entering the process-queue table, and where its first pull starts."""
+
+    mq: MessageQueue
+    start: StartRule
+
+
+@dataclass(frozen=True, slots=True)
+class RebalancePlan:
+    """What one rebalance round does to one topic of the group, in RocketMQ's order: the drops first, each
+    released before it leaves (an orderly queue only once its consume lock and broker lock are let go),
+    then the adds, each locked at the broker first when it is in ``lock``, then given its start.
+
+    ``add`` also lists a queue being dropped while still allocated (its pulls stalled): it comes back
+    with a new ProcessQueue once released. An add whose queue is still in the table when the drops are
+    done (a release that failed) is skipped, as is one whose start offset cannot be found.
+    """
+
+    topic: str
+    cid_all: list[str]  # the members the allocation saw, sorted (broadcasting: this client; assigned: none)
+    allocated: AbstractSet[MessageQueue]  # this client's queues of the topic
+    drop: tuple[QueueDrop, ...] = ()  # in MessageQueue order
+    add: tuple[QueueAdd, ...] = ()  # in MessageQueue order
+    lock: frozenset[MessageQueue] = frozenset()  # the adds to lock at the broker before adding (orderly)
+
+
+def plan_process_queue_table(
+    topic: str,
+    allocated: AbstractSet[MessageQueue],
+    held: Mapping[MessageQueue, ProcessQueue],
+    *,
+    now_ms: int,
+    pull_max_idle_ms: float | None,
+    lock: bool,
+    start: StartRule,
+) -> tuple[tuple[QueueDrop, ...], tuple[QueueAdd, ...], frozenset[MessageQueue]]:
+    """updateProcessQueueTableInRebalance's decisions for ``topic``, given this client's queues
+    (``allocated``) and the process-queue table (``held``): (drops, adds, queues to lock).
+
+    A held queue of the topic is dropped when it is no longer allocated, or, with ``pull_max_idle_ms``
+    (push consumers), when its last pull is more than that long ago. An allocated queue is added when it is
+    not held, or when it is being dropped for its stalled pulls. With ``lock`` every add is locked first."""
+    drop: list[QueueDrop] = []
+    for mq in sorted((mq for mq in held if mq.topic == topic), key=MQ_ORDER):
+        if mq not in allocated:
+            drop.append(QueueDrop(mq, DropReason.REALLOCATED))
+        elif pull_max_idle_ms is not None and held[mq].is_pull_expired(now_ms, pull_max_idle_ms):
+            drop.append(QueueDrop(mq, DropReason.PULL_EXPIRED))
+    again = {d.mq for d in drop if d.reason is DropReason.PULL_EXPIRED}
+    new = sorted((mq for mq in allocated if mq not in held or mq in again), key=MQ_ORDER)
+    return tuple(drop), tuple(QueueAdd(mq, start) for mq in new), frozenset(new) if lock else frozenset()
+
+
+class AllocationFailed(Exception):
+    """The allocation strategy raised ``cause`` (the round is then unbalanced and changes nothing)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(repr(cause))
+        self.cause = cause
 
 
 # -- the state object --------------------------------------------------------------------------------
@@ -240,24 +333,48 @@ class GroupState:
             return is_order and self.config.lock_in_broadcasting
         return is_order
 
-    def select_queues_to_drop(
-        self, topic: str, allocated: set[MessageQueue], now_ms: int
-    ) -> list[tuple[MessageQueue, DropReason]]:
-        """Step 1 of updateProcessQueueTableInRebalance: queues of ``topic`` no longer allocated, and (push
-        consumers only) allocated ones whose pull stalled for longer than pullMaxIdleTime."""
-        idle_ms = self.config.ms(self.config.pull_max_idle_time)
-        out: list[tuple[MessageQueue, DropReason]] = []
-        for mq in sorted((mq for mq in self._process_queues if mq.topic == topic), key=MQ_ORDER):
-            pq = self._process_queues[mq]
-            if mq not in allocated:
-                out.append((mq, DropReason.REALLOCATED))
-            elif self.consume_type is ConsumeType.CONSUME_PASSIVELY and pq.is_pull_expired(now_ms, idle_ms):
-                out.append((mq, DropReason.PULL_EXPIRED))
-        return out
+    def plan_rebalance(
+        self, topic: str, cid_all: Iterable[str] | None, is_order: bool, now_ms: int
+    ) -> RebalancePlan:
+        """A round of the client's own rebalance for ``topic`` (rebalanceByTopic's decisions): CLUSTERING
+        allocates the topic's queues over ``cid_all`` (``AllocationFailed`` when the strategy raises),
+        BROADCASTING takes every one of them. The topic's queues must be known."""
+        if self.message_model is MessageModel.BROADCASTING:
+            return self._plan(topic, [self.client_id], self._topic_queues[topic], is_order, now_ms)
+        assert cid_all is not None
+        try:
+            cids, allocated = self.allocate(topic, cid_all)
+        except Exception as exc:
+            raise AllocationFailed(exc) from exc
+        return self._plan(topic, cids, allocated, is_order, now_ms)
 
-    def select_queues_to_add(self, allocated: Iterable[MessageQueue]) -> list[MessageQueue]:
-        """Step 3: allocated queues without a ProcessQueue, in MessageQueue order."""
-        return sorted((mq for mq in set(allocated) if mq not in self._process_queues), key=MQ_ORDER)
+    def plan_assignment(
+        self, topic: str, allocated: AbstractSet[MessageQueue], is_order: bool, now_ms: int
+    ) -> RebalancePlan:
+        """A round for queues the broker assigned (RocketMQ 5's updateMessageQueueAssignment, PULL ones)."""
+        return self._plan(topic, [], allocated, is_order, now_ms)
+
+    def _plan(
+        self,
+        topic: str,
+        cids: list[str],
+        allocated: AbstractSet[MessageQueue],
+        is_order: bool,
+        now_ms: int,
+    ) -> RebalancePlan:
+        cfg = self.config
+        drop, add, lock = plan_process_queue_table(
+            topic,
+            allocated,
+            self._process_queues,
+            now_ms=now_ms,
+            pull_max_idle_ms=(
+                cfg.ms(cfg.pull_max_idle_time) if self.consume_type is ConsumeType.CONSUME_PASSIVELY else None
+            ),
+            lock=self.need_lock(is_order),
+            start=self.start_rule(topic),
+        )
+        return RebalancePlan(topic, cids, allocated, drop, add, lock)
 
     def mark_dropped(self, mq: MessageQueue) -> ProcessQueue | None:
         pq = self._process_queues.get(mq)
@@ -311,16 +428,14 @@ class GroupState:
         return gone
 
     # -- where a new queue starts ----------------------------------------------------------------------
-    def plan_start(self, mq: MessageQueue, last_offset: int) -> StartPlan:
-        """computePullFromWhere for this group's consumer type, given the offset store's answer."""
+    def start_rule(self, topic: str) -> StartRule:
+        """computePullFromWhere for this group's consumer type and settings, for a new queue of ``topic``."""
         cfg = self.config
-        plan = (
-            plan_pull_from_where_lite
-            if self.consume_type is ConsumeType.CONSUME_ACTIVELY
-            else plan_pull_from_where
-        )
-        return plan(
-            ConsumeFromWhere(cfg.consume_from_where), last_offset, mq.topic, cfg.consume_timestamp_ms()
+        return StartRule(
+            topic,
+            ConsumeFromWhere(cfg.consume_from_where),
+            cfg.consume_timestamp_ms(),
+            lite=self.consume_type is ConsumeType.CONSUME_ACTIVELY,
         )
 
     # -- rule 4: after a change ------------------------------------------------------------------------

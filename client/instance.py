@@ -2,8 +2,9 @@
 
 It owns the connections (one RemotingClient), the route and broker-address tables, the scheduled tasks
 of RocketMQ's MQClientInstance (route refresh every 30 s, heartbeats every 30 s, offset persistence every
-5 s), and runs the RebalanceService (which answers NOTIFY_CONSUMER_IDS_CHANGED) and the PullMessageService,
-both in ``client.rebalance``. Everything runs under one TaskGroup so shutdown cancels it as a unit.
+5 s), and runs the RebalanceService (``client.rebalance``, which answers NOTIFY_CONSUMER_IDS_CHANGED) and
+the PullMessageService (``client.pull_service``). Everything runs under one TaskGroup so shutdown
+cancels it as a unit.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from rmqlab.client.api import MQClientAPI
 from rmqlab.client.config import ClientConfig, ConsumerConfig
 from rmqlab.client.errors import MQClientError
 from rmqlab.client.ports import GroupApi
-from rmqlab.client.rebalance import PullMessageService, RebalanceService, RegisteredConsumer
-from rmqlab.client.route import MASTER_ID, TopicPublishInfo, TopicRouteData
+from rmqlab.client.publish_info import TopicPublishInfo
+from rmqlab.client.pull_service import PullMessageService
+from rmqlab.client.rebalance import RebalanceService, RegisteredConsumer
 from rmqlab.client.scheduler import SingleThreadScheduler
 from rmqlab.protocol.acl import SessionCredentials
 from rmqlab.protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
 from rmqlab.protocol.remoting import RemotingClient
+from rmqlab.protocol.route import MASTER_ID, TopicRouteData
 from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, build_client_id
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rmqlab.client.route import TopicPublishInfo
+from rmqlab.client.publish_info import TopicPublishInfo
 from rmqlab.protocol.model import MessageQueue
 
 

@@ -16,8 +16,8 @@ from rmqlab.client.process_queue import ProcessQueue
 from rmqlab.client.producer import start_instance
 from rmqlab.client.pull_core import PullStatus
 from rmqlab.client.rebalance import RebalanceLitePullImpl
-from rmqlab.client.route import MASTER_ID
 from rmqlab.protocol.model import ConsumeType, Message, MessageModel, MessageQueue
+from rmqlab.protocol.route import MASTER_ID
 
 
 class _Cached:

@@ -38,10 +38,10 @@ from rmqlab.client.pop import (
 )
 from rmqlab.client.ports import EventSink, GroupApi
 from rmqlab.client.rebalance import RebalancePushImpl
-from rmqlab.client.route import MASTER_ID, TopicRouteData
 from rmqlab.protocol.codes import ResponseCode
 from rmqlab.protocol.model import ConsumeFromWhere, Message, MessageModel, MessageQueue, is_retry_topic
 from rmqlab.protocol.pop import pop_retry_topic, real_topic
+from rmqlab.protocol.route import MASTER_ID, TopicRouteData
 from rmqlab.protocol.runtime import Clock
 
 QUERY_ASSIGNMENT_TIMEOUT_MS = 3_000  # RebalanceImpl.QUERY_ASSIGNMENT_TIMEOUT
@@ -152,7 +152,7 @@ class RebalancePush5Impl(RebalancePushImpl):
             elif pop and not pull:
                 self.state.unsubscribe(retry)
         changed = await self.update_process_queue_table_in_rebalance(
-            topic, pull, self.state.need_lock(is_order)
+            self.state.plan_assignment(topic, pull, is_order, self._now())
         )
         now = self._now()
         max_idle = self.config.ms(self.config.pull_max_idle_time)

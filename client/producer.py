@@ -16,10 +16,11 @@ from rmqlab.client.config import ClientConfig, ProducerConfig
 from rmqlab.client.errors import MQBrokerError, MQClientError
 from rmqlab.client.instance import MQClientInstance, MQClientManager
 from rmqlab.client.latency import MQFaultStrategy
-from rmqlab.client.route import TopicPublishInfo, TopicRouteData
+from rmqlab.client.publish_info import TopicPublishInfo
 from rmqlab.protocol.codes import ResponseCode
 from rmqlab.protocol.model import MessageQueue
 from rmqlab.protocol.remoting import RemotingError, RemotingTimeoutError
+from rmqlab.protocol.route import TopicRouteData
 from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, build_client_id, new_instance_name
 
 DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"

@@ -28,10 +28,10 @@ from rmqlab.client.process_queue import PullRequest
 from rmqlab.client.producer import inner_producer, shutdown_instance
 from rmqlab.client.pull_core import PullStatus, pull_exception_delay_ms
 from rmqlab.client.rebalance import RebalancePushImpl
-from rmqlab.client.route import MASTER_ID
 from rmqlab.protocol.codes import ResponseCode
 from rmqlab.protocol.model import ConsumeType, Message, MessageModel, MessageQueue
 from rmqlab.protocol.remoting import RemotingTimeoutError
+from rmqlab.protocol.route import MASTER_ID
 
 
 class PushConsumer(ConsumerBase):

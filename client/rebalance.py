@@ -1,32 +1,35 @@
 """A client's rebalancing, from the broker's NOTIFY_CONSUMER_IDS_CHANGED to the PullRequests of new queues.
 
-The two services of MQClientInstance that the path runs on are here, with the rebalance between them:
-``RebalanceService`` (RocketMQ's thread of that name) answers the notification by waking up, and its
-round (MQClientInstance#doRebalance) runs each registered consumer's ``RebalanceImpl`` in turn;
-``PullMessageService`` (RocketMQ's) takes the PullRequests a round makes and runs each consumer's
-``pull_message``, one at a time. ``RebalanceImpl`` / ``RebalancePushImpl`` / ``RebalanceLitePullImpl``
-are RocketMQ's: rebalanceByTopic for both message models, updateProcessQueueTableInRebalance,
+``RebalanceService`` (RocketMQ's thread of that name, one of MQClientInstance's services) answers the
+notification by waking up, and its round (MQClientInstance#doRebalance) runs each registered consumer's
+``RebalanceImpl`` in turn. ``RebalanceImpl`` / ``RebalancePushImpl`` / ``RebalanceLitePullImpl`` are
+RocketMQ's: rebalanceByTopic for both message models, updateProcessQueueTableInRebalance,
 messageQueueChanged, truncateMessageQueueNotMyTopic, and the orderly lock / unlock calls.
 
-The tables and decisions are the group's ``client.group_state.GroupState``; this module makes the broker
-calls they need through the ports of ``client.ports`` (the ``pulls`` port is the PullMessageService
-below) and writes the events the analysis reads (``notify_received``, ``rebalance``, ``mq_added``,
-``mq_removed``, lock events).
+The tables and decisions are the group's ``client.group_state.GroupState``: for each topic a round asks it
+once for a ``RebalancePlan`` and carries the plan out here, making the broker calls it needs through the
+ports of ``client.ports`` and writing the events the analysis reads (``notify_received``, ``rebalance``,
+``mq_added``, ``mq_removed``, lock events). New queues' PullRequests go to the ``pulls`` port, the
+client's PullMessageService (``client.pull_service``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
 
 from rmqlab.client.config import ClientConfig, ConsumerConfig
 from rmqlab.client.errors import MQClientError
 from rmqlab.client.group_state import (
+    AllocationFailed,
     DropReason,
     GroupState,
+    RebalancePlan,
     StartKind,
     StartPlan,
+    StartRule,
     member_set,
     rebalance_event_fields,
     shorts,
@@ -34,13 +37,14 @@ from rmqlab.client.group_state import (
 from rmqlab.client.offset_store import ReadOffsetType
 from rmqlab.client.ports import EventSink, GroupApi, GroupOffsets, MessageQueueListener, PullDispatcher
 from rmqlab.client.process_queue import ProcessQueue, PullRequest
-from rmqlab.client.route import MASTER_ID
-from rmqlab.client.scheduler import SingleThreadScheduler, Wakeup
+from rmqlab.client.pull_service import PullingConsumer
+from rmqlab.client.scheduler import Wakeup
 from rmqlab.protocol.codes import RequestCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.model import MessageModel, MessageQueue, is_retry_topic
 from rmqlab.protocol.remoting import Connection, RemotingClient
-from rmqlab.protocol.runtime import Clock, TimerSet
+from rmqlab.protocol.route import MASTER_ID
+from rmqlab.protocol.runtime import Clock
 
 
 def emit_queue_event(
@@ -58,13 +62,11 @@ def emit_queue_event(
     )
 
 
-class RegisteredConsumer(Protocol):
+class RegisteredConsumer(PullingConsumer, Protocol):
     """A consumer registered in the client, as its RebalanceService and PullMessageService see it."""
 
     @property
     def rebalance_impl(self) -> RebalanceImpl: ...
-
-    async def pull_message(self, request: PullRequest) -> None: ...
 
 
 class RebalanceService:
@@ -162,7 +164,7 @@ class RebalanceImpl:
     """The rebalance of one consumer group in one client: the calls and events around its GroupState.
 
     The consumer builds it from its GroupState and ports: ``api`` (the client's broker calls), ``pulls``
-    (the client's PullMessageService, below), ``offsets`` (the group's offset store) and ``events``.
+    (the client's PullMessageService), ``offsets`` (the group's offset store) and ``events``.
     """
 
     read_offset_type = ReadOffsetType.READ_FROM_STORE
@@ -236,10 +238,9 @@ class RebalanceImpl:
                 if self.config.message_queue_changed_without_route:
                     await self.message_queue_changed(topic, set(), set())
                 return True
-            changed = await self.update_process_queue_table_in_rebalance(
-                topic, mq_set, state.need_lock(is_order)
-            )
-            self._emit_rebalance(topic, [self.client_id], mq_set, changed, "BROADCASTING")
+            plan = state.plan_rebalance(topic, None, is_order, self._now())
+            changed = await self.update_process_queue_table_in_rebalance(plan)
+            self._emit_rebalance(topic, plan.cid_all, plan.allocated, changed, "BROADCASTING")
             if changed:
                 await self.message_queue_changed(topic, mq_set, mq_set)
             return mq_set == state.working_set(topic)
@@ -254,26 +255,29 @@ class RebalanceImpl:
         if mq_set is None or cid_all is None:
             return True
         try:
-            cids, allocated = state.allocate(topic, cid_all)
-        except Exception as exc:
+            plan = state.plan_rebalance(topic, cid_all, is_order, self._now())
+        except AllocationFailed as exc:
             self.log.error(
                 "allocate failed",
                 group=self.group,
                 topic=topic,
                 strategy=state.strategy.name,
-                error=repr(exc),
+                error=repr(exc.cause),
             )
             return False
-        changed = await self.update_process_queue_table_in_rebalance(
-            topic, allocated, state.need_lock(is_order)
-        )
-        self._emit_rebalance(topic, cids, allocated, changed, state.strategy.name)
+        changed = await self.update_process_queue_table_in_rebalance(plan)
+        self._emit_rebalance(topic, plan.cid_all, plan.allocated, changed, state.strategy.name)
         if changed:
-            await self.message_queue_changed(topic, mq_set, allocated)
-        return allocated == state.working_set(topic)
+            await self.message_queue_changed(topic, mq_set, set(plan.allocated))
+        return plan.allocated == state.working_set(topic)
 
     def _emit_rebalance(
-        self, topic: str, cid_all: list[str], allocated: set[MessageQueue], changed: bool, strategy: str
+        self,
+        topic: str,
+        cid_all: list[str],
+        allocated: AbstractSet[MessageQueue],
+        changed: bool,
+        strategy: str,
     ) -> None:
         cfg = self.config
         alloc = shorts(allocated)
@@ -308,24 +312,25 @@ class RebalanceImpl:
         for mq in self.state.truncate_message_queue_not_my_topic():
             self._emit_mq("mq_removed", mq, reason=str(DropReason.NOT_MY_TOPIC))
 
-    async def update_process_queue_table_in_rebalance(
-        self, topic: str, mq_set: set[MessageQueue], need_lock: bool
-    ) -> bool:
+    async def update_process_queue_table_in_rebalance(self, plan: RebalancePlan) -> bool:
+        """Carry out ``plan`` (RocketMQ's updateProcessQueueTableInRebalance): release and remove the drops,
+        then lock (orderly), start and add the new queues, and hand their PullRequests to ``pulls``. True
+        when the table changed."""
         state = self.state
         changed = False
-        drops = state.select_queues_to_drop(topic, mq_set, self._now())
         if self.config.mark_dropped_before_release:
             # 5.x: every queue leaving is marked dropped before the first one is released, so none of
             # them keeps consuming while an earlier one waits for its consume lock
-            for mq, _ in drops:
-                state.mark_dropped(mq)
-        for mq, reason in drops:
+            for drop in plan.drop:
+                state.mark_dropped(drop.mq)
+        for drop in plan.drop:
+            mq = drop.mq
             pq = state.mark_dropped(mq)
             assert pq is not None
             if await self.remove_unnecessary_message_queue(mq, pq):
                 state.remove_process_queue(mq, pq)
                 changed = True
-                self._emit_mq("mq_removed", mq, reason=str(reason))
+                self._emit_mq("mq_removed", mq, reason=str(drop.reason))
             else:
                 self.log.warning(
                     "queue dropped but kept until it can be released", group=self.group, mq=mq.short
@@ -333,26 +338,31 @@ class RebalanceImpl:
 
         all_locked = True
         new_requests: list[PullRequest] = []
-        for mq in state.select_queues_to_add(mq_set):
-            if need_lock and not await self.lock(mq):
+        held = state.process_queue_table
+        for add in [add for add in plan.add if add.mq not in held]:  # a failed release keeps its queue
+            mq = add.mq
+            if mq in plan.lock and not await self.lock(mq):
                 all_locked = False
                 self.log.warning(
-                    "add a new mq failed, because lock failed", group=self.group, mq=mq.short, topic=topic
+                    "add a new mq failed, because lock failed",
+                    group=self.group,
+                    mq=mq.short,
+                    topic=plan.topic,
                 )
                 continue
             self.offsets.remove_offset(mq)  # removeDirtyOffset
             pq = state.new_process_queue(self._now())
             try:
-                next_offset = await self.compute_pull_from_where_with_exception(mq)
+                next_offset = await self.compute_pull_from_where_with_exception(mq, add.start)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self.log.info(
-                    "compute offset failed", group=self.group, mq=mq.short, topic=topic, error=repr(exc)
+                    "compute offset failed", group=self.group, mq=mq.short, topic=plan.topic, error=repr(exc)
                 )
                 continue
             if next_offset < 0:
-                self.log.warning("add new mq failed", group=self.group, mq=mq.short, topic=topic)
+                self.log.warning("add new mq failed", group=self.group, mq=mq.short, topic=plan.topic)
                 continue
             if not state.add_process_queue(mq, pq, next_offset):
                 continue
@@ -370,9 +380,14 @@ class RebalanceImpl:
         self.offsets.remove_offset(mq)
         return True
 
-    async def compute_pull_from_where_with_exception(self, mq: MessageQueue) -> int:
+    async def compute_pull_from_where_with_exception(
+        self, mq: MessageQueue, start: StartRule | None = None
+    ) -> int:
+        """Where ``mq`` starts: the offset store's answer through ``start`` (by default the group's rule
+        for the queue's topic), then the broker call that answer asks for, if any."""
         last = await self.offsets.read_offset(mq, self.read_offset_type)
-        return await self._resolve_start(mq, self.state.plan_start(mq, last))
+        rule = start if start is not None else self.state.start_rule(mq.topic)
+        return await self._resolve_start(mq, rule.given(last))
 
     def dispatch_pull_request(self, requests: list[PullRequest]) -> None:
         return None
@@ -563,8 +578,10 @@ class RebalancePushImpl(RebalanceImpl):
             if acquired:
                 pq.consume_lock.release()
 
-    async def compute_pull_from_where_with_exception(self, mq: MessageQueue) -> int:
-        result = await super().compute_pull_from_where_with_exception(mq)
+    async def compute_pull_from_where_with_exception(
+        self, mq: MessageQueue, start: StartRule | None = None
+    ) -> int:
+        result = await super().compute_pull_from_where_with_exception(mq, start)
         if result < 0:
             raise MQClientError(f"found unexpected result {result} for {mq}")
         return result
@@ -598,56 +615,6 @@ class RebalanceLitePullImpl(RebalanceImpl):
             raise
         except Exception as exc:
             self.log.error("messageQueueChanged listener failed", group=self.group, error=repr(exc))
-
-
-class PullMessageService:
-    """RocketMQ's PullMessageService thread: PullRequests taken one at a time, each ``pull_message``
-    awaited to its end. What blocks that thread in Java (connecting to a broker, a route lookup, the
-    orderly first pull's QUERY_CONSUMER_OFFSET) is awaited here in line, so it holds up the pulls of
-    every other queue; only the wait for the pull's answer runs apart (invokeAsync). Delayed tasks run
-    on the service's own single-threaded scheduler."""
-
-    def __init__(self, consumers: Mapping[str, RegisteredConsumer], events: EventSink) -> None:
-        self.consumers = consumers
-        self.log = events
-        self._queue: asyncio.Queue[PullRequest] = asyncio.Queue()
-        self._timers = TimerSet()
-        self._stopped = False
-        self.scheduler = SingleThreadScheduler("PullMessageServiceScheduledThread", events)
-
-    def execute_pull_request_immediately(self, request: PullRequest) -> None:
-        if not self._stopped:
-            self._queue.put_nowait(request)
-
-    def execute_pull_request_later(self, request: PullRequest, delay_ms: float) -> None:
-        """``delay_ms`` is already scaled."""
-        if delay_ms <= 0:
-            self.execute_pull_request_immediately(request)
-            return
-        self._timers.call_later(delay_ms, lambda: self.execute_pull_request_immediately(request))
-
-    def execute_task_later(self, fn: Callable[[], Coroutine[Any, Any, None]], delay_ms: float) -> None:
-        """``delay_ms`` is already scaled."""
-        if not self._stopped:
-            self.scheduler.schedule(fn, max(0.0, delay_ms) / 1000.0, "pull service task")
-
-    def stop(self) -> None:
-        self._stopped = True
-        self.scheduler.stop()
-        self._timers.cancel_all()
-
-    async def run(self) -> None:
-        while True:
-            request = await self._queue.get()
-            consumer = self.consumers.get(request.consumer_group)
-            if consumer is None:
-                continue  # group unregistered: the request dies, as in RocketMQ
-            try:
-                await consumer.pull_message(request)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bug in one pull must not stop the service
-                self.log.error("pull_message failed", error=repr(exc), mq=request.message_queue.short)
 
 
 async def _try_acquire(lock: asyncio.Lock, timeout_s: float) -> bool:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from rmqlab.cli import Progress, add_master, add_quiet, command_parser, positive_float, positive_int
-from rmqlab.pipeline.discover import RunDirError, RunFile
+from rmqlab.pipeline.discover import RunDirError, RunFile, clock_word
+from rmqlab.pipeline.quick import failed_groups, verdict_lines
 from rmqlab.pipeline.session import DEFAULT_MASTER, SparkHandle, SparkUnavailable, start_spark
 from rmqlab.pipeline.small_runs import ANALYSIS_CHOICES, SMALL_RUN_BYTES
 
@@ -155,7 +156,7 @@ def _warm_up(spark: Any) -> None:
     from rmqlab.pipeline.ingest import load_json_run
     from rmqlab.pipeline.metrics import Analysis
     from rmqlab.pipeline.pop_spark import add_pop_metrics
-    from rmqlab.pipeline.report import collect_plot_data
+    from rmqlab.pipeline.report_data import collect_plot_data
     from rmqlab.pipeline.synth import realistic_run
 
     with tempfile.TemporaryDirectory(prefix="rmq-analyze-warm-") as tmp:
@@ -382,7 +383,9 @@ def analyze(args: argparse.Namespace) -> int:
             if args.no_report:
                 _write_summary(out_dir, summary)
             else:
-                from rmqlab.pipeline.report import answers, collect_plot_data, write_report
+                from rmqlab.pipeline.report_data import collect_plot_data
+                from rmqlab.pipeline.report_page import write_report
+                from rmqlab.pipeline.report_story import answers
 
                 with progress.stage("report"):
                     data = collect_plot_data(analysis, clock=clock)
@@ -391,6 +394,12 @@ def analyze(args: argparse.Namespace) -> int:
                     name, question = _experiment(args.run_dir)
                     title = f"Run {Path(args.run_dir).resolve().name}" + (f" ({name})" if name else "")
                     write_report(out_dir / "report.html", summary, data, title, question)
+                with progress.stage("timeline"):
+                    from rmqlab.pipeline import timeline
+
+                    timeline.write(
+                        out_dir, data, summary, args.run_dir if args.format == "json" else None, title
+                    )
         finally:
             if analysis is not None:
                 analysis.close()
@@ -399,39 +408,21 @@ def analyze(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     finally:
         handle.stop()
-    return print_verdict(summary, out_dir, not args.no_report)
+    return print_verdict(summary, out_dir, not args.no_report, clock_word(args.run_dir))
 
 
-def print_verdict(summary: dict[str, Any], out_dir: Path, report: bool) -> int:
-    failed = []
-    for group, g in summary["groups"].items():
-        conv = g["convergence"]
-        worst = max((c["convergence_ms"] for c in conv if c["converged"]), default=0)
-        not_conv = sum(1 for c in conv if not c["converged"])
-        rmq = g.get("rocketmq_time")
-        times = (
-            f"  overlap {g['overlap_ms']} ms  orphan {g['orphan_ms']} ms  stalled {g['stalled_ms']} ms"
-            if rmq is None
-            else f"  RocketMQ s summed over queues: overlap {rmq['overlap_ms'] / 1000:.1f}"
-            f"  orphan {rmq['orphan_ms'] / 1000:.1f}  stalled {rmq['stalled_ms'] / 1000:.1f}"
-            f"  unavailable {rmq['unavailable_ms'] / 1000:.1f}"
-        )
-        print(
-            f"{group}: {g['verdict'].upper()}  sent {g['sent']}  consumed {g['consumed_unique']}"
-            f"  lost {g['lost']}  duplicates {g['duplicates']}{times}  slowest convergence {worst} ms wall"
-            + (f"  never converged {not_conv}" if not_conv else "")
-        )
-        if g["verdict"] != "ok":
-            failed.append(group)
-    if not summary["groups"]:
-        print("no consumer group in this run")
-    for sentence in summary.get("answer") or []:
-        print(f"answer: {sentence}")
+def print_verdict(summary: dict[str, Any], out_dir: Path, report: bool, clock: str = "wall") -> int:
+    """The verdict lines and where the outputs are; ``clock`` names the time of the durations (``wall``,
+    or ``simulated``)."""
+    lines = verdict_lines(summary, clock)
+    verdict = lines.pop()
+    print("\n".join(lines))
     print(f"summary: {out_dir / 'summary.json'}")
     if report:
         print(f"report:  {out_dir / 'report.html'}")
-    print(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'OK'}")
-    return 1 if failed else 0
+        print(f"timeline: {out_dir / 'timeline.html'} (trace: {out_dir / 'trace.json'})")
+    print(verdict)
+    return 1 if failed_groups(summary) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

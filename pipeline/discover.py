@@ -123,3 +123,17 @@ def _read_manifest(run: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RunDirError(f"{MANIFEST} is not a JSON object")
     return data
+
+
+def is_simulated(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether the run was simulated (its manifest says ``mode = sim``): its times are virtual, not wall."""
+    try:
+        manifest = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("mode") == "sim"
+
+
+def clock_word(run_dir: str | os.PathLike[str] | None) -> str:
+    """How a run's durations are told: ``simulated`` for a simulated run, else ``wall``."""
+    return "simulated" if run_dir is not None and is_simulated(run_dir) else "wall"

@@ -21,7 +21,8 @@ from rmqlab.pipeline.discover import BadRun, RunDir
 from rmqlab.pipeline.ingest import RUN_SEP, load_json_runs, run_prefix
 from rmqlab.pipeline.metrics import Analysis
 from rmqlab.pipeline.pop_spark import add_pop_metrics_of_runs
-from rmqlab.pipeline.report import MAX_INTERVALS, PlotData, answers, plot_data_by_run
+from rmqlab.pipeline.report_data import MAX_INTERVALS, PlotData, plot_data_by_run
+from rmqlab.pipeline.report_story import answers
 from rmqlab.pipeline.unavailability import CAUSES
 
 if TYPE_CHECKING:
@@ -281,7 +282,7 @@ def metric_plots(columns: list[str], rows: list[dict[str, Any]], limit: int = 24
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rmqlab.pipeline.report import _png
+    from rmqlab.pipeline.report_plots import figure_png as _png
 
     params = [c for c in columns if c.startswith("param.") and len({str(r[c]) for r in rows}) > 1]
     same = {m for m, _ in constant_metrics(rows)}
@@ -439,7 +440,8 @@ def write_outputs(
     Returns the runs whose report could not be written, with why (their summaries are written).
     `written`: runs whose summary.json is in out/<run> already, as this would write it (a sweep's
     tasks write theirs)."""
-    from rmqlab.pipeline.report import write_report
+    from rmqlab.pipeline import timeline
+    from rmqlab.pipeline.report_page import write_report
 
     failures: dict[str, str] = {}
     for run in result.runs:
@@ -449,10 +451,11 @@ def write_outputs(
             run_out.mkdir(parents=True, exist_ok=True)
             (run_out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         if reports:
+            data = result.plot_data.get(run.rel)
             try:
-                write_report(
-                    run_out / "report.html", summary, result.plot_data.get(run.rel), f"Run {run.rel}"
-                )
+                write_report(run_out / "report.html", summary, data, f"Run {run.rel}")
+                if data is not None:
+                    timeline.write(run_out, data, summary, run.path, f"Run {run.rel}")
             except (OSError, ValueError) as exc:
                 failures[run.rel] = f"report.html not written: {exc}"
     columns, rows = table_rows(result)

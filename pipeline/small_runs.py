@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import rmqlab
 from rmqlab.pipeline.discover import BadRun, RunDir
-from rmqlab.pipeline.report import MAX_INTERVALS, MAX_NEMESES, PlotData, answers, pick_bucket_ms
+from rmqlab.pipeline.report_data import MAX_INTERVALS, MAX_NEMESES, PlotData, pick_bucket_ms
+from rmqlab.pipeline.report_story import answers
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -88,7 +89,7 @@ def deal(sized: list[tuple[RunDir, int]], tasks: int) -> list[list[RunDir]]:
 
 
 def plot_data(model: RunModel, clock: RunClock, max_intervals: int = MAX_INTERVALS) -> PlotData:
-    """The report's plot data of one run from its reference model: what `pipeline.report`'s Spark
+    """The report's plot data of one run from its reference model: what `pipeline.report_data`'s Spark
     collection gathers (intervals that last, nemeses, consumption and send rates, duplicates per bucket,
     orderly groups), in the same order."""
     from rmqlab.pipeline.contract import ORDERLY

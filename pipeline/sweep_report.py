@@ -75,7 +75,7 @@ def summarize_sweep_run(run_dir: Path) -> dict[str, int]:
     ``rmq-analyze ROOT`` does and return its queue moves by group."""
     from rmqlab.pipeline.availability_reference import summarize_with_rocketmq_time
     from rmqlab.pipeline.reference import RunModel, load_run
-    from rmqlab.pipeline.report import answers
+    from rmqlab.pipeline.report_story import answers
 
     events, malformed = load_run(run_dir)
     model = RunModel(events)
@@ -234,12 +234,9 @@ def _is_number(v: Any) -> bool:
 def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) -> list[tuple[str, str]]:
     """(title, png) per metric and varied parameter: the median over seeds (line, dots) and p90 (dashed)
     against the parameter, one series per value of the other varied parameters (and group)."""
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from rmqlab.pipeline.report import _png
+    from rmqlab.pipeline.report_plots import figure_png
 
     plots: list[tuple[str, str]] = []
     metrics = [m for m in SWEEP_METRICS if any(r.get(f"{m}_median") for r in rows)]
@@ -261,7 +258,8 @@ def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) 
                     label = f"{label}, {r['group']}" if label else str(r["group"])
                 x = float(r[param]) if numeric else float(cats.index(str(r[param])))
                 series[label or metric].append((x, r[f"{metric}_median"], r[f"{metric}_p90"]))
-            fig, ax = plt.subplots(figsize=(5.6, 3.4))
+            fig = Figure(figsize=(5.6, 3.4))
+            ax = fig.subplots()
             for i, (label, pts) in enumerate(sorted(series.items())):
                 pts.sort()
                 color = f"C{i % 10}"
@@ -277,7 +275,7 @@ def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) 
             ax.set_title(f"{metric} by {name} (median, p90 dashed)", fontsize=9)
             if len(series) > 1:
                 ax.legend(fontsize=7)
-            plots.append((f"{metric} by {name}", _png(fig)))
+            plots.append((f"{metric} by {name}", figure_png(fig)))
     return plots
 
 

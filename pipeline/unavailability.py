@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,10 +46,12 @@ Span = tuple[int, int]
 
 @dataclass(frozen=True)
 class RunClock:
-    """The run's origin (the experiment's t = 0, epoch ms) and its time scale (wall / RocketMQ)."""
+    """The run's origin (the experiment's t = 0, epoch ms) and its time scale (wall / RocketMQ); ``note``
+    says when the run's processes logged other time scales than the one taken."""
 
     t0_ms: int
     time_scale: float = 1.0
+    note: str | None = None
 
     def at_s(self, ts_ms: int) -> float:
         """RocketMQ seconds since the origin."""
@@ -247,32 +250,75 @@ def to_json(av: GroupAvailability, clock: RunClock) -> dict[str, Any]:
 
 # -- the run's clock and the broker's changes --------------------------------------------------------
 
+# The chaos runner's events that carry the experiment's time scale, and the roles' that carry the one
+# each process runs at (the servers log theirs when they start; a compose cluster has no runner).
+RUNNER_CLOCK_EVENTS = ("schedule_started", "experiment_started")
+ROLE_CLOCK_EVENTS = ("broker_started", "namesrv_started")
 SIDE_EVENTS = (
-    "experiment_started",
-    "schedule_started",
+    *RUNNER_CLOCK_EVENTS,
     "consumer_unregistered",
     "notify_sent",
     "lock_acquired",
+    *ROLE_CLOCK_EVENTS,
 )
+
+
+def _logged_scale(r: dict[str, Any]) -> float | None:
+    """The line's ``time_scale`` when it is a positive finite number."""
+    v = r.get("time_scale")
+    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+        return float(v)
+    return None
+
+
+def _scales_text(logged: dict[float, set[str]]) -> str:
+    """``0.05 (broker-a, broker-b), 0.1 (namesrv)``: each scale with the nodes that logged it."""
+    return ", ".join(f"{s:g} ({', '.join(sorted(nodes))})" for s, nodes in sorted(logged.items()))
 
 
 def run_clock(side: Sequence[dict[str, Any]], start_ms: int | None, time_scale: float | None) -> RunClock:
     """The origin is the chaos runner's `schedule_started` (the experiment's t = 0), else the first
-    event; the time scale is the given one, else the runner's `experiment_started`, else 1."""
-    t0 = next((r["ts_ms"] for r in side if r["event"] == "schedule_started"), None)
-    if time_scale is None:
-        time_scale = next(
-            (
-                float(r["time_scale"])
-                for r in side
-                if r["event"] in ("schedule_started", "experiment_started")
-                and isinstance(r.get("time_scale"), int | float)
-                and not isinstance(r.get("time_scale"), bool)
-                and r["time_scale"] > 0
-            ),
-            None,
-        )
-    return RunClock(t0 if t0 is not None else (start_ms or 0), time_scale or 1.0)
+    event. The time scale is the given one, else the chaos runner's (`schedule_started`,
+    `experiment_started`), else the one the servers logged in `broker_started` and `namesrv_started`
+    (a compose cluster has no runner; when they disagree, the one most of them logged), else 1. When
+    the run's processes logged other scales than the one taken, the clock's note says which."""
+    lines = sorted(side, key=lambda r: (r["ts_ms"], r.get("node") or "", r["event"]))
+    t0 = next((r["ts_ms"] for r in lines if r["event"] == "schedule_started"), None)
+    runner = next(
+        (s for r in lines if r["event"] in RUNNER_CLOCK_EVENTS and (s := _logged_scale(r)) is not None),
+        None,
+    )
+    roles: dict[float, set[str]] = {}  # scale -> the servers that logged it
+    first: dict[float, int] = {}  # scale -> where it was first logged
+    for i, r in enumerate(lines):
+        s = _logged_scale(r) if r["event"] in ROLE_CLOCK_EVENTS else None
+        if s is not None:
+            roles.setdefault(s, set()).add(str(r.get("node") or r["event"]))
+            first.setdefault(s, i)
+    note = None
+    if time_scale is not None:
+        logged = {s: set(nodes) for s, nodes in roles.items()}
+        if runner is not None:
+            logged.setdefault(runner, set()).add("the chaos runner")
+        if set(logged) - {time_scale}:
+            note = (
+                f"time scale {time_scale:g} as given, but the run's processes logged {_scales_text(logged)}"
+            )
+    elif runner is not None:
+        time_scale = runner
+        if set(roles) - {runner}:
+            note = (
+                f"time scale {runner:g} from the chaos runner, but the servers logged {_scales_text(roles)}"
+            )
+    elif roles:
+        # the scale most servers logged; of as many, the first logged
+        time_scale = min(roles, key=lambda s: (-len(roles[s]), first[s]))
+        if len(roles) > 1:
+            note = (
+                f"no chaos runner logged a time scale and the servers disagree: {_scales_text(roles)}; "
+                f"the analysis takes {time_scale:g}, the one most of them logged"
+            )
+    return RunClock(t0 if t0 is not None else (start_ms or 0), time_scale or 1.0, note)
 
 
 def broker_markers(
@@ -324,6 +370,8 @@ def extend_summary(
     """Add the RocketMQ-time fields (the contract's fields stay as they are, in wall ms)."""
     summary["run"]["time_scale"] = clock.time_scale
     summary["run"]["t0_ms"] = clock.t0_ms
+    if clock.note:
+        summary["run"]["time_scale_note"] = clock.note
     for name, g in summary["groups"].items():
         av = availability.get(name, GroupAvailability([]))
         g["unavailability"] = to_json(av, clock)

@@ -249,6 +249,9 @@ class EventLog:
         elif not _discard:
             self._writer = _LineWriter(path, stream)
         self._closed = False
+        # Called with (event, fields) after each emitted event: what a process derives from its own
+        # events (its live metrics) without a hook in the code that writes them.
+        self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
 
         as_console = console if console is not None else (path is None)
         # JSON lines are rendered here directly: events are the emulator's output, and at thousands of
@@ -283,6 +286,8 @@ class EventLog:
                 self._line(event, fields)
             else:
                 self._log.msg(event, **fields)
+            for listener in self.listeners:
+                listener(event, fields)
 
     def _line(self, event: str, ev: dict[str, Any]) -> None:
         writer = self._writer

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rmqlab.client.route import PERM_READ, PERM_WRITE, TopicRouteData
 from rmqlab.protocol.codes import ResponseCode
 from rmqlab.protocol.model import SubscriptionData
+from rmqlab.protocol.route import PERM_READ, PERM_WRITE, TopicRouteData
 from rmqlab.proxy.v5 import Code, Duration, Timestamp, pb
 
 # RocketMQ's defaults (ProxyConfig, SubscriptionGroupConfig), in ms unless named otherwise.

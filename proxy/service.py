@@ -19,12 +19,13 @@ from typing import Any
 
 from rmqlab.client.api import MQClientAPI
 from rmqlab.client.errors import MQBrokerError
-from rmqlab.client.route import PERM_READ, TopicPublishInfo, TopicRouteData
+from rmqlab.client.publish_info import TopicPublishInfo
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.model import ConsumerData, ConsumeType, HeartbeatData, Message, ProducerData
 from rmqlab.protocol.pop import PROPERTY_POP_CK, ExtraInfo, real_topic
 from rmqlab.protocol.remoting import RemotingClient, RemotingError
+from rmqlab.protocol.route import PERM_READ, TopicRouteData
 from rmqlab.protocol.runtime import EventLog
 from rmqlab.proxy import convert
 from rmqlab.proxy.config import ProxyConfig

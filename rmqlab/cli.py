@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
+import shtab
+
 from rmqlab import DISTRIBUTION, __version__
 
 EXIT_OK = 0
@@ -134,6 +136,9 @@ def command_parser(
         **kwargs,
     )
     p.add_argument("--version", action="version", version=version_text(prog), help="print the version")
+    # Completion scripts generated from the parser itself, so they follow every flag: e.g.
+    # `rmq-chaos --print-completion bash > /etc/bash_completion.d/rmq-chaos`.
+    shtab.add_argument_to(p, "--print-completion", help="print a shell completion script for the shell named")
     return p
 
 
@@ -181,6 +186,17 @@ def announce_ready(text: str) -> None:
     """Print the readiness line supervisors wait for."""
     sys.stdout.write(f"READY {text}\n" if text else "READY\n")
     sys.stdout.flush()
+
+
+def add_metrics_port(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=None,
+        metavar="PORT",
+        help="serve live metrics in Prometheus text on http://HOST:PORT/metrics (0 picks a port; the READY "
+        "line then says metrics=HOST:PORT)",
+    )
 
 
 def add_quiet(p: argparse.ArgumentParser, help_text: str = "no progress lines") -> None:

@@ -10,7 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
-ensure_venv '.[dev,pipeline,v5]'
+ensure_venv '.[dev,docs,pipeline,v5]'
+# The pages' browser tests drive headless Chromium (Debian's) through playwright.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing headless Chromium for the browser tests"
+    apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null
+fi
 echo "==> real RocketMQ clients for the interop tests (their own environments)"
 bash scripts/setup_real_clients.sh
 wants_docker() {

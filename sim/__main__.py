@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -104,15 +105,39 @@ def _simulate(
     return (0 if result.quick_verdict == "ok" else 1), result
 
 
-def _analyze(run_dir: Path, out: TextIO | None = None) -> int | None:
+def _analyze(run_dir: Path, out: TextIO | None = None, quiet: bool = False) -> int | None:
+    """rmq-analyze of the run (summary.json, report.html, timeline.html); with ``quiet`` its verdict
+    lines are not shown (the quick verdict said them)."""
     from rmqlab.lab.runner import pipeline_available
 
     out = out or sys.stdout
     if not pipeline_available():
         print("analysis skipped: the pipeline extra (pyspark) is not installed", file=out)
         return None
+    if quiet:
+        print("writing summary.json and the report (rmq-analyze) ...", file=out, flush=True)
+        argv = [sys.executable, "-m", "rmqlab.pipeline", str(run_dir), "--quiet"]
+        return subprocess.call(argv, stdout=subprocess.DEVNULL)
     print("analysing the run (python -m rmqlab.pipeline) ...", file=out, flush=True)
     return subprocess.call([sys.executable, "-m", "rmqlab.pipeline", str(run_dir)], stdout=out)
+
+
+def _quick_verdict(run_dir: Path, out: TextIO) -> dict[str, Any] | None:
+    """The verdict at once, by the plain-Python analysis, for a run small enough (else None)."""
+    from rmqlab.pipeline.quick import quick_summary, verdict_lines
+
+    ended = time.monotonic()
+    summary = quick_summary(run_dir)
+    if summary is None:
+        return None
+    for line in verdict_lines(summary, "simulated"):
+        print(line, file=out)
+    print(
+        f"(said {time.monotonic() - ended:.1f} s after the run ended; the report follows)",
+        file=out,
+        flush=True,
+    )
+    return summary
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -153,7 +178,8 @@ def _run(args: argparse.Namespace, out: TextIO, outcome: dict[str, Any]) -> int:
         summary=None,
     )
     if rc != 3 and not args.no_analyze:
-        arc = _analyze(run_dir, out)
+        quick = _quick_verdict(run_dir, out)
+        arc = _analyze(run_dir, out, quiet=quick is not None)
         if arc is not None:
             rc = arc if arc in (0, 1) else 3
             if arc in (0, 1):
@@ -163,6 +189,17 @@ def _run(args: argparse.Namespace, out: TextIO, outcome: dict[str, Any]) -> int:
             for name in ("report", "summary"):
                 path = run_dir / ("report.html" if name == "report" else "summary.json")
                 outcome[name] = str(path) if path.is_file() else None
+            if quick is not None and outcome["summary"] is not None:
+                from rmqlab.pipeline.quick import disagreement
+
+                why = disagreement(quick, json.loads(Path(outcome["summary"]).read_text()))
+                if why is not None:  # the same definitions twice: a difference is a bug, never hidden
+                    print(f"error: {why}", file=out)
+                    outcome["errors"].append(why)
+                    rc = 3
+            for name in ("report", "summary"):
+                if outcome[name] is not None:
+                    print(f"{name}: {outcome[name]}", file=out)
     print(f"run directory: {run_dir}", file=out)
     return rc
 
@@ -427,7 +464,7 @@ def entry() -> int:
     """The console script: string hashes (and so set order) must not change between runs of one seed."""
     if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
         env = {**os.environ, "PYTHONHASHSEED": HASH_SEED}
-        os.execve(sys.executable, [sys.executable, "-m", "rmqlab.sim", *sys.argv[1:]], env)
+        os.execve(sys.executable, [sys.executable, "-P", "-m", "rmqlab.sim", *sys.argv[1:]], env)
     return main()
 
 

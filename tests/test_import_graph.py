@@ -1,12 +1,14 @@
-"""The role packages import each other one way only: no circle among the modules of a package, counting
-imports made for type checking too (a circle there still ties the modules' designs together); the lab
-core knows no backend, the simulator nothing of the process lab, and no module imports a command's
-``__main__``."""
+"""The packages import each other one way only, along the arrows ``MAY_IMPORT`` states (the
+architecture page draws the same): the broker and the client share only the layer below them
+(``protocol``), the lab core knows no backend, the simulator nothing of the process lab; no package has a
+circle among its modules, and no module imports a command's ``__main__``. Imports made for type checking
+count too (a circle there still ties the modules' designs together)."""
 
 from __future__ import annotations
 
 import ast
 import functools
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+PYPROJECT_PACKAGES = sorted(
+    {
+        p.split("/")[0]
+        for p in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+            "package-dir"
+        ].values()
+    }
+)
 PACKAGES = ["protocol", "broker", "client", "lab", "chaos", "sim", "pipeline", "interop", "proxy", "sweeps"]
 
 
@@ -98,6 +108,44 @@ def test_the_detector_finds_a_circle() -> None:
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_circle(package: str) -> None:
     assert cycles(module_imports(package)) == []
+
+
+# The arrows: the packages each package may import (``rmqlab.cli``, the commands' shared helpers, is free).
+MAY_IMPORT: dict[str, set[str]] = {
+    "protocol": set(),  # wire types, codecs, allocation, clocks and events: the layer below every role
+    "broker": {"protocol"},
+    "client": {"protocol"},
+    "proxy": {"protocol", "client"},  # the v5 gRPC endpoint consumes through our client
+    "interop": {"protocol"},
+    "pipeline": set(),  # the analysis reads files only
+    "sweeps": set(),
+    "lab": {"protocol", "broker"},  # experiment files are checked with the broker's own ACL parser
+    "sim": {"protocol", "broker", "client", "lab", "pipeline"},
+    "chaos": {"protocol", "broker", "client", "proxy", "lab", "pipeline"},
+}
+
+
+def package_arrows(package: str) -> dict[str, list[str]]:
+    """Other package -> the modules of ``package`` that import it (at any depth, type checking too)."""
+    out: dict[str, set[str]] = {}
+    for module, targets in module_imports(package, every_package=True).items():
+        for target in targets:
+            other = target.split(".")[1]
+            if other != package:
+                out.setdefault(other, set()).add(module)
+    return {other: sorted(modules) for other, modules in sorted(out.items())}
+
+
+def test_every_package_states_its_arrows() -> None:
+    """A package the wheel ships is in this test, and so in the rules below."""
+    mapped = set(PYPROJECT_PACKAGES) - {"rmqlab"}
+    assert sorted(mapped) == sorted(PACKAGES) == sorted(MAY_IMPORT)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_packages_import_only_along_the_arrows(package: str) -> None:
+    found = package_arrows(package)
+    assert {other: mods for other, mods in found.items() if other not in MAY_IMPORT[package]} == {}
 
 
 def arrows(package: str, into: tuple[str, ...]) -> list[str]:

@@ -57,6 +57,8 @@ def test_every_console_script_helps_and_tells_its_version_beside_a_shadowing_pro
     version = run([str(BIN / script), "--version"], folder, env, timeout=120)
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"{script} (rocketmq-rebalance-lab {_version()})"
+    completion = run([str(BIN / script), "--print-completion", "bash"], folder, env, timeout=120)
+    assert completion.returncode == 0 and "-F _shtab_" in completion.stdout, completion.stderr
 
 
 def _version() -> str:

@@ -151,6 +151,9 @@ class PullMessageProcessor:
                 count=len(result.messages),
                 code=int(code),
             )
+        if b.metrics is not None and result.messages:
+            size = sum(len(m.body) for m in result.messages)
+            b.metrics.pulled(topic, group, len(result.messages), size)
         ext = {
             "nextBeginOffset": result.next_begin_offset,
             "minOffset": result.min_offset,

@@ -51,6 +51,7 @@ class BrokerServices(Protocol):
     notify_on_channel_expired: bool
     release_locks_on_close: bool
     pull_events: bool
+    metrics: Any  # protocol.metrics.RoleMetrics, with --metrics-port; else None
     pop_state: PopState
     pop_polling: Any  # broker.processor.pop.PopLongPollingService
     request_modes: MessageRequestModeTable

@@ -1,9 +1,10 @@
-"""Benchmark: seconds from the end of the demo experiment to its verdict. Prints JSON on stdout.
+"""Benchmark: seconds from the end of an experiment to its verdict. Prints JSON on stdout.
 
-`rmq-chaos run demo` starts the analysis together with the cluster, so that Spark is up and has run
-its first job when the experiment ends; the runner prints how long the analysis took after the run
-ended. The baseline, measured on the same run directory right after: a cold `python -m rmqlab.pipeline
-RUN_DIR` (a new JVM, as before the analysis started early). The goal is a verdict within 15 s.
+`rmq-chaos run` says the verdict the moment the run ends, from the plain-Python analysis
+(`quick_verdict_after_run_end_s`; goal: 2 s), while the Spark analysis, started together with the
+cluster so that Spark is up when the experiment ends, writes summary.json and the report
+(`verdict_after_run_end_s`, the time the runner prints when that analysis is done). The baseline,
+measured on the same run directory right after: a cold `python -m rmqlab.pipeline RUN_DIR` (a new JVM).
 
     python scripts/bench/verdict.py                     # the demo, once
     python scripts/bench/verdict.py --repeat 3 --experiment kill-one-of-four
@@ -22,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-GOAL_S = 15.0
+GOAL_S = 2.0
 DONE = re.compile(r"analysis done ([0-9.]+) s after the run ended")
+QUICK = re.compile(r"plain-Python analysis, ([0-9.]+) s after the run ended")
 
 
 def measure(experiment: str, workdir: Path) -> dict[str, Any]:
@@ -41,6 +43,8 @@ def measure(experiment: str, workdir: Path) -> dict[str, Any]:
         raise SystemExit(
             f"rmq-chaos run {experiment} did not report its analysis:\n{done.stdout}{done.stderr}"
         )
+    said = QUICK.search(done.stdout)
+    quick = float(said.group(1)) if said else None
     t1 = time.monotonic()
     cold = subprocess.run(
         [sys.executable, "-m", "rmqlab.pipeline", str(run_dir), "--out", str(workdir / "cold"), "--quiet"],
@@ -58,8 +62,9 @@ def measure(experiment: str, workdir: Path) -> dict[str, Any]:
         "verdict_after_run_end_s": float(found.group(1)),
         "baseline_cold_analysis_s": round(cold_s, 1),
         "baseline_exit_code": cold.returncode,
+        "quick_verdict_after_run_end_s": quick,
         "goal_s": GOAL_S,
-        "goal_met": float(found.group(1)) <= GOAL_S,
+        "goal_met": quick is not None and quick <= GOAL_S,
     }
 
 

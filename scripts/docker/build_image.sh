@@ -3,6 +3,10 @@
 #
 #   bash scripts/docker/build_image.sh [--base IMAGE] [--tag NAME]
 #
+# The tag is --tag, else $RMQ_IMAGE (which `python -m rmqlab.chaos.container check`, the container
+# tests and the compose file read too: a checkout of its own on a shared engine), else
+# rocketmq-rebalance-lab:latest.
+#
 # The base is --base (or $RMQ_BASE_IMAGE), else python:3.11-slim when it is present or can be pulled,
 # else a Debian bookworm built here by scripts/docker/base_image.sh (no registry needed). The package's
 # dependencies and build backend are built as wheels on this machine (wheels/) and installed in the
@@ -13,7 +17,7 @@ cd "$(dirname "$0")/../.."
 source scripts/_env.sh
 source scripts/docker/engine.sh
 base="${RMQ_BASE_IMAGE:-}"
-tag="rocketmq-rebalance-lab:latest"
+tag="${RMQ_IMAGE:-rocketmq-rebalance-lab:latest}"
 while [ $# -gt 0 ]; do
     case "$1" in
     --base) base="$2"; shift 2 ;;
@@ -23,7 +27,7 @@ while [ $# -gt 0 ]; do
 done
 ensure_engine
 # A venv that already has the package (scripts/test.sh's, whose tests may be running now) is left alone.
-"$VENV/bin/python" -c 'import chaos.container' >/dev/null 2>&1 || ensure_venv '.'
+"$VENV/bin/python" -c 'import rmqlab.chaos.container' >/dev/null 2>&1 || ensure_venv '.'
 start=$(date +%s)
 if [ -z "$base" ]; then
     if docker image inspect python:3.11-slim >/dev/null 2>&1 ||

@@ -52,6 +52,23 @@ dc up -d --no-build --scale consumer=4 >/dev/null 2>&1 || { dc up -d --no-build 
 chaos wait "$run" --group GID_compose --balanced 4 --timeout 60
 step "the group is balanced; messages flow"
 sleep 3
+# Start-up followed the healthchecks (depends_on: service_healthy): say what each container's is now.
+health() {
+    local service id
+    for service in "$@"; do
+        for id in $(dc ps -q "$service"); do
+            printf ' %s=%s' "$service" "$(docker inspect --format '{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}' "$id")"
+        done
+    done
+}
+states="$(health run-dir namesrv broker-a broker-b setup producer consumer)"
+step "health:$states"
+for server in namesrv broker-a broker-b; do
+    case "$states" in
+    *" $server=healthy"*) ;;
+    *) echo "compose scenario: $server is not healthy" >&2; exit 1 ;;
+    esac
+done
 # Read the whole list first: `| head` would close the pipe on compose (SIGPIPE, fatal under pipefail).
 mapfile -t replicas < <(dc ps -q consumer)
 victim="${replicas[0]}"

@@ -6,10 +6,12 @@ import pytest
 
 from rmqlab.broker.faults import FaultTable, parse_fault_spec
 from rmqlab.broker.long_polling import HeldPull, PullRequestHoldService
-from rmqlab.broker.route_info import QueueData, RouteInfoManager, parse_topic_config_table
+from rmqlab.broker.route_info import RouteInfoManager, parse_topic_config_table
 from rmqlab.broker.schedule import ScheduleMessageService
 from rmqlab.broker.store import SCHEDULE_TOPIC, MemoryMessageStore
 from rmqlab.protocol.command import InvalidParameter
+from rmqlab.protocol.model import MessageQueue
+from rmqlab.protocol.route import QueueData, TopicRouteData
 from rmqlab.protocol.runtime import ManualClock
 
 # -- long polling ---------------------------------------------------------------------------------
@@ -215,3 +217,27 @@ def test_parse_topic_config_table():
     with pytest.raises(InvalidParameter) as ei:
         parse_topic_config_table({"topicConfigTable": {"T": {"readQueueNums": "2"}}})
     assert ei.value.field == "body.topicConfigTable.T.readQueueNums"
+
+
+def test_the_name_servers_answer_reads_back_as_its_tables() -> None:
+    ri = RouteInfoManager()
+    qd = {"T": QueueData("", 2, 2, 6)}
+    ri.register_broker("C", "broker-b", "h:2", 0, qd, 0, conn_id=2, native_addr="h:8")
+    ri.register_broker("C", "broker-a", "h:1", 0, qd, 0, conn_id=1)
+    ri.register_broker("C", "broker-a", "h:3", 1, {}, 0, conn_id=3)
+    wire = ri.pickup_topic_route_data("T")
+    assert wire is not None
+    r = TopicRouteData.from_wire(wire)
+    assert r.broker_datas == (ri.broker_addr_table["broker-a"], ri.broker_addr_table["broker-b"])
+    assert r.broker_datas[1].native_addrs == ((0, "h:8"),)
+    assert r.queue_datas == (QueueData("broker-a", 2, 2, 6), QueueData("broker-b", 2, 2, 6))
+    assert r.subscribe_queues("T") == {
+        MessageQueue("T", b, i) for b in ("broker-a", "broker-b") for i in range(2)
+    }
+    # an address that comes back under another id replaces its old entry; unregistering removes it
+    ri.register_broker("C", "broker-a", "h:3", 0, qd, 1, conn_id=4)
+    assert ri.broker_addr_table["broker-a"].broker_addrs == ((0, "h:3"),)
+    assert ri.broker_addr_table["broker-a"].master_addr() == "h:3"
+    assert ri.unregister_broker("h:3")
+    assert "broker-a" not in ri.broker_addr_table
+    assert ri.unregister_broker("h:2") and ri.pickup_topic_route_data("T") is None

@@ -83,3 +83,47 @@ def test_without_the_pipeline_the_live_counts_decide(monkeypatch: pytest.MonkeyP
     assert "analysis skipped: the pipeline extra (pyspark) is not installed" in out.getvalue()
     assert "verdict: FAIL (live counts (no analysis))" in out.getvalue()
     assert r.result.exit_code == 1
+
+
+AGREEING_PIPELINE = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from rmqlab.pipeline.quick import failed_groups, quick_summary
+    run = Path(sys.argv[1])
+    summary = quick_summary(run)
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "report.html").write_text("<html></html>")
+    sys.exit(1 if failed_groups(summary) else 0)
+    """
+)
+
+
+@pytest.mark.parametrize("agreeing", [True, False])
+def test_the_quick_verdict_comes_first_and_an_analysis_that_differs_is_an_error(
+    fake_pipeline: list[str], tmp_path: Path, agreeing: bool
+) -> None:
+    from rmqlab.pipeline.synth import realistic_run
+
+    run_dir = tmp_path / "run"
+    realistic_run(run_dir, events=1_500, seed=5)
+    (run_dir / "want").write_text("ok")
+    command = fake_pipeline
+    if agreeing:
+        script = tmp_path / "agreeing.py"
+        script.write_text(AGREEING_PIPELINE)
+        command = [sys.executable, str(script)]
+    out = io.StringIO()
+    r = ChaosRun(resolve("demo"), run_dir, out=out, analysis_command=command)
+    r.result.quick_verdict = "ok"
+    asyncio.run(r._analyze())
+    r._print_verdict()
+    text = out.getvalue()
+    said = text.index("(plain-Python analysis, ")
+    assert text.index("group ") < said < text.index("(analysis)")
+    group_lines = [line for line in text.splitlines() if line.startswith("group ")]
+    assert r._quick is not None and len(group_lines) == len(r._quick["groups"])  # said once, by the quick one
+    if agreeing:
+        assert r.result.exit_code in (0, 1) and "disagree" not in text
+    else:
+        assert r.result.exit_code == 3 and "error: the quick verdict and the analysis disagree at" in text

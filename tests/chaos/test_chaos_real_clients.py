@@ -269,3 +269,13 @@ def test_driver_names_brokers_by_store_host() -> None:
     assert names.name(1234) == "broker-a"  # no accessor: the default
     names.store_host = lambda _h: "10.0.0.5:4002"  # type: ignore[method-assign]
     assert names.name(1234) == "broker-b"  # another host, same port
+
+
+def test_an_installed_lab_says_real_clients_need_a_checkout(tmp_path: Path) -> None:
+    installed = tmp_path / "site-packages" / "rmqlab"
+    for driver in DRIVERS:  # the drivers ship as package data; the clients' environments cannot
+        (installed / "interop" / driver).parent.mkdir(parents=True, exist_ok=True)
+        (installed / "interop" / driver).write_text("")
+    why = RealClients(installed).missing("cpp")
+    assert why is not None and "RMQLAB_CHECKOUT=DIR" in why and "installed package" in why
+    assert RealClients(fake_checkout(tmp_path / "checkout", *DRIVERS)).missing("cpp") != why

@@ -42,6 +42,26 @@ def test_start_waits_for_ready_and_passes_common_flags(sup: Supervisor) -> None:
     assert sup.events.named("nemesis") == []  # the initial start is not a nemesis
 
 
+def test_ready_printed_before_popen_returns_is_seen(sup: Supervisor, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a loaded machine the supervisor may get the CPU back only after the child has printed READY:
+    # the line must still come after the incarnation header and the offset check_ready reads from.
+    popen = subprocess.Popen
+
+    def popen_returning_after_ready(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        proc = popen(*args, **kwargs)  # type: ignore[call-overload]
+        out = Path(kwargs["stdout"].name)  # type: ignore[union-attr]
+        deadline = time.monotonic() + 10
+        while b"READY" not in out.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return proc
+
+    monkeypatch.setattr("rmqlab.chaos.supervisor.subprocess.Popen", popen_returning_after_ready)
+    sup.add("consumer-1", "consumer", "standin_role", ["--ready", "cid"], group="g1")
+    m = sup.start("consumer-1", timeout_s=5)
+    assert m.state == "running" and m.ready_info == f"consumer-1@{m.pid}"
+    assert Path(m.out_file).read_text().startswith("--- incarnation 1 ---\nREADY ")
+
+
 def test_pause_resume_kill_write_nemesis_events(sup: Supervisor) -> None:
     sup.add("consumer-1", "consumer", "standin_role", ["--ready", "cid"], group="g1")
     pid = sup.start("consumer-1").pid

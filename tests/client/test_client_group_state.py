@@ -1,5 +1,6 @@
-"""GroupState without sockets, an event loop or a client instance: the drop / add diff, allocation,
-computePullFromWhere's table, thresholds, locks, and the pull-side flow control and status mapping."""
+"""GroupState without sockets, an event loop or a client instance: its tables, allocation,
+computePullFromWhere's table, thresholds, locks, and the pull-side flow control and status mapping (a round's
+plan is tested in test_client_rebalance_plan.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,8 @@ from typing import Any
 
 import pytest
 
-from rmqlab.client.allocate import get_strategy
 from rmqlab.client.config import ConsumerConfig
 from rmqlab.client.group_state import (
-    DropReason,
     GroupState,
     StartKind,
     per_queue_threshold,
@@ -26,9 +25,10 @@ from rmqlab.client.pull_core import (
     pull_exception_delay_ms,
     pull_status,
 )
-from rmqlab.client.route import TopicRouteData
+from rmqlab.protocol.allocate import get_strategy
 from rmqlab.protocol.codes import ResponseCode
 from rmqlab.protocol.model import ConsumeFromWhere, ConsumeType, Message, MessageModel, MessageQueue
+from rmqlab.protocol.route import TopicRouteData
 
 LAST = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -54,34 +54,6 @@ def added(s: GroupState, *mqs: MessageQueue, now_ms: int = 0) -> list[ProcessQue
         assert s.add_process_queue(m, pq, 0)
         out.append(pq)
     return out
-
-
-def test_drop_not_assigned_and_pull_expired_only_for_push() -> None:
-    now = 200_000
-    for consume_type, want in (
-        (ConsumeType.CONSUME_PASSIVELY, [(mq(1), DropReason.PULL_EXPIRED), (mq(2), DropReason.REALLOCATED)]),
-        (ConsumeType.CONSUME_ACTIVELY, [(mq(2), DropReason.REALLOCATED)]),
-    ):
-        s = state(consume_type)
-        s.subscribe("U", "*", 0)
-        added(s, mq(0), mq(2), now_ms=now)
-        added(s, mq(1), now_ms=now - 120_001)
-        added(s, mq(0, "U"), now_ms=0)
-        assert s.select_queues_to_drop("T", {mq(0), mq(1), mq(3)}, now) == want
-    # exactly pullMaxIdleTime (120 s) is not yet expired
-    s = state()
-    added(s, mq(0), now_ms=now - 120_000)
-    assert s.select_queues_to_drop("T", {mq(0)}, now) == []
-    # the idle limit goes through the time scale
-    s = state(time_scale=0.5)
-    added(s, mq(0), now_ms=now - 60_001)
-    assert s.select_queues_to_drop("T", {mq(0)}, now) == [(mq(0), DropReason.PULL_EXPIRED)]
-
-
-def test_add_is_sorted_and_skips_existing() -> None:
-    s = state()
-    added(s, mq(1))
-    assert s.select_queues_to_add({mq(3), mq(1), mq(0, broker="a")}) == [mq(0, broker="a"), mq(3)]
 
 
 def test_a_queue_enters_locked_once_its_offset_is_known_and_only_once() -> None:
@@ -201,20 +173,6 @@ def test_need_lock_orderly_clustering_or_broadcasting_by_option() -> None:
     assert state(message_model=MessageModel.BROADCASTING).need_lock(True)  # < 5.3.2
     bc = state(message_model=MessageModel.BROADCASTING, lock_in_broadcasting=False)
     assert not bc.need_lock(True) and not bc.need_lock(False)
-
-
-def test_plan_start_uses_the_consumer_type_and_config() -> None:
-    push = state(consume_from_where=FIRST)
-    assert push.plan_start(mq(0), -1).offset == 0
-    assert push.plan_start(mq(0), 9).offset == 9
-    assert push.plan_start(mq(0), -2).kind is StartKind.FAIL
-    lite = state(ConsumeType.CONSUME_ACTIVELY, consume_from_where=LAST)
-    assert lite.plan_start(mq(0), -1).kind is StartKind.MAX_OFFSET
-    fail = lite.plan_start(mq(0), -2)
-    assert (fail.kind, fail.offset) == (StartKind.OFFSET, -1)
-    ts = state(consume_from_where=TS, consume_timestamp="20240102030405")
-    plan = ts.plan_start(mq(0), -1)
-    assert plan.kind is StartKind.SEARCH_OFFSET and plan.timestamp_ms == ts.config.consume_timestamp_ms()
 
 
 def test_message_queue_changed_bumps_version_and_splits_thresholds() -> None:

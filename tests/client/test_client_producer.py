@@ -7,8 +7,9 @@ from kit.cluster import Cluster
 
 from rmqlab.client.errors import MQClientError
 from rmqlab.client.latency import LatencyFaultTolerance, MQFaultStrategy
-from rmqlab.client.route import BrokerData, QueueData, TopicPublishInfo, TopicRouteData
+from rmqlab.client.publish_info import TopicPublishInfo
 from rmqlab.protocol.model import MessageQueue
+from rmqlab.protocol.route import BrokerData, QueueData, TopicRouteData
 
 
 def info() -> TopicPublishInfo:

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from kit.broker import RecordingLog
 
-from rmqlab.client.allocate import get_strategy
 from rmqlab.client.config import ConsumerConfig
 from rmqlab.client.consumer_base import normalize_enums
 from rmqlab.client.group_state import GroupState
 from rmqlab.client.offset_store import ReadOffsetType
 from rmqlab.client.process_queue import ProcessQueue, PullRequest
 from rmqlab.client.rebalance import RebalanceLitePullImpl, RebalancePushImpl, RebalanceService
+from rmqlab.protocol.allocate import get_strategy
 from rmqlab.protocol.codes import RequestCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.model import ConsumeType, Message, MessageQueue

@@ -8,7 +8,7 @@ import itertools
 from typing import Any
 
 from rmqlab.client.process_queue import ProcessQueue, PullRequest
-from rmqlab.client.rebalance import PullMessageService
+from rmqlab.client.pull_service import PullMessageService
 from rmqlab.client.scheduler import SingleThreadScheduler, Wakeup
 from rmqlab.protocol.model import MessageQueue
 from rmqlab.protocol.runtime import EventLog

@@ -31,8 +31,14 @@ def test_compose_scenario_balances_survives_a_kill_and_loses_nothing(image: Imag
     assert proc.returncode == 0, out
     assert re.search(r"compose scenario: sent \d+, lost 0, duplicates \d+, the kill converged in \d+ ms", out)
     run = Path(re.search(r"rmq-analyze (\S+)", out).group(1))  # type: ignore[union-attr]
+    # start-up followed the healthchecks: the jobs ran to completion, the servers were healthy
+    health = re.search(r"health:(.*)", out).group(1).split()  # type: ignore[union-attr]
+    assert {"run-dir=exited", "namesrv=healthy", "broker-a=healthy", "broker-b=healthy"} <= set(health)
+    assert "setup=exited" in health and len([h for h in health if h.startswith("consumer=")]) == 4
     try:
         summary = json.loads((run / "summary.json").read_text())
+        # told in RocketMQ time: the servers logged 0.05, and no chaos runner wrote another
+        assert summary["run"]["time_scale"] == 0.05 and "time_scale_note" not in summary["run"]
         group = summary["groups"]["GID_compose"]
         assert group["verdict"] == "ok" and group["lost"] == 0 and group["sent"] > 0
         # four replicas with four distinct client ids, each in its own log named after its container;

@@ -3,7 +3,7 @@
 - ``kit.broker``: RecordingLog (an EventLog that keeps events) and Peer (a raw msgpack-wire client).
 - ``kit.cluster``: in-process clusters of brokers and consumers, crash(), allocation checks.
 - ``kit.chaos``: the stand-in role process, event collection, process probes, `rmq-chaos run`.
-- ``kit.compose_reader``: the YAML subset docker-compose.yml is written in.
+- ``kit.docker``: the container tests' pieces (rmq-chaos on the docker backend, what a run left behind).
 - ``kit.native_wire``: RocketMQ native frames built from the Java layouts, independent of protocol.native.
 - ``kit.interop``: processes for the real-client interop tests.
 - ``kit.lab_fakes``: a fake-clock event loop and a fake Backend, to watch the lab's Runner decide.

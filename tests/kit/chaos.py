@@ -127,7 +127,7 @@ def run_experiment(tmp_path: Path, text: str) -> tuple[int, Path, str]:
 
 
 def problems(text: str) -> list[tuple[int | None, str]]:
-    """The (line, message) problems ``chaos.experiment.parse`` refuses an experiment text with."""
+    """The (line, message) problems ``lab.experiment.parse`` refuses an experiment text with."""
     with pytest.raises(ex.ExperimentError) as info:
         ex.parse(text, source="x.toml")
     return info.value.problems
@@ -139,7 +139,10 @@ def line_of(text: str, needle: str, nth: int = 1) -> int:
 
 
 def fake_checkout(root: Path, *drivers: str) -> Path:
-    """A checkout with the given interop driver files (empty) and none of the clients' environments."""
+    """A checkout with the given interop driver files (empty), its setup script, and none of the clients'
+    environments."""
+    (root / "scripts").mkdir(parents=True, exist_ok=True)
+    (root / "scripts" / "setup_real_clients.sh").write_text("")
     for driver in drivers:
         path = root / "interop" / driver
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,10 +15,10 @@ from typing import Any
 from rmqlab.broker.config import BrokerConfig, NamesrvConfig
 from rmqlab.broker.controller import BrokerController
 from rmqlab.broker.namesrv import NamesrvController
-from rmqlab.client.allocate import get_strategy, sort_cid_all, sort_mq_all
 from rmqlab.client.instance import MQClientManager
 from rmqlab.client.producer import Producer
 from rmqlab.client.push_consumer import PushConsumer
+from rmqlab.protocol.allocate import get_strategy, sort_cid_all, sort_mq_all
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.model import MessageQueue
@@ -26,6 +26,14 @@ from rmqlab.protocol.remoting import RemotingClient
 from rmqlab.protocol.runtime import EventLog
 
 SCALE = 0.05  # 20 s rebalance -> 1 s, 30 s heartbeat -> 1.5 s, 60 s broker lock -> 3 s
+# The request deadlines of the tests' producer, in wall seconds at any scale. RocketMQ's 3 s (sendMsgTimeout,
+# the client API's timeout, connectTimeoutMillis) scaled is 150 ms: a loaded machine keeps the test's
+# process (broker, clients and producer on one loop) off the CPU for longer than that. A send that runs
+# out fails the test before anything under test happened; a route poll or heartbeat that runs out closes
+# the connection (clientCloseSocketIfTimeout) under a send in flight, whose retry stores the message a
+# second time under an id the test never learns. A test about these timeouts passes its own values.
+PRODUCER_TIMEOUT_S = 30.0
+PRODUCER_TIMEOUTS = ("send_msg_timeout", "mq_client_api_timeout", "connect_timeout_millis")
 
 
 @dataclass
@@ -91,6 +99,8 @@ class Cluster:
     def producer(self, node: str = "producer", **kwargs: Any) -> Producer:
         kwargs.setdefault("namesrv", self.namesrv)
         kwargs.setdefault("time_scale", self.scale)
+        for option in PRODUCER_TIMEOUTS:
+            kwargs.setdefault(option, round(PRODUCER_TIMEOUT_S * 1000 / kwargs["time_scale"]))
         p = Producer(log=self.log(node, "producer"), **kwargs)
         self.closers.append(p.shutdown)
         return p

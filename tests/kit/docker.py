@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rmqlab.chaos.container import RUN_LABEL
+from rmqlab.chaos.container import IMAGE, RUN_LABEL
 from rmqlab.cli import CHAOS_SHELVES, shipped
 
 # The comparison runs the shipped experiments with their tails cut: every nemesis of the four is over
@@ -31,6 +31,8 @@ def shortened(name: str, duration: int = SHORT_DURATION) -> str:
 
 
 def chaos_run(exp_file: Path, run_dir: Path, *args: str, backend: str = "local") -> subprocess.Popen[str]:
+    if backend == "docker":
+        args = ("--image", IMAGE, *args)  # the tests' image (RMQ_IMAGE), not only the default name
     return subprocess.Popen(
         [
             sys.executable,

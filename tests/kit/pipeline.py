@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from kit.pipeline_cases import Case
+from rmqlab.pipeline.quick import first_difference
+
+__all__ = ["analyse", "check_case", "first_difference"]
 
 
 def analyse(spark: Any, run_dir: Path) -> dict[str, Any]:

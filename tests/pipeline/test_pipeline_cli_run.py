@@ -201,3 +201,28 @@ def test_a_root_of_runs_in_one_application(
     index = (out / "index.html").read_text()
     assert "href='2026/run-1/report.html'" in index and "broken" in index
     assert "lost by consumers" in index  # the metric plotted against the parameter that varies
+
+
+def test_the_verdict_tells_a_simulated_runs_durations_as_simulated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rmqlab.pipeline.__main__ import print_verdict
+    from rmqlab.pipeline.discover import clock_word
+
+    group = {
+        "verdict": "ok",
+        "sent": 1,
+        "consumed_unique": 1,
+        "lost": 0,
+        "duplicates": 0,
+        "overlap_ms": 0,
+        "orphan_ms": 0,
+        "stalled_ms": 0,
+        "convergence": [{"convergence_ms": 204, "converged": True}],
+    }
+    (tmp_path / "manifest.json").write_text('{"mode": "sim"}')
+    assert clock_word(tmp_path) == "simulated" and clock_word(tmp_path / "elsewhere") == "wall"
+    assert print_verdict({"groups": {"g": group}}, tmp_path, False, clock_word(tmp_path)) == 0
+    assert "slowest convergence 204 ms simulated" in capsys.readouterr().out
+    print_verdict({"groups": {"g": group}}, tmp_path, False)
+    assert "slowest convergence 204 ms wall" in capsys.readouterr().out

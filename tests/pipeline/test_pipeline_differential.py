@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kit.pipeline import analyse
+from kit.pipeline import analyse, first_difference
 
 from rmqlab.pipeline.reference import summarize_run
 from rmqlab.pipeline.synth import chaotic_run, merge_runs, realistic_run, write_run
@@ -17,22 +17,6 @@ pytestmark = pytest.mark.spark
 
 # More seeds for a longer soak: RMQ_PIPELINE_SEEDS=1,2,3,4,5
 SEEDS = [int(s) for s in os.environ.get("RMQ_PIPELINE_SEEDS", "101,202,303").split(",")]
-
-
-def first_difference(a: Any, b: Any, path: str = "") -> str | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            found = first_difference(a.get(key, "<missing>"), b.get(key, "<missing>"), f"{path}.{key}")
-            if found:
-                return found
-        return None
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            found = first_difference(x, y, f"{path}[{i}]")
-            if found:
-                return found
-        return None
-    return None if a == b else f"{path}: spark {a!r} != reference {b!r}"
 
 
 def test_spark_agrees_with_the_reference_on_random_runs(spark: Any, tmp_path: Path) -> None:

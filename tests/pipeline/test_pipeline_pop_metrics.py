@@ -189,7 +189,8 @@ def test_the_index_puts_each_runs_groups_side_by_side(tmp_path: Path) -> None:
 
 
 def test_a_pop_groups_wait_is_explained_by_the_revive() -> None:
-    from rmqlab.pipeline.report import Marker, answer_for_group
+    from rmqlab.pipeline.report_data import Marker
+    from rmqlab.pipeline.report_story import answer_for_group
     from rmqlab.pipeline.unavailability import RunClock
 
     spans = [{"from_s": 150.0, "to_s": 212.0, "cause": "no_owner"}]
@@ -214,7 +215,8 @@ def test_a_pop_groups_wait_is_explained_by_the_revive() -> None:
 def test_a_queue_that_waits_twice_after_one_change_is_one_queue() -> None:
     """The hung POP consumer pops a message of queue 4, which waits for its revive, then another one
     (two stretches of one queue); queue 0 of the group's retry topic is another queue than b:0."""
-    from rmqlab.pipeline.report import Marker, answer_for_group
+    from rmqlab.pipeline.report_data import Marker
+    from rmqlab.pipeline.report_story import answer_for_group
     from rmqlab.pipeline.unavailability import RunClock
 
     def queue(topic: str, name: str, *spans: tuple[float, float]) -> dict[str, Any]:

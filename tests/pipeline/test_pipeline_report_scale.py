@@ -11,21 +11,17 @@ from typing import Any
 
 import pytest
 
-from rmqlab.pipeline import report
-from rmqlab.pipeline.report import (
+from rmqlab.pipeline import report_plots, report_story
+from rmqlab.pipeline.report_data import Marker, PlotData, group_markers, short_cause
+from rmqlab.pipeline.report_page import render_html
+from rmqlab.pipeline.report_plots import (
     MAP_STATES,
     OWNERSHIP_TEXT,
-    Marker,
-    PlotData,
-    _short_cause,
-    answer_for_group,
-    group_markers,
-    group_story,
     health_map,
     ownership_text,
     plot_ownership,
-    render_html,
 )
+from rmqlab.pipeline.report_story import answer_for_group, group_story
 from rmqlab.pipeline.unavailability import RunClock
 
 END = 600_000  # a ten-minute run, t = 0 at 0 ms, time scale 1
@@ -74,7 +70,7 @@ def test_a_many_queue_group_gets_a_health_map_of_bounded_size_without_a_legend_o
 ) -> None:
     data = large_group(queues=400, consumers=100, kills=3)
     legends: list[list[str]] = []
-    png = report._png
+    png = report_plots.figure_png
 
     def keep_legend(fig: Any) -> str:
         legends.extend(
@@ -82,7 +78,7 @@ def test_a_many_queue_group_gets_a_health_map_of_bounded_size_without_a_legend_o
         )
         return png(fig)
 
-    monkeypatch.setattr(report, "_png", keep_legend)
+    monkeypatch.setattr(report_plots, "figure_png", keep_legend)
     out = plot_ownership(data, "G", group_markers(data, "G", None), None)
     assert out is not None
     width, height = png_size(out)
@@ -166,8 +162,8 @@ def test_up_to_64_queues_keep_the_gantt_chart() -> None:
 def test_a_cause_of_many_actions_is_told_in_short_and_a_short_one_as_it_is() -> None:
     start_up = "; ".join(f"start 10.0.0.{i % 250}@{i}#1 on consumer-{i}" for i in range(1, 1001))
     short = "start of 1,000 consumers (consumer-1, consumer-2, consumer-3 and 997 more)"
-    assert _short_cause(start_up) == short
-    assert _short_cause("stop 1.2.3.4@1#1 on consumer-1; start 1.2.3.4@2#1 on consumer-1") == (
+    assert short_cause(start_up) == short
+    assert short_cause("stop 1.2.3.4@1#1 on consumer-1; start 1.2.3.4@2#1 on consumer-1") == (
         "stop consumer-1; start consumer-1"
     )
     g = {
@@ -234,18 +230,15 @@ def test_the_report_of_a_large_group_stays_small() -> None:
 
 
 def test_many_markers_are_ticks_and_their_list_is_folded_while_a_few_stay_numbered() -> None:
-    import matplotlib.pyplot as plt
-
     def lane_of(kills: int) -> tuple[Any, Any, list[Marker]]:
         data = large_group(queues=200, consumers=kills + 2, kills=kills)
         markers = group_markers(data, "G", None)
-        fig, lane, ax = report._figure(3.0, markers)
-        report._draw_markers(lane, ax, markers, CLOCK, END / 1000)
-        plt.close(fig)  # the axes keep what was drawn
+        _, lane, ax = report_plots._figure(3.0, markers)  # a figure of its own: nothing to close
+        report_plots._draw_markers(lane, ax, markers, CLOCK, END / 1000)
         return lane, ax, markers
 
-    lane, ax, markers = lane_of(report.MANY_MARKERS + 1)
-    assert len(markers) == report.MANY_MARKERS + 1
+    lane, ax, markers = lane_of(report_plots.MANY_MARKERS + 1)
+    assert len(markers) == report_plots.MANY_MARKERS + 1
     assert not lane.texts and not ax.lines  # no numbered circles, no line through the data
     assert len(lane.lines) == len(markers)  # a tick each
     lane, ax, markers = lane_of(3)
@@ -322,27 +315,27 @@ def test_the_story_names_the_changes_most_duplicates_followed_when_there_are_man
 
 
 def test_many_changes_get_a_convergence_chart_over_time_of_bounded_height() -> None:
-    many = convergence_entries(report.MANY_MARKERS + 1, never={5})
-    width, height = png_size(report.plot_convergence(many, "G", CLOCK) or "")
+    many = convergence_entries(report_plots.MANY_MARKERS + 1, never={5})
+    width, height = png_size(report_plots.plot_convergence(many, "G", CLOCK) or "")
     assert height <= 400 and width <= 900
-    assert report.convergence_text(many) == report.CONVERGENCE_DOTS_TEXT
-    few = convergence_entries(report.MANY_MARKERS)
-    assert png_size(report.plot_convergence(few, "G", CLOCK) or "")[1] > 1000  # a bar each, as before
-    assert report.convergence_text(few) == report.CONVERGENCE_TEXT
+    assert report_plots.convergence_text(many) == report_plots.CONVERGENCE_DOTS_TEXT
+    few = convergence_entries(report_plots.MANY_MARKERS)
+    assert png_size(report_plots.plot_convergence(few, "G", CLOCK) or "")[1] > 1000  # a bar each, as before
+    assert report_plots.convergence_text(few) == report_plots.CONVERGENCE_TEXT
 
 
 def test_many_chaos_actions_are_counted_by_kind_before_the_first_ones_are_named() -> None:
     summary = {"run": {"events": 1, "malformed_lines": 0, "start_ms": 0, "end_ms": END}, "groups": {}}
-    data = large_group(queues=200, consumers=40, kills=report.NEMESES_NAMED + 1)
+    data = large_group(queues=200, consumers=40, kills=report_story.NEMESES_NAMED + 1)
     data.nemeses.append({"ts_ms": END - 1, "action": "pause", "target": "consumer-40"})
-    said = [s for s in report.narrative(summary, data) if s.startswith("The chaos runner")]
+    said = [s for s in report_story.narrative(summary, data) if s.startswith("The chaos runner")]
     assert said[0].startswith(
         "The chaos runner wrote 22 nemesis event(s) (a restart is written as a stop and a start): 21 kill, "
         "1 pause; the first 20: kill consumer-1 at t = 30.0 s; kill consumer-2 at t = 60.0 s;"
     )
     assert "consumer-21 " not in said[0]
     data.nemeses = data.nemeses[:3]
-    said = [s for s in report.narrative(summary, data) if s.startswith("The chaos runner")]
+    said = [s for s in report_story.narrative(summary, data) if s.startswith("The chaos runner")]
     assert "kill;" not in said[0] and said[0].endswith("kill consumer-3 at t = 90.0 s.")
 
 
@@ -350,7 +343,7 @@ def test_the_rates_of_many_consumers_are_one_summed_line_and_the_title_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     drawn: list[tuple[list[str], list[str], list[list[float]]]] = []
-    png = report._png
+    png = report_plots.figure_png
 
     def keep(fig: Any) -> str:
         for ax in fig.axes:
@@ -361,15 +354,15 @@ def test_the_rates_of_many_consumers_are_one_summed_line_and_the_title_says_so(
                 )
         return png(fig)
 
-    monkeypatch.setattr(report, "_png", keep)
-    for nodes in (report.MANY_NODES + 1, 3):
+    monkeypatch.setattr(report_plots, "figure_png", keep)
+    for nodes in (report_plots.MANY_NODES + 1, 3):
         data = PlotData(0, END, 4000, clock=CLOCK)
         data.rates = [
             {"group": "G", "node": f"consumer-{i}", "bucket": b, "n": 4}
             for i in range(nodes)
             for b in range(3)
         ]
-        assert report.plot_rates(data, "G", []) is not None
+        assert report_plots.plot_rates(data, "G", []) is not None
     (many, many_titles, many_lines), (few, few_titles, _) = drawn
     assert many == ["all 21 consumers together"] and many_lines == [
         [21.0, 21.0, 21.0]

@@ -13,7 +13,7 @@ import pytest
 from rmqlab.pipeline.__main__ import main
 from rmqlab.pipeline.availability_reference import summarize_run
 from rmqlab.pipeline.discover import RunDir, RunFile, discover_runs
-from rmqlab.pipeline.report import answers
+from rmqlab.pipeline.report_story import answers
 from rmqlab.pipeline.small_runs import analyse_root, deal, run_bytes, split_by_size
 from rmqlab.pipeline.synth import MALFORMED_LINES, chaotic_run, realistic_run, write_run
 

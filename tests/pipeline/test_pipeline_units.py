@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from rmqlab.pipeline.contract import cause_text, failing_checks, join_causes, verdict
-from rmqlab.pipeline.report import PlotData, pick_bucket_ms, render_html
+from rmqlab.pipeline.report_data import PlotData, pick_bucket_ms
+from rmqlab.pipeline.report_page import render_html
 from rmqlab.pipeline.synth import averagely
 
 
@@ -67,9 +68,9 @@ def test_report_without_groups_still_renders() -> None:
 
 
 def test_a_change_just_before_the_origin_reads_zero_not_negative_zero() -> None:
-    from rmqlab.pipeline.report import _when
+    from rmqlab.pipeline.report_story import time_text
     from rmqlab.pipeline.unavailability import RunClock
 
-    assert _when(9_990, RunClock(10_000, 1.0)) == "t = 0.0 s"  # 10 ms before t = 0
-    assert _when(9_998, RunClock(10_000, 0.05)) == "t = 0.0 s (0.00 s wall)"
-    assert _when(12_500, RunClock(10_000, 1.0)) == "t = 2.5 s"
+    assert time_text(9_990, RunClock(10_000, 1.0)) == "t = 0.0 s"  # 10 ms before t = 0
+    assert time_text(9_998, RunClock(10_000, 0.05)) == "t = 0.0 s (0.00 s wall)"
+    assert time_text(12_500, RunClock(10_000, 1.0)) == "t = 2.5 s"

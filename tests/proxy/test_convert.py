@@ -7,9 +7,9 @@ import hashlib
 
 import pytest
 
-from rmqlab.client.route import BrokerData, QueueData, TopicRouteData
 from rmqlab.protocol.codes import ResponseCode
 from rmqlab.protocol.model import Message
+from rmqlab.protocol.route import BrokerData, QueueData, TopicRouteData
 from rmqlab.proxy import convert
 from rmqlab.proxy.convert import Delivery, ProxyError
 from rmqlab.proxy.v5 import Code, pb

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rmqlab.client.allocate import (
+from rmqlab.protocol.allocate import (
     AllocateMessageQueueAveragely,
     AllocateMessageQueueConsistentHash,
     AllocationCache,
@@ -92,7 +92,7 @@ def test_consistent_hash_ring_is_built_once_for_all_clients(monkeypatch: pytest.
     }
     assert routes == 1
     plain = AllocateMessageQueueConsistentHash()
-    from rmqlab.client.allocate import sort_cid_all, sort_mq_all
+    from rmqlab.protocol.allocate import sort_cid_all, sort_mq_all
 
     for c in cids:
         assert got[c] == plain.allocate("G", c, sort_mq_all(_queues(40)), sort_cid_all(cids))
@@ -124,8 +124,8 @@ def test_a_round_of_the_whole_group_checks_the_queues_once(
 ) -> None:
     """Every client's share is the strategy's own answer (repeated ids, an id not in the group, more
     clients than queues), while the queue list is checked by the first client only."""
-    import rmqlab.client.allocate as allocate_mod
-    from rmqlab.client.allocate import sort_cid_all, sort_mq_all
+    import rmqlab.protocol.allocate as allocate_mod
+    from rmqlab.protocol.allocate import sort_cid_all, sort_mq_all
 
     checks = 0
     check_mqs = allocate_mod._check_mqs
@@ -182,7 +182,7 @@ def test_a_client_keeping_its_queue_set_is_answered_without_comparing_queues(
 def test_a_changing_member_list_sorts_an_unchanged_queue_set_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Members join one by one (a rolling start): every view is a new entry, but the queue set is the
     same object each time and is sorted once; each answer is still the strategy's own."""
-    import rmqlab.client.allocate as allocate_mod
+    import rmqlab.protocol.allocate as allocate_mod
 
     sorts = 0
     sort_mq_all = allocate_mod.sort_mq_all

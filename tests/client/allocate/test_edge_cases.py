@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rmqlab.client.allocate import (
+from rmqlab.protocol.allocate import (
     STRATEGY_NAMES,
     AllocateMachineRoomNearby,
     AllocateMessageQueueAveragely,

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from rmqlab.client.allocate import (
+from rmqlab.protocol.allocate import (
     AllocateMachineRoomNearby,
     AllocateMessageQueueAveragely,
     AllocateMessageQueueAveragelyByCircle,

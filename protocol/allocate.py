@@ -8,6 +8,10 @@ consistent-hash collisions where the later ring entry wins, zero virtual nodes).
 
 Where RocketMQ throws IllegalArgumentException (or NullPointerException for a missing argument) these
 raise ``ValueError`` with a clear message.
+
+Both roles run them: the client divides a topic's queues itself (RebalanceImpl), and RocketMQ 5's broker
+divides them for a client that asks (QUERY_ASSIGNMENT names the strategy on the wire, and the answer must be
+the split the client would have made). So they live here, below both, as the route types do.
 """
 
 from __future__ import annotations

@@ -1,0 +1,98 @@
+"""The verdict the moment a run ends: the exact plain-Python analysis (the reference: the same
+EVENTS.md definitions as the Spark analysis, which sweeps and small runs already use) of a run small
+enough to answer in about a second, its verdict lines, and the check that the Spark analysis, which
+writes summary.json and the report afterwards, agrees with it field by field."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rmqlab.pipeline.discover import RunDir, discover
+from rmqlab.pipeline.small_runs import SMALL_RUN_BYTES, analyse_run, run_bytes
+
+# The largest run (bytes of its event files) answered at once: 64 MiB, about 250,000 events of a
+# typical run (the demo writes about 250 bytes an event). Larger runs go to the Spark analysis only.
+QUICK_RUN_BYTES = SMALL_RUN_BYTES
+
+
+def quick_summary(run_dir: str | os.PathLike[str], max_bytes: int = QUICK_RUN_BYTES) -> dict[str, Any] | None:
+    """summary.json (with its answer) of a run by the reference, or None for a run larger than
+    ``max_bytes`` or without event files (there is nothing to say at once)."""
+    run = RunDir(".", str(run_dir), discover(run_dir), {})
+    if not run.files or run_bytes(run) > max_bytes:
+        return None
+    summary, _data = analyse_run(run, plots=True)
+    return summary
+
+
+def group_line(group: str, g: dict[str, Any], clock: str = "wall") -> str:
+    """One group's verdict line; ``clock`` names the time of the durations (``wall`` or ``simulated``)."""
+    conv = g["convergence"]
+    worst = max((c["convergence_ms"] for c in conv if c["converged"]), default=0)
+    not_conv = sum(1 for c in conv if not c["converged"])
+    rmq = g.get("rocketmq_time")
+    times = (
+        f"  overlap {g['overlap_ms']} ms  orphan {g['orphan_ms']} ms  stalled {g['stalled_ms']} ms"
+        if rmq is None
+        else f"  RocketMQ s summed over queues: overlap {rmq['overlap_ms'] / 1000:.1f}"
+        f"  orphan {rmq['orphan_ms'] / 1000:.1f}  stalled {rmq['stalled_ms'] / 1000:.1f}"
+        f"  unavailable {rmq['unavailable_ms'] / 1000:.1f}"
+    )
+    return (
+        f"{group}: {g['verdict'].upper()}  sent {g['sent']}  consumed {g['consumed_unique']}"
+        f"  lost {g['lost']}  duplicates {g['duplicates']}{times}  slowest convergence {worst} ms {clock}"
+        + (f"  never converged {not_conv}" if not_conv else "")
+    )
+
+
+def failed_groups(summary: dict[str, Any]) -> list[str]:
+    return [group for group, g in summary["groups"].items() if g["verdict"] != "ok"]
+
+
+def verdict_lines(summary: dict[str, Any], clock: str = "wall") -> list[str]:
+    """Each group's line, the answer's sentences and the verdict."""
+    lines = [group_line(group, g, clock) for group, g in summary["groups"].items()]
+    if not summary["groups"]:
+        lines.append("no consumer group in this run")
+    lines += [f"answer: {sentence}" for sentence in summary.get("answer") or []]
+    failed = failed_groups(summary)
+    lines.append(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'OK'}")
+    return lines
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """Where two summaries first differ (the first's value, then the second's), or None."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            found = first_difference(a.get(key, "<missing>"), b.get(key, "<missing>"), f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = first_difference(x, y, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    return None if a == b else f"{path}: {a!r} != {b!r}"
+
+
+def disagreement(quick: dict[str, Any], full: dict[str, Any]) -> str | None:
+    """Where the quick verdict's summary and the Spark analysis's differ, or None when they agree.
+    The analysis may add what the reference leaves out (``pop`` figures of a POP run, its modes);
+    every field both have must be equal."""
+    shared_full = {k: v for k, v in full.items() if k in quick}
+    where = first_difference(quick, shared_full)
+    return None if where is None else f"the quick verdict and the analysis disagree at {where}"
+
+
+__all__ = [
+    "QUICK_RUN_BYTES",
+    "disagreement",
+    "failed_groups",
+    "first_difference",
+    "group_line",
+    "quick_summary",
+    "verdict_lines",
+]

@@ -1,0 +1,65 @@
+"""The quick verdict: the plain-Python analysis right after a run, its lines, its size limit, and the
+check that the Spark analysis's summary agrees with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rmqlab.pipeline.quick import disagreement, quick_summary, verdict_lines
+from rmqlab.pipeline.synth import realistic_run
+
+
+def test_a_small_run_is_answered_and_a_large_one_left_to_spark(tmp_path: Path) -> None:
+    realistic_run(tmp_path / "run", events=3_000, seed=7, loss_every=97)
+    summary = quick_summary(tmp_path / "run")
+    assert summary is not None and summary["groups"]
+    lines = verdict_lines(summary, "simulated")
+    assert lines[-1].startswith("verdict: FAIL (") and any("lost" in line for line in lines)
+    assert all(" ms simulated" in line for line in lines if "slowest convergence" in line)
+    assert quick_summary(tmp_path / "run", max_bytes=1_000) is None
+
+
+def test_a_difference_with_the_analysis_is_named_and_additions_are_not_one() -> None:
+    quick = {"run": {"events": 10}, "groups": {"g": {"lost": 0, "duplicates": 2}}, "answer": ["a"]}
+    assert disagreement(quick, json.loads(json.dumps(quick))) is None
+    assert disagreement(quick, {**quick, "pop": {"extra": 1}}) is None  # the analysis may add fields
+    worse = {"run": {"events": 10}, "groups": {"g": {"lost": 1, "duplicates": 2}}, "answer": ["a"]}
+    why = disagreement(quick, worse)
+    assert why is not None and ".groups.g.lost: 0 != 1" in why
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_rmq_sim_run_says_the_verdict_before_the_report_and_both_agree(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rmqlab.sim",
+            "run",
+            "kill-one-of-four",
+            "--out",
+            str(tmp_path / "run"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert (
+        out.index("verdict: OK")
+        < out.index("(said ")
+        < out.index("writing summary.json")
+        < out.index("report: ")
+    )
+    assert "error:" not in out and (tmp_path / "run" / "summary.json").is_file()

@@ -248,7 +248,7 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
         if exp.kernel_only_network_faults():
             print(
                 "rmq-chaos: these network faults need --backend docker (the kernel's iptables; the local "
-                "fault proxy sits between one client and a server and cuts both ways): "
+                "fault relay sits between one client and a server and cuts both ways): "
                 f"{'; '.join(exp.kernel_only_network_faults())}",
                 file=sys.stderr,
             )

@@ -24,15 +24,15 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from rmqlab.chaos.cluster import LocalCluster
 from rmqlab.chaos.container import ContainerCluster, ImageInfo
+from rmqlab.chaos.process_cluster import LocalCluster
 from rmqlab.chaos.realclients import RealClients
 from rmqlab.cli import Progress
 from rmqlab.lab.experiment import Experiment, ExperimentError
 from rmqlab.lab.runner import Console, Runner, RunResult, pipeline_available, versions
 from rmqlab.lab.tally import LogTailer, RunTally
-from rmqlab.protocol.acl import SessionCredentials
-from rmqlab.protocol.runtime import EventLog
+from rmqlab.protocol.acl_signing import SessionCredentials
+from rmqlab.protocol.event_log import EventLog
 
 
 class ChaosRun:

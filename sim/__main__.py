@@ -37,12 +37,12 @@ from rmqlab.cli import (
 )
 from rmqlab.lab.experiment import ExperimentError
 from rmqlab.pipeline.contract import CHECKS
-from rmqlab.sim.experiment import SimExperiment, load, parse
 from rmqlab.sim.rundir import RunDirError, read_sim_run
+from rmqlab.sim.sim_table import SimExperiment, load, parse
 from rmqlab.sim.wire import WIRES
 
 if TYPE_CHECKING:
-    from rmqlab.sim.cluster import SimResult
+    from rmqlab.sim.sim_cluster import SimResult
 
 HASH_SEED = "0"
 
@@ -85,7 +85,7 @@ def event_files(run_dir: Path) -> dict[str, str]:
 def _simulate(
     sx: SimExperiment, run_dir: Path, seed: int | None, quiet: bool, out: TextIO | None = None
 ) -> tuple[int, SimResult]:
-    from rmqlab.sim.cluster import SimCluster
+    from rmqlab.sim.sim_cluster import SimCluster
 
     out = out or sys.stdout
     cluster = SimCluster(sx, run_dir, seed=seed, progress=not quiet, out=out)

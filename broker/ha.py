@@ -82,7 +82,6 @@ class ReplicationLog:
 @dataclass(slots=True)
 class _Waiter:
     target: int  # byte position the slave must have
-    deadline_ms: int
     token: object
 
 
@@ -125,19 +124,13 @@ class ReplicaProgress:
             self.connection_count(now_ms) > 0 and master_put_where - self.push2slave_max < self.fallbehind_max
         )
 
-    def wait_for(self, target: int, deadline_ms: int, token: object) -> bool:
-        """Register a send that needs a slave at ``target``; False when one is already there."""
+    def wait_for(self, target: int, token: object) -> bool:
+        """Register a send that needs a slave at ``target``; False when one is already there. The caller
+        gives up after slaveTimeout (FLUSH_SLAVE_TIMEOUT) and cancels its token."""
         if self.push2slave_max >= target:
             return False
-        self.waiters.append(_Waiter(target, deadline_ms, token))
+        self.waiters.append(_Waiter(target, token))
         return True
-
-    def expire(self, now_ms: int) -> list[object]:
-        """Tokens of the waiting sends whose time is up (FLUSH_SLAVE_TIMEOUT)."""
-        late = [w for w in self.waiters if w.deadline_ms <= now_ms]
-        if late:
-            self.waiters = [w for w in self.waiters if w.deadline_ms > now_ms]
-        return [w.token for w in late]
 
     def cancel(self, token: object) -> None:
         self.waiters = [w for w in self.waiters if w.token is not token]

@@ -529,7 +529,15 @@ class BrokerController:
         # Only a change is an event: a consumer's persistAll re-sends every queue's offset each 5 s
         # whether it moved or not, and those repeats were half of a run's lines with nothing to tell.
         if offset != prev:
-            self.log.emit("offset_committed", group=group, topic=topic, queue_id=queue_id, offset=offset)
+            self.log.emit(
+                "offset_committed",
+                group=group,
+                topic=topic,
+                queue_id=queue_id,
+                offset=offset,
+                broker=self.config.broker_name,
+                broker_id=self.config.broker_id,
+            )
 
     def forget_group(self, group: str) -> None:
         """A group that left (no consumer registered any more) takes its retry topic along, unless that

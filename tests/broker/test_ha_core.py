@@ -17,6 +17,7 @@ from rmqlab.broker.ha import (
     suggest_which_broker_id,
     sync_consumer_offsets,
 )
+from rmqlab.broker.store import MemoryMessageStore, StoredMessage
 
 
 def test_role_parse():
@@ -144,3 +145,20 @@ def test_offset_table_wire_round_trip_and_errors():
         decode_offset_table({"T@g": 3})
     with pytest.raises(ValueError, match="must be ints"):
         decode_offset_table({"T@g": {"0": 3}})
+
+
+def _replica(offset: int, msg_id: str) -> StoredMessage:
+    return StoredMessage(msg_id, "T", 0, offset, b"x", None, None, 1, 2, 0, {}, "broker-a")
+
+
+async def test_store_keeps_a_replica_only_as_its_queues_next():
+    store = MemoryMessageStore()
+    arrived: list[str] = []
+    store.add_arrival_listener(lambda m: arrived.append(m.msg_id))
+    assert await store.put_replica(_replica(0, "A"), ReplicaApplier.keep) is True
+    assert await store.put_replica(_replica(0, "A"), ReplicaApplier.keep) is False
+    assert await store.put_replica(_replica(2, "C"), ReplicaApplier.keep) is None
+    assert await store.put_replica(_replica(1, "B"), ReplicaApplier.keep) is True
+    assert arrived == ["A", "B"]
+    assert [m.msg_id for m in store.consume_queue("T", 0).messages] == ["A", "B"]
+    assert store.lookup("T", 0, 1).store_timestamp == 2  # the master's store time, kept

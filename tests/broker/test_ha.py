@@ -171,8 +171,14 @@ async def test_restarted_master_offsets_overwrite_the_slaves_newer_ones(cluster,
     await wait_until(lambda: slave.slave.master_addr is None, what="the slave to lose its master")
     await make_peer(slave.address).ok(RequestCode.UPDATE_CONSUMER_OFFSET, {**commit, "commitOffset": 9})
     assert slave.offset_manager.query_offset("g", "T", 0) == 9
+    assert slave.log.of("master_addr_changed", master_addr=None)
+    await wait_until(
+        lambda: slave.log.of("ha_master_disconnected", master_addr=master.broker_addr), what="copy"
+    )
+    assert master.log.of("ha_slave_disconnected", slave_addr=slave.broker_addr, reason="closed")
     restarted = await cluster.broker(store_dir=store)
     await wait_until(lambda: slave.slave.master_addr == restarted.broker_addr, what="the new master")
+    assert slave.log.of("master_addr_changed", master_addr=restarted.broker_addr)
     await wait_until(lambda: slave.offset_manager.query_offset("g", "T", 0) == 5, what="the overwrite")
     assert slave.log.of("offset_synced", group="g", queue_id=0, offset=5, prev_offset=9)
     assert restarted.offset_manager.query_offset("g", "T", 0) == 5

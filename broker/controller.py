@@ -721,6 +721,7 @@ class BrokerController:
             await asyncio.sleep(interval)
             try:
                 self.scan_not_active_channel()
+                self.ha_housekeeping(self.clock.monotonic_ms())
                 for f in self.faults.sweep(self.clock.monotonic_ms()):
                     self.log.emit(
                         "fault_cleared", fault_id=f.fault_id, request_code=f.request_code, reason="expired"
@@ -878,6 +879,20 @@ class BrokerController:
             conn.attrs[ATTR_HA_SLAVE] = slave_addr
             self.log.emit("ha_slave_connected", broker=self.config.broker_name, slave_addr=slave_addr)
 
+    def ha_housekeeping(self, now_ms: int) -> None:
+        """Close the HA connections of slaves silent past haHousekeepingInterval, as HAConnection does."""
+        for conn_id in self.ha_progress.expire_silent(now_ms):
+            conn = self.connections.get(conn_id)
+            slave_addr = conn.attrs.get(ATTR_HA_SLAVE) if conn is not None else None
+            self.log.emit(
+                "ha_slave_disconnected",
+                broker=self.config.broker_name,
+                slave_addr=slave_addr,
+                reason="silent",
+            )
+            if conn is not None:
+                conn.close()
+
     async def wait_log_growth(self, length: int, timeout_s: float) -> None:
         """Return once the log is longer than ``length`` or ``timeout_s`` passed (WriteSocketService's
         wait for new data; an empty answer then is the heartbeat)."""
@@ -901,6 +916,7 @@ class BrokerController:
         if self.role is not BrokerRole.SYNC_MASTER:
             return ResponseCode.SUCCESS
         now = self.clock.monotonic_ms()
+        self.ha_housekeeping(now)
         if not self.ha_progress.is_slave_ok(msg.log_end, now):
             code = ResponseCode.SLAVE_NOT_AVAILABLE
         else:

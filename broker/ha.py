@@ -112,10 +112,16 @@ class ReplicaProgress:
     def remove(self, slave: int) -> None:
         self.slaves.pop(slave, None)
 
+    def expire_silent(self, now_ms: int) -> list[int]:
+        """Drop the slaves silent longer than haHousekeepingInterval (HAConnection closes them); returns
+        their ids."""
+        gone = [sid for sid, s in self.slaves.items() if now_ms - s.last_report_ms > self.housekeeping_ms]
+        for sid in gone:
+            del self.slaves[sid]
+        return gone
+
     def connection_count(self, now_ms: int) -> int:
-        for sid, s in list(self.slaves.items()):
-            if now_ms - s.last_report_ms > self.housekeeping_ms:
-                del self.slaves[sid]
+        self.expire_silent(now_ms)
         return len(self.slaves)
 
     def is_slave_ok(self, master_put_where: int, now_ms: int) -> bool:

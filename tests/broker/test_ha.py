@@ -4,6 +4,7 @@ HAService, SlaveSynchronize and the slave's answers to pulls)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -295,3 +296,17 @@ async def test_a_master_that_lost_its_messages_and_its_slave_disagree(cluster, m
     old, new = ids(slave, "T", 0), ids(master, "T", 0)
     assert [o for o, _ in old] == [0, 1, 2]
     assert old[2] == new[2] and old[:2] != new[:2]
+
+
+async def test_a_silent_slave_is_disconnected_and_sync_sends_stop_waiting(cluster, make_peer):
+    master, slave = await cluster("SYNC_MASTER")
+    # the slave stops asking (as a paused process does) while its connection stays open
+    slave._runner.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await slave._runner
+    await wait_until(
+        lambda: master.log.of("ha_slave_disconnected", slave_addr=slave.broker_addr, reason="silent"),
+        what="haHousekeepingInterval",
+    )
+    assert master.status()["haSlaves"] == 0
+    assert (await make_peer(master.address).send("T")).code == ResponseCode.SLAVE_NOT_AVAILABLE

@@ -73,7 +73,9 @@ def test_cancel_and_housekeeping():
     p.cancel(t)
     assert p.report(7, 5, now_ms=50) == []
     assert p.connection_count(150) == 1
-    assert p.connection_count(151) == 0  # silent longer than haHousekeepingInterval
+    p.report(9, 5, now_ms=60)
+    assert p.expire_silent(151) == [7]  # silent longer than haHousekeepingInterval
+    assert p.connection_count(161) == 0
     p.report(8, 5, now_ms=200)
     p.remove(8)
     assert p.connection_count(200) == 0

@@ -341,7 +341,7 @@ class Experiment:
     # Master-slave (RocketMQ 4.x): each master's slaves, brokerId 1..slaves, nodes <broker>-s<id>
     slaves: int = 0
     broker_role: str = "ASYNC_MASTER"  # the masters' brokerRole
-    replication_lag_ms: int = 0  # the slaves hold each copied batch this long (RocketMQ ms, scaled)
+    replication_lag_ms: float = 0  # the slaves hold each copied batch this long (RocketMQ ms)
     slave_read_enable: bool = False  # slaveReadEnable on every broker
     # what the tables of the backend that parsed it hold (TableExtension.name -> its parse's result)
     extensions: Mapping[str, TableSettings] = field(default_factory=dict, compare=False, repr=False)
@@ -369,8 +369,8 @@ class Experiment:
         if self.flush_consumer_offset_interval:
             flags += ["--flush-consumer-offset-interval", str(self.flush_consumer_offset_interval)]
         if self.replication_lag_ms:
-            # the broker takes it unscaled: the lab's times are RocketMQ time
-            flags += ["--ha-replication-lag-ms", str(round(self.replication_lag_ms * self.time_scale))]
+            # RocketMQ time: the broker runs it at its --time-scale like every timer
+            flags += ["--ha-replication-lag-ms", str(round(self.replication_lag_ms))]
         if self.slave_read_enable:
             flags.append("--slave-read-enable")
         return flags

@@ -57,7 +57,7 @@ def test_master_and_slave_flags_carry_role_lag_and_slave_read() -> None:
         "--broker-role",
         "SLAVE",
         "--ha-replication-lag-ms",
-        "1000",  # RocketMQ time, run at the time scale like every timer of the lab
+        "2000",  # RocketMQ time: the broker scales it like every timer
         "--slave-read-enable",
     ]
     d = e.to_dict()

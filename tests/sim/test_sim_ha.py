@@ -1,0 +1,71 @@
+"""The shipped master-slave experiments, simulated: a failover that reads OK, #1094's stale offsets
+of a master that comes back, and #2705's group that starts from the minimum offset on a slave without
+its offsets. Deterministic for their seeds, so the counts are exact."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from kit.ha import SHIPPED, HaRun, read_run
+
+from rmqlab.sim.sim_cluster import SimCluster
+from rmqlab.sim.sim_table import load
+
+
+def simulate(tmp_path_factory: pytest.TempPathFactory, name: str, topic: str) -> HaRun:
+    d = tmp_path_factory.mktemp(name)
+    result = SimCluster(load(SHIPPED / f"{name}.toml"), d, out=io.StringIO(), progress=False).run()
+    assert not result.errors, result.errors
+    assert result.drained
+    return read_run(Path(d), topic)
+
+
+@pytest.fixture(scope="module")
+def failover(tmp_path_factory: pytest.TempPathFactory) -> HaRun:
+    return simulate(tmp_path_factory, "ha-failover", "TradeTopic")
+
+
+@pytest.fixture(scope="module")
+def stale(tmp_path_factory: pytest.TempPathFactory) -> HaRun:
+    return simulate(tmp_path_factory, "ha-stale-master-offsets", "OrderTopic")
+
+
+@pytest.fixture(scope="module")
+def no_offsets(tmp_path_factory: pytest.TempPathFactory) -> HaRun:
+    return simulate(tmp_path_factory, "ha-slave-without-offsets", "PayTopic")
+
+
+def test_a_failover_reads_every_message_once_and_commits_to_the_slave(failover: HaRun) -> None:
+    assert ("failover", "broker-a") in failover.nemeses and ("stop", "broker-a") in failover.nemeses
+    assert failover.skipped == []
+    assert len(failover.sent) == 300 and failover.lost == 0
+    assert failover.duplicates == 0
+    assert failover.slave_commits > 0  # the consumers' offsets went to the slave while the master was away
+
+
+def test_a_master_back_with_old_offsets_overwrites_the_slave_and_the_restarted_group_repeats(
+    stale: HaRun,
+) -> None:
+    assert ("pause", "broker-a") in stale.nemeses and ("resume", "broker-a") in stale.nemeses
+    assert stale.lost == 0
+    assert stale.slave_commits > 0
+    # the slave's sync put the master's older offsets over the ones consumers committed to it
+    assert stale.regressions and all(new < prev for _q, prev, new in stale.regressions)
+    behind = {q: prev - new for q, prev, new in stale.regressions}
+    # the restarted consumers start broker-a's queues at the master's old offsets ...
+    for q, _prev, new in stale.regressions:
+        assert stale.restart_offsets[("broker-a", q)] <= new
+    # ... and consume again at least what lay between those and the slave's
+    assert stale.duplicates_of("broker-a") >= sum(behind.values())
+
+
+def test_a_slave_without_the_groups_offsets_sends_it_back_to_the_minimum_offset(no_offsets: HaRun) -> None:
+    assert ("failover", "broker-a") in no_offsets.nemeses
+    assert no_offsets.lost == 0
+    starts = {q: off for (b, q), off in no_offsets.restart_offsets.items() if b == "broker-a"}
+    assert starts and set(starts.values()) == {0}
+    # every message broker-a stored before it went away is consumed again
+    assert no_offsets.duplicates_of("broker-a") == no_offsets.sent_to("broker-a") > 0
+    assert no_offsets.duplicates_of("broker-b") == 0

@@ -43,4 +43,7 @@ def test_a_slave_without_offsets_on_processes_sends_the_group_to_the_minimum(tmp
     assert run.lost == 0
     starts = {q: off for (b, q), off in run.restart_offsets.items() if b == "broker-a"}
     assert starts and set(starts.values()) == {0}
-    assert run.duplicates_of("broker-a") == run.sent_to("broker-a") > 0
+    # every message broker-a stored is consumed again (some a third time when the master comes back
+    # without its store and moves the offsets: timing decides how many)
+    again = [n for mid, n in run.deliveries.items() if run.sent[mid] == "broker-a"]
+    assert again and min(again) >= 2 and len(again) == run.sent_to("broker-a")

@@ -20,7 +20,13 @@ from rmqlab.chaos.proxy import ClientLinks
 from rmqlab.chaos.realclients import RealClients, check_environment
 from rmqlab.chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
 from rmqlab.lab.admin import AdminClient, route_brokers
-from rmqlab.lab.experiment import NETWORK_ACTIONS, V5_CLIENTS, Experiment
+from rmqlab.lab.experiment import (
+    JAVA_CLIENTS,
+    JAVA_REMOTING_CLIENTS,
+    NETWORK_ACTIONS,
+    V5_CLIENTS,
+    Experiment,
+)
 from rmqlab.protocol.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
 
 NAMESRV_MODULE = "rmqlab.broker.namesrv_main"
@@ -175,26 +181,35 @@ class LocalCluster:
         topic: str,
         orderly: bool = False,
         consume_ms: int = 0,
+        strategy: str = "AVG",
+        consume_from: str = "first",
         clients: RealClients | None = None,
     ) -> Member:
-        """A real RocketMQ client through its driver: ``cpp`` or ``js`` pointed at the native name server,
-        ``py5`` or ``js5`` (push consumers) at rmq-proxy (``add_proxy``).
+        """A real RocketMQ client through its driver: ``cpp``, ``js``, ``go`` and Apache's Java remoting
+        clients pointed at the native name server, ``py5``, ``js5`` and ``java-grpc`` (push consumers) at
+        rmq-proxy (``add_proxy``).
 
-        It gets no --time-scale: real clients keep RocketMQ's own timers.
+        Only the Java remoting clients get --time-scale (their driver scales the timers the client lets
+        be set); the others keep RocketMQ's own timers. ``strategy`` and ``consume_from`` reach the
+        drivers that take them (Java's and Go's; the others keep their client's own).
         """
         clients = clients or RealClients()
         if client in V5_CLIENTS:
-            args = ["--endpoints", "{proxy}", "--group", group, "--topic", topic, "--kind", "push"]
+            args = ["--endpoints", "{proxy}", "--group", group, "--topic", topic]
+            args += [] if client in JAVA_CLIENTS else ["--kind", "push"]
         else:
             args = ["--namesrv", "{namesrv_native}", "--group", group, "--topic", topic]
-            args += ["--broker-addrs", "{broker_addrs}"]
+            if client not in JAVA_CLIENTS:  # a Java client's message names its broker itself
+                args += ["--broker-addrs", "{broker_addrs}"]
+        if client in (*JAVA_REMOTING_CLIENTS, "go"):
+            args += ["--strategy", strategy, "--consume-from", consume_from]
         if consume_ms:
             args += ["--consume-ms", str(consume_ms)]
         if orderly:
-            if client != "cpp":
+            if client not in ("cpp", "go", "java", "java5"):
                 raise ValueError(f"{node}: the {client} client consumes concurrently only")
             args.append("--orderly")
-        if client == "cpp":
+        if client in ("cpp", "go", *JAVA_CLIENTS):
             # The client's own log (its rebalance and pull decisions) stays with the run.
             args += ["--client-log-dir", str(self.run_dir / f"{node}.client-log")]
         return self.sup.add(
@@ -204,7 +219,7 @@ class LocalCluster:
             args,
             group=group,
             program=clients.program(client),
-            time_scaled=False,
+            time_scaled=client in JAVA_REMOTING_CLIENTS,
             client=client,
         )
 
@@ -309,6 +324,8 @@ class LocalCluster:
                         topic=c.topic,
                         orderly=c.orderly,
                         consume_ms=c.consume_ms,
+                        strategy=c.strategy,
+                        consume_from=c.consume_from,
                         clients=self.clients,
                     )
                     continue

@@ -12,8 +12,9 @@ time: the lab runs them ``time_scale`` times faster on the wall clock, like ever
 emulator, so changing the scale keeps an experiment's meaning. Load figures are wall-clock:
 ``rate`` (messages per second) and ``consume_ms`` (the consumer's work per message).
 
-A ``[[consumers]]`` table may name a real RocketMQ client (``client = "cpp"`` or ``"js"``, or Apache's
-RocketMQ 5 push consumers ``"py5"`` and ``"js5"``, which pop through ``rmq-proxy``) instead of ours.
+A ``[[consumers]]`` table may name a real RocketMQ client (``client = "cpp"`` or ``"js"``, Apache's
+Java clients ``"java"``, ``"java5"``, ``"java-lite"`` and its Go client ``"go"``, or Apache's RocketMQ 5
+push consumers ``"py5"``, ``"js5"`` and ``"java-grpc"``, which pop through ``rmq-proxy``) instead of ours.
 Real clients keep RocketMQ's own timers whatever the time scale (30 s heartbeats, 10-20 s rebalances,
 20 s lock renewals), so experiments with them must not run the broker so fast that it expires their
 channels or locks: see ``REAL_CLIENT_MIN_TIME_SCALE``.
@@ -59,16 +60,26 @@ CONSUME_FROM = ("first", "last", "timestamp")
 # clientRebalance = false) in PULL mode (queues by the strategy) or POP mode (messages, not queues).
 ASSIGNMENTS = ("client", "server-pull", "server-pop")
 # Which client a consumer node runs: ours, or a real RocketMQ client through its driver in interop/.
-CLIENTS = ("python", "cpp", "js", "py5", "js5")
-REAL_CLIENTS = ("cpp", "js", "py5", "js5")
+CLIENTS = ("python", "cpp", "js", "py5", "js5", "java", "java5", "java-lite", "java-grpc", "go")
+REAL_CLIENTS = ("cpp", "js", "py5", "js5", "java", "java5", "java-lite", "java-grpc", "go")
 # Apache's RocketMQ 5 clients: gRPC to rmq-proxy, which pops from the brokers (no client-side rebalance).
-V5_CLIENTS = ("py5", "js5")
+V5_CLIENTS = ("py5", "js5", "java-grpc")
+# Apache's Java clients (interop/java): the remoting kinds scale their timers with --time-scale.
+JAVA_CLIENTS = ("java", "java5", "java-lite", "java-grpc")
+JAVA_REMOTING_CLIENTS = ("java", "java5", "java-lite")
+# Real clients whose drivers hang and release their listener on SIGUSR1 / SIGUSR2, as ours do.
+HANGABLE_REAL_CLIENTS = ("py5", "js5", *JAVA_CLIENTS)
 CLIENT_NAMES = {
     "python": "the lab's Python client",
     "cpp": "Apache's C++ client 2.1.0",
     "js": "ali-ons 3.12.0 (JS)",
     "py5": "Apache's RocketMQ 5 Python client 5.1.2",
     "js5": "Apache's RocketMQ 5 Node.js client 1.0.8",
+    "java": "Apache's Java client 4.9.8 (DefaultMQPushConsumer)",
+    "java5": "Apache's Java client 5.5.0 (DefaultMQPushConsumer)",
+    "java-lite": "Apache's Java client 4.9.8 (DefaultLitePullConsumer)",
+    "java-grpc": "Apache's RocketMQ 5 Java client 5.2.0 (gRPC)",
+    "go": "Apache's Go client 2.1.2",
 }
 # The broker scales its channel expiry (120 s) and its queue-lock lifetime (60 s) with the time scale,
 # but a real client still heartbeats every 30 s and an orderly one renews its locks every 20 s. At 0.5
@@ -817,11 +828,11 @@ def _consumers(tables: Iterable[_Table], declared: set[str]) -> list[ConsumerSpe
         assignment = c.get("assignment", "str", "client", _one_of(ASSIGNMENTS))
         rocketmq5 = c.get("rocketmq5", "bool", False)
         c.finish()
-        if assignment != "client" and (orderly or broadcast or client in REAL_CLIENTS):
+        if assignment != "client" and (orderly or broadcast or client not in ("python", "java5")):
             c.err(
                 "assignment",
-                "a server assignment is for the lab's own concurrent CLUSTERING consumers "
-                "(RocketMQ balances orderly and broadcasting consumers in the client)",
+                "a server assignment is for concurrent CLUSTERING consumers of the lab's own client or of "
+                'client "java5" (RocketMQ balances orderly and broadcasting consumers in the client)',
             )
         if topic is not None and topic not in declared:
             c.err("topic", f"topic {topic!r} is not declared in [[topics]]")
@@ -931,18 +942,24 @@ def _acl(t: _Table | None, source: str) -> AclSpec | None:
 def _check_real_client(c: _Table, client: str) -> None:
     """What the real clients' drivers (interop/) can and cannot do."""
     name = CLIENT_NAMES[client]
+    strategy = c.data.get("strategy", "AVG")
     if client == "js" and c.data.get("orderly") is True:
         c.err("orderly", f"{name} consumes concurrently only: remove 'orderly' or use client \"cpp\"")
+    if client == "java-lite" and c.data.get("orderly") is True:
+        c.err("orderly", f'{name} has no listener to run orderly: use client "java" to consume orderly')
     if client in V5_CLIENTS:
         if c.data.get("orderly") is True:
             c.err("orderly", f"the lab runs {name} as a concurrent push consumer (FIFO is not emulated)")
         if "strategy" in c.data:
             c.err("strategy", f"{name} has no allocation strategy: the broker hands out messages (POP)")
-    elif c.data.get("strategy", "AVG") in KNOWN_STRATEGIES and c.data.get("strategy", "AVG") != "AVG":
+    elif client in ("cpp", "js") and strategy in KNOWN_STRATEGIES and strategy != "AVG":
         c.err("strategy", f'{name} allocates averagely only: use strategy "AVG" or leave it out')
     if c.data.get("broadcast") is True:
         c.err("broadcast", f"the lab runs {name} in clustering mode only: remove 'broadcast'")
-    if "consume_from" in c.data:
+    if client in (*JAVA_REMOTING_CLIENTS, "go"):
+        if c.data.get("consume_from") == "timestamp":
+            c.err("consume_from", f'the lab starts {name} from "first" or "last" only')
+    elif "consume_from" in c.data:
         c.err(
             "consume_from",
             f"cannot be set for {name}: its driver keeps the client's own setting (a new group starts "
@@ -1097,7 +1114,7 @@ def _check_nemeses(exp: Experiment, pr: Problems) -> None:
             hangable = [
                 c
                 for c in candidates(n.target, n.group, nodes)
-                if nodes[c].role == "consumer" and nodes[c].client in (None, "python", *V5_CLIENTS)
+                if nodes[c].role == "consumer" and nodes[c].client in (None, "python", *HANGABLE_REAL_CLIENTS)
             ]
             if (
                 roles != {"consumer"}
@@ -1106,8 +1123,8 @@ def _check_nemeses(exp: Experiment, pr: Problems) -> None:
             ):
                 err(
                     "target",
-                    f"{n.action!r} hangs the listener of the lab's own consumers and of the v5 clients' "
-                    "drivers: target those only",
+                    f"{n.action!r} hangs the listener of the lab's own consumers and of the v5 and Java "
+                    "clients' drivers: target those only",
                 )
         if n.action in BROKER_ACTIONS and roles != {"broker"}:
             err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")

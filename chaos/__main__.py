@@ -113,7 +113,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"  group {c.group}: {c.count} x {kind} on {c.topic}, {balance}, consume {c.consume_ms} ms, "
             f"{CLIENT_NAMES[c.client]} ({', '.join(c.nodes)}){joins}"
         )
-    if exp.real_clients() - set(V5_CLIENTS):
+    if exp.engine != "emulator":
+        print(
+            f"  engine {exp.engine}: Apache RocketMQ's own name server and brokers (JVMs); Apache's Go "
+            "producer sends the workload"
+        )
+    elif exp.real_clients() - set(V5_CLIENTS):
         print("  real clients keep RocketMQ's own timers; the servers open their native ports for them")
     if exp.real_clients() & set(V5_CLIENTS):
         print("  RocketMQ 5 clients keep their own timers; rmq-proxy serves them gRPC over the brokers")

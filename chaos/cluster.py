@@ -11,6 +11,7 @@ need the servers' native ports (``native=True``) and reach the name server's dir
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,6 +27,8 @@ from rmqlab.lab.experiment import (
     NETWORK_ACTIONS,
     V5_CLIENTS,
     Experiment,
+    ExperimentError,
+    KeyLines,
 )
 from rmqlab.protocol.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
 
@@ -35,6 +38,11 @@ CONSUMER_MODULE = "rmqlab.client.consumer_main"
 PRODUCER_MODULE = "rmqlab.client.producer_main"
 PROXY_MODULE = "rmqlab.proxy"
 PROXY_NODE = "proxy"
+# An Apache engine's name server and brokers: each a JVM under this launcher (interop/apache/member.py).
+APACHE_MEMBER_MODULE = "rmqlab.interop.apache.member"
+APACHE_ENGINE_MODULE = "rmqlab.interop.apache.engine"
+# A JVM broker's start, its registration and its topics' routes take longer than our broker's start.
+APACHE_READY_TIMEOUT_S = 120.0
 
 
 class LocalCluster:
@@ -86,6 +94,8 @@ class LocalCluster:
         # RocketMQ's native remoting ports, when the servers were declared with native=True.
         self.namesrv_native: str | None = None
         self.brokers_native: dict[str, str] = {}
+        # The members that are Apache's JVMs (engine = "apache-..."): they serve RocketMQ's protocol only.
+        self.engine_nodes: set[str] = set()
         # Every name server, broker and consumer of ours serves live metrics (--metrics-port 0, kept
         # across restarts like the other ports); metrics_endpoints() says where.
         self.metrics = metrics
@@ -249,6 +259,8 @@ class LocalCluster:
         for n in nodes:
             await self.sup.await_ready(n, timeout_s)
             m = self.sup.member(n)
+            if n in self.engine_nodes:
+                m.native_port = m.port  # Apache's servers have one port, RocketMQ's protocol
             if m.role == "namesrv":
                 self.namesrv = m.address
                 self.sup.vars["namesrv"] = m.address or ""
@@ -306,6 +318,9 @@ class LocalCluster:
         real = exp.real_clients()
         if real:
             check_environment(exp, self.clients)
+        if exp.engine != "emulator":
+            self._declare_engine(exp)
+            return
         native = bool(real - set(V5_CLIENTS))
         self.add_namesrv(native=native)
         for b in exp.brokers:
@@ -348,11 +363,90 @@ class LocalCluster:
                     node, topic=topic, rate=w.rate, count=w.count, size=w.size, proxied=node in proxied
                 )
 
+    def _declare_engine(self, exp: Experiment) -> None:
+        """An Apache engine's name server and brokers (each broker creates the experiment's topics on
+        itself), Apache's clients as the consumers, and Apache's Go producer as the workload: the lab's own
+        client and producer speak only the lab's protocol, Apache's broker only RocketMQ's."""
+        self._check_engine(exp)
+        base = ["--engine", exp.engine, "--run-dir", str(self.run_dir / "engine"), "--port", "0"]
+        self.sup.add("namesrv", "namesrv", APACHE_MEMBER_MODULE, ["--role", "namesrv", *base], port=0)
+        self.engine_nodes.add("namesrv")
+        topics = [f"{t.name}:{exp.topic_queues_per_broker(t.name)}" for t in exp.topics]
+        for b in exp.brokers:
+            args = ["--role", "broker", *base, "--name", b, "--namesrv", "{namesrv}"]
+            args += [a for t in topics for a in ("--topic", t)]
+            self.sup.add(b, "broker", APACHE_MEMBER_MODULE, args, port=0)
+            self.engine_nodes.add(b)
+        for c in exp.consumers:
+            for node in c.nodes:
+                self.add_real_consumer(
+                    node,
+                    client=c.client,
+                    group=c.group,
+                    topic=c.topic,
+                    orderly=c.orderly,
+                    consume_ms=c.consume_ms,
+                    strategy=c.strategy,
+                    consume_from=c.consume_from,
+                    clients=self.clients,
+                )
+        if exp.workload:
+            w = exp.workload
+            for node, topic in w.nodes:
+                args = ["--namesrv", "{namesrv_native}", "--topic", topic, "--rate", f"{w.rate:g}"]
+                args += ["--count", str(w.count), "--size", str(w.size)]
+                args += ["--client-log-dir", str(self.run_dir / f"{node}.client-log")]
+                self.sup.add(
+                    node,
+                    "producer",
+                    "interop:go",
+                    args,
+                    program=[*self.clients.program("go"), "producer"],
+                    time_scaled=False,
+                    expect_exit=True,
+                )
+
+    def _check_engine(self, exp: Experiment) -> None:
+        """ExperimentError at the engine's line when it cannot run here (no JDK, jars not fetched), and at
+        [workload] when the Go client, its producer, is not built."""
+        lines = KeyLines(exp.text)
+        problems: list[tuple[int | None, str]] = []
+        try:
+            done = subprocess.run(
+                [self.sup.python, "-m", APACHE_ENGINE_MODULE, "check", "--engine", exp.engine],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            why = None if done.returncode == 0 else (done.stderr.strip() or done.stdout.strip())
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = f"the engine's check did not run: {e}"
+        if why:
+            problems.append(
+                (lines.line_of(("cluster", "engine")), f"cluster.engine: {why.removeprefix('error: ')}")
+            )
+        if exp.workload and (missing := self.clients.missing("go")):
+            problems.append(
+                (
+                    lines.line_of(("workload",)),
+                    f"workload: with engine {exp.engine!r} Apache's Go producer sends the messages; "
+                    + missing,
+                )
+            )
+        if problems:
+            raise ExperimentError(exp.source, problems)
+
     async def start_servers(self) -> None:
         """The name server, the brokers, the topics (routed to every broker), then what the clients reach
         the servers through: their fault proxies and rmq-proxy."""
         exp = self.exp
         assert exp is not None, "declare the experiment first"
+        if exp.engine != "emulator":
+            # Apache's JVMs; each broker created the topics on itself and waited for their routes.
+            timeout = max(self.sup.ready_timeout_s, APACHE_READY_TIMEOUT_S)
+            await self.start_all(["namesrv"], timeout)
+            await self.start_all(list(exp.brokers), timeout)
+            return
         await self.start_all(["namesrv"])
         await self.start_all(list(exp.brokers))
         for t in exp.topics:

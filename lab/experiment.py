@@ -81,6 +81,16 @@ CLIENT_NAMES = {
     "java-grpc": "Apache's RocketMQ 5 Java client 5.2.0 (gRPC)",
     "go": "Apache's Go client 2.1.2",
 }
+# Which name server and brokers run an experiment: the lab's emulator, or Apache RocketMQ's own JVMs
+# (interop/apache; the names are its ENGINES, tests/interop/test_apache_engine.py keeps them equal).
+ENGINES = ("emulator", "apache-4.9.7", "apache-5")
+ENGINES_NOT_SERVED = {
+    "apache-4.9.8": "Maven Central serves no rocketmq-broker, rocketmq-namesrv or rocketmq-filter 4.9.8 "
+    "(that release published only its client-side modules there): use apache-4.9.7, the newest 4.9 broker "
+    "it serves",
+}
+# Clients that speak RocketMQ's own remoting protocol, the only one Apache's broker speaks.
+NATIVE_CLIENTS = ("cpp", "js", "java", "java5", "java-lite", "go")
 # The broker scales its channel expiry (120 s) and its queue-lock lifetime (60 s) with the time scale,
 # but a real client still heartbeats every 30 s and an orderly one renews its locks every 20 s. At 0.5
 # the broker expires a silent channel after 60 s (two heartbeats) and a lock after 30 s (1.5 renewals);
@@ -342,6 +352,7 @@ class Experiment:
     acl: AclSpec | None = None
     # the brokers' --flush-consumer-offset-interval (ms); 0: every committed offset durable at once
     flush_consumer_offset_interval: int = 0
+    engine: str = "emulator"  # one of ENGINES: whose name server and brokers run the experiment
     # what the tables of the backend that parsed it hold (TableExtension.name -> its parse's result)
     extensions: Mapping[str, TableSettings] = field(default_factory=dict, compare=False, repr=False)
 
@@ -432,6 +443,7 @@ class Experiment:
             "brokers": list(self.brokers),
             "durable": self.durable,
             "flush_consumer_offset_interval": self.flush_consumer_offset_interval,
+            "engine": self.engine,
             "topics": [{"name": t.name, "queues": t.queues} for t in self.topics],
             "consumers": [
                 {
@@ -712,7 +724,7 @@ def _build(
     duration = root.get("duration", "number", _REQUIRED, _positive)
     seed = root.get("seed", "int", 0)
     drain_timeout = root.get("drain_timeout", "number", 300, _positive)
-    n_brokers, durable, flush_interval = _cluster(root.table("cluster"))
+    n_brokers, durable, flush_interval, engine = _cluster(root.table("cluster"))
     policies = _policies(root.table("policies"))
     acl = _acl(root.table("acl"), source)
     topics = _topics(root.tables("topics"), n_brokers)
@@ -751,10 +763,13 @@ def _build(
         nemeses=tuple(nemeses),
         acl=acl,
         flush_consumer_offset_interval=flush_interval,
+        engine=engine,
     )
     if acl is not None and exp.real_clients():
         root.err("acl", "the lab runs real clients without credentials: remove [acl] or the real clients")
     _check_nemeses(exp, pr)
+    if exp.engine != "emulator":
+        _check_engine(exp, pr)
     if pr.items:
         return None
     # A backend's own table is checked against the experiment it belongs to (once that is sound).
@@ -764,10 +779,10 @@ def _build(
     return replace(exp, extensions=settings) if settings else exp
 
 
-def _cluster(cluster: _Table | None) -> tuple[int, bool, int]:
-    """[cluster]: (number of brokers, durable stores, the brokers' offset flush interval in ms)."""
+def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str]:
+    """[cluster]: (number of brokers, durable stores, the brokers' offset flush interval in ms, engine)."""
     if not cluster:
-        return 1, False, 0
+        return 1, False, 0, "emulator"
     n_brokers = cluster.get(
         "brokers", "int", 1, lambda v: None if 1 <= v <= MAX_BROKERS else f"must be 1..{MAX_BROKERS}"
     )
@@ -775,8 +790,71 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int]:
     flush_interval = cluster.get("flush_consumer_offset_interval", "int", 0, _non_negative)
     if flush_interval and not durable:
         cluster.err("flush_consumer_offset_interval", "needs durable = true (offsets flushed to a store)")
+    engine = cluster.get("engine", "str", "emulator", _engine)
     cluster.finish()
-    return n_brokers, durable, flush_interval
+    return n_brokers, durable, flush_interval, engine
+
+
+def _engine(v: str) -> str | None:
+    if v in ENGINES:
+        return None
+    if v in ENGINES_NOT_SERVED:
+        return f"engine {v!r} is not available: {ENGINES_NOT_SERVED[v]}"
+    return f"must be one of {', '.join(ENGINES)}; got {v!r}"
+
+
+def _check_engine(exp: Experiment, pr: Problems) -> None:
+    """What an Apache engine cannot run: the lab's own client and rmq-proxy (they speak the lab's protocol,
+    Apache's broker only RocketMQ's remoting), and the emulator's own broker controls."""
+    engine = exp.engine
+    lines = pr.lines
+    for i, c in enumerate(exp.consumers):
+        if c.client in NATIVE_CLIENTS:
+            if c.assignment != "client":
+                pr.add(
+                    ("consumers", i, "assignment"),
+                    f"consumers[{i + 1}].assignment: the lab sets a server assignment through its own admin "
+                    f"protocol, which engine {engine!r} does not serve",
+                )
+            continue
+        where = ("consumers", i, "client") if ("consumers", i, "client") in lines.lines else ("consumers", i)
+        why = (
+            "needs rmq-proxy, which reaches the brokers with the lab's own client"
+            if c.client in V5_CLIENTS
+            else "the lab's own client speaks only the lab's protocol"
+        )
+        pr.add(
+            where,
+            f"consumers[{i + 1}]: engine {engine!r} runs Apache's broker, which speaks only RocketMQ's "
+            f"remoting protocol, and {CLIENT_NAMES[c.client]} {why}: use client = "
+            + ", ".join(f'"{k}"' for k in NATIVE_CLIENTS),
+        )
+    if exp.policies != Policies():
+        pr.add(
+            ("policies",),
+            f"policies: engine {engine!r} runs Apache's broker, which has none of the lab's policies",
+        )
+    if exp.acl is not None:
+        pr.add(("acl",), f"acl: the lab runs engine {engine!r} without ACL")
+    if exp.flush_consumer_offset_interval:
+        pr.add(
+            ("cluster", "flush_consumer_offset_interval"),
+            f"cluster.flush_consumer_offset_interval: engine {engine!r} flushes offsets at RocketMQ's "
+            "flushConsumerOffsetInterval (5 s, scaled with time_scale)",
+        )
+    for n in exp.nemeses:
+        if n.action in BROKER_ACTIONS:
+            pr.add(
+                ("nemesis", n.index - 1, "action"),
+                f"nemesis[{n.index}].action: {n.action!r} is a request to the lab's broker; Apache's broker "
+                f"(engine {engine!r}) has no fault injection or policy switch",
+            )
+        elif n.action in NETWORK_ACTIONS:
+            pr.add(
+                ("nemesis", n.index - 1, "action"),
+                f"nemesis[{n.index}].action: {n.action!r} needs the lab's fault proxy, which speaks only the "
+                f"lab's protocol; with engine {engine!r} every client speaks RocketMQ's",
+            )
 
 
 def _policies(pol: _Table | None) -> Policies:

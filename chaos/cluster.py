@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -43,6 +44,36 @@ APACHE_MEMBER_MODULE = "rmqlab.interop.apache.member"
 APACHE_ENGINE_MODULE = "rmqlab.interop.apache.engine"
 # A JVM broker's start, its registration and its topics' routes take longer than our broker's start.
 APACHE_READY_TIMEOUT_S = 120.0
+
+
+def check_engine_environment(exp: Experiment, clients: RealClients, python: str = sys.executable) -> None:
+    """ExperimentError at the engine's line when it cannot run here (no JDK, jars not fetched), and at
+    [workload] when the Go client, its producer, is not built."""
+    lines = KeyLines(exp.text)
+    problems: list[tuple[int | None, str]] = []
+    try:
+        done = subprocess.run(
+            [python, "-m", APACHE_ENGINE_MODULE, "check", "--engine", exp.engine],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        why = None if done.returncode == 0 else (done.stderr.strip() or done.stdout.strip())
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = f"the engine's check did not run: {e}"
+    if why:
+        problems.append(
+            (lines.line_of(("cluster", "engine")), f"cluster.engine: {why.removeprefix('error: ')}")
+        )
+    if exp.workload and (missing := clients.missing("go")):
+        problems.append(
+            (
+                lines.line_of(("workload",)),
+                f"workload: with engine {exp.engine!r} Apache's Go producer sends the messages; " + missing,
+            )
+        )
+    if problems:
+        raise ExperimentError(exp.source, problems)
 
 
 class LocalCluster:
@@ -407,34 +438,7 @@ class LocalCluster:
                 )
 
     def _check_engine(self, exp: Experiment) -> None:
-        """ExperimentError at the engine's line when it cannot run here (no JDK, jars not fetched), and at
-        [workload] when the Go client, its producer, is not built."""
-        lines = KeyLines(exp.text)
-        problems: list[tuple[int | None, str]] = []
-        try:
-            done = subprocess.run(
-                [self.sup.python, "-m", APACHE_ENGINE_MODULE, "check", "--engine", exp.engine],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            why = None if done.returncode == 0 else (done.stderr.strip() or done.stdout.strip())
-        except (OSError, subprocess.TimeoutExpired) as e:
-            why = f"the engine's check did not run: {e}"
-        if why:
-            problems.append(
-                (lines.line_of(("cluster", "engine")), f"cluster.engine: {why.removeprefix('error: ')}")
-            )
-        if exp.workload and (missing := self.clients.missing("go")):
-            problems.append(
-                (
-                    lines.line_of(("workload",)),
-                    f"workload: with engine {exp.engine!r} Apache's Go producer sends the messages; "
-                    + missing,
-                )
-            )
-        if problems:
-            raise ExperimentError(exp.source, problems)
+        check_engine_environment(exp, self.clients, self.sup.python)
 
     async def start_servers(self) -> None:
         """The name server, the brokers, the topics (routed to every broker), then what the clients reach

@@ -803,6 +803,21 @@ def _engine(v: str) -> str | None:
     return f"must be one of {', '.join(ENGINES)}; got {v!r}"
 
 
+def with_engine(exp: Experiment, engine: str) -> Experiment:
+    """The experiment on another engine, checked as if its file said so: ExperimentError at the lines of
+    what that engine cannot run."""
+    pr = Problems(KeyLines(exp.text))
+    problem = _engine(engine)
+    if problem:
+        raise ExperimentError(exp.source, [(None, f"engine {engine!r}: {problem}")])
+    out = replace(exp, engine=engine)
+    if engine != "emulator":
+        _check_engine(out, pr)
+    if pr.items:
+        raise ExperimentError(exp.source, pr.items)
+    return out
+
+
 def _check_engine(exp: Experiment, pr: Problems) -> None:
     """What an Apache engine cannot run: the lab's own client and rmq-proxy (they speak the lab's protocol,
     Apache's broker only RocketMQ's remoting), and the emulator's own broker controls."""

@@ -5,7 +5,8 @@
 // workload on an engine the lab's own producer cannot speak to (Apache's broker).
 //
 // Prints "READY <client id>" once started and exits 0 after the last acknowledged send, or 1 when some
-// sends failed even after the client's retries (each a send_abandoned event); SIGTERM stops it early.
+// sends failed even after the client's retries and the driver's own (appRetries; each such message a
+// send_abandoned event); SIGTERM stops it early.
 package main
 
 import (
@@ -104,15 +105,12 @@ loop:
 		if *tags != "" {
 			msg.WithTag(*tags)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		res, err := p.SendSync(ctx, msg)
-		cancel()
-		if err != nil || res == nil || res.Status != primitive.SendOK {
+		res, why := sendWithRetries(p, msg, stop)
+		if strings.HasPrefix(why, "stopped by ") {
+			break loop
+		}
+		if why != "" {
 			failed++
-			why := fmt.Sprint(err)
-			if err == nil && res != nil {
-				why = fmt.Sprintf("send status %d", res.Status)
-			}
 			fmt.Fprintf(os.Stderr, "go_producer: message %d failed: %s\n", i, why)
 			ev.emit("send_abandoned", map[string]any{"topic": *topic, "index": i, "error": why})
 			continue
@@ -132,6 +130,41 @@ loop:
 	}
 	fmt.Printf("sent %d messages to %s\n", acked, *topic)
 	return 0
+}
+
+// appRetries: how often the driver sends a message again that the client gave up on (after its own
+// retries), as an application would; 1 s apart, so that a broker killed and started again within a few
+// seconds, or dropped from the client's route, costs no message. The same message is sent again, so it
+// keeps its UNIQ_KEY: a send that was stored after all shows up as a duplicate of one id, not as two.
+const appRetries = 5
+
+func sendWithRetries(p rocketmqProducer, msg *primitive.Message, stop <-chan os.Signal) (*primitive.SendResult, string) {
+	why := ""
+	for attempt := 0; attempt <= appRetries; attempt++ {
+		if attempt > 0 {
+			select {
+			case s := <-stop:
+				return nil, "stopped by " + s.String()
+			case <-time.After(time.Second):
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		res, err := p.SendSync(ctx, msg)
+		cancel()
+		if err == nil && res != nil && res.Status == primitive.SendOK {
+			return res, ""
+		}
+		why = fmt.Sprint(err)
+		if err == nil && res != nil {
+			why = fmt.Sprintf("send status %d", res.Status)
+		}
+	}
+	return nil, why
+}
+
+// rocketmqProducer: the one method of the client's producer the driver sends with.
+type rocketmqProducer interface {
+	SendSync(ctx context.Context, msgs ...*primitive.Message) (*primitive.SendResult, error)
 }
 
 // body: the lab producer's payload (NODE:INDEX: then x up to size).

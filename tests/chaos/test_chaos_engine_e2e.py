@@ -78,7 +78,12 @@ def test_java_consumers_on_apache_broker_take_a_consumer_kill_and_a_broker_resta
 
     files = {p.name.removesuffix(".jsonl"): events(p) for p in run_dir.glob("*.jsonl")}
     # Apache's members write only their launcher's lines; the broker-b restart is a second incarnation
-    ups = [e["msg"] for e in files["broker-b"] if e["event"] == "log" and " up at " in e["msg"]]
+    ups = [
+        e["msg"]
+        for f in ("broker-b", "broker-b.2")
+        for e in files[f]
+        if e["event"] == "log" and " up at " in e["msg"]
+    ]
     assert len(ups) == 2 and all(m.startswith("Apache RocketMQ 4.9.7 broker broker-b") for m in ups)
     assert (run_dir / "engine" / "broker-b" / "store" / "commitlog").is_dir()
     sent = {e["msg_id"]: e for e in files["producer-1"] if e["event"] == "message_sent"}

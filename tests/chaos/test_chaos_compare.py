@@ -164,3 +164,15 @@ def test_a_small_comparison_runs_both_engines(tmp_path: Path) -> None:
     assert g["verdict"]["emulator"] == ["ok"] and g["verdict"]["agree"] is True
     assert (out / "apache-4.9.7-seed2" / "engine" / "broker-a" / "store").is_dir()
     assert not (out / "emulator-seed2" / "engine").exists()
+
+
+def test_the_shipped_comparison_runs_on_both_engines() -> None:
+    from rmqlab.chaos.__main__ import resolve
+    from rmqlab.lab.experiment import with_engine
+
+    exp = resolve("java-kill-one-of-four")
+    assert {c.client for c in exp.consumers} == {"java"} and exp.engine == "emulator"
+    for engine in ("apache-4.9.7", "apache-5"):
+        assert with_engine(exp, engine).engine == engine
+    wall = exp.wall(exp.duration + exp.drain_timeout)
+    assert exp.time_scale >= 0.5 and wall <= 60

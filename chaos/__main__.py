@@ -315,11 +315,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from rmqlab.chaos.cluster import check_engine_environment
-    from rmqlab.chaos.compare import compare_groups, render
+    from rmqlab.chaos.compare import compare_groups, render, with_rebalance_rounds
     from rmqlab.chaos.realclients import RealClients
     from rmqlab.chaos.run import ChaosRun
     from rmqlab.lab.experiment import with_engine
-    from rmqlab.pipeline.reference import summarize_run
+    from rmqlab.pipeline.reference import load_run, summarize
 
     try:
         exp = resolve(args.file)
@@ -364,7 +364,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 3
-            summaries[engine].append(summarize_run(run_dir))
+            events, malformed = load_run(run_dir)
+            summary = summarize(events, malformed)
+            summaries[engine].append(with_rebalance_rounds(summary, (e.rec for e in events)))
             run_dirs[engine].append(str(run_dir))
     table = compare_groups(summaries)
     doc = {

@@ -11,7 +11,7 @@ The table itself (``compare_groups``, ``render``) is pure: it takes the summarie
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ RANGED = (
     "order_violations",
     "kill_convergence_ms",
     "unconverged",
+    "rebalance_rounds",
 )
 FIGURES = EXACT + RANGED
 # What each figure is, for the table's readers.
@@ -43,6 +44,7 @@ DESCRIPTIONS = {
     "order_violations": "orderly messages consumed out of order",
     "kill_convergence_ms": "slowest convergence after a kill (RocketMQ ms)",
     "unconverged": "change points after which the group never converged",
+    "rebalance_rounds": "rebalance rounds that changed a member's queues, per member",
 }
 
 
@@ -58,6 +60,30 @@ def group_figures(group: Mapping[str, Any]) -> dict[str, Any]:
     out["kill_convergence_ms"] = max(kills) if kills else None
     out["unconverged"] = sum(1 for e in entries if not e.get("converged"))
     return out
+
+
+def rebalance_rounds(events: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """group -> the rebalance rounds whose result changed a member's queues (``changed``, any of the
+    group's topics), per consumer node of the group (a node's restarts count as one member)."""
+    rounds: dict[str, int] = {}
+    members: dict[str, set[str]] = {}
+    for e in events:
+        group = e.get("group")
+        if e.get("event") == "consumer_started" and group:
+            members.setdefault(str(group), set()).add(str(e.get("node")))
+        elif e.get("event") == "rebalance" and group and e.get("changed"):
+            rounds[str(group)] = rounds.get(str(group), 0) + 1
+    return {g: round(rounds.get(g, 0) / len(nodes), 1) for g, nodes in members.items() if nodes}
+
+
+def with_rebalance_rounds(summary: Mapping[str, Any], events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The summary with each group's ``rebalance_rounds`` (from the run's events) added."""
+    per_group = rebalance_rounds(events)
+    groups = {
+        g: {**figures, "rebalance_rounds": per_group.get(g)}
+        for g, figures in summary.get("groups", {}).items()
+    }
+    return {**summary, "groups": groups}
 
 
 @dataclass(frozen=True)

@@ -176,3 +176,21 @@ def test_the_shipped_comparison_runs_on_both_engines() -> None:
         assert with_engine(exp, engine).engine == engine
     wall = exp.wall(exp.duration + exp.drain_timeout)
     assert exp.time_scale >= 0.5 and wall <= 60
+
+
+def test_rebalance_rounds_count_changed_results_per_member() -> None:
+    from rmqlab.chaos.compare import rebalance_rounds, with_rebalance_rounds
+
+    events = [
+        {"event": "consumer_started", "group": "g", "node": "consumer-1"},
+        {"event": "consumer_started", "group": "g", "node": "consumer-2"},
+        {"event": "consumer_started", "group": "g", "node": "consumer-2"},  # a restart: the same member
+        {"event": "rebalance", "group": "g", "node": "consumer-1", "changed": True},
+        {"event": "rebalance", "group": "g", "node": "consumer-1", "changed": False},
+        {"event": "rebalance", "group": "g", "node": "consumer-2", "changed": True},
+        {"event": "rebalance", "group": "g", "node": "consumer-2", "changed": True},
+    ]
+    assert rebalance_rounds(events) == {"g": 1.5}
+    out = with_rebalance_rounds(summary(g={}), events)
+    assert out["groups"]["g"]["rebalance_rounds"] == 1.5
+    assert group_figures(out["groups"]["g"])["rebalance_rounds"] == 1.5

@@ -4,6 +4,9 @@ lines the process backend declares (no processes here; see test_chaos_engine_e2e
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +173,14 @@ def test_the_process_backend_declares_apache_jvms_and_apache_clients(tmp_path: P
         assert "proxy" not in members
     finally:
         cluster.sup.close()
+
+
+def test_an_engine_member_without_its_jars_names_the_setup_script(tmp_path: Path) -> None:
+    """The launcher the supervisor runs for each JVM: no jars in the checkout it is given, exit 3."""
+    env = {**os.environ, "RMQLAB_CHECKOUT": str(tmp_path / "empty")}
+    argv = [sys.executable, "-m", "rmqlab.interop.apache.member", "--role", "namesrv", "--engine", "apache-5"]
+    argv += ["--run-dir", str(tmp_path / "run"), "--node", "namesrv"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 3, done.stderr
+    assert "engine apache-5" in done.stderr and "scripts/setup_apache_engine.sh" in done.stderr
+    assert "READY" not in done.stdout

@@ -95,6 +95,8 @@ def test_java_consumers_on_apache_broker_take_a_consumer_kill_and_a_broker_resta
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["native"]["namesrv"] == manifest["namesrv"]
     assert manifest["nodes"]["broker-b"]["incarnations"] == 2
+    assert manifest["versions"]["engine"] == "apache-4.9.7"
+    assert manifest["versions"]["real_clients"]["go"].startswith("rocketmq-client-go v2.")
 
     reference = pytest.importorskip("rmqlab.pipeline.reference")
     group = reference.summarize_run(run_dir)["groups"]["GID_engine"]

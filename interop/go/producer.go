@@ -133,10 +133,11 @@ loop:
 }
 
 // appRetries: how often the driver sends a message again that the client gave up on (after its own
-// retries), as an application would; 1 s apart, so that a broker killed and started again within a few
-// seconds, or dropped from the client's route, costs no message. The same message is sent again, so it
+// retries), as an application would; 1 s apart, for up to the client's 30 s route poll, so that a broker
+// killed and started again (a JVM takes seconds to start), which the client keeps in its route until that
+// poll, costs no message. The same message is sent again, so it
 // keeps its UNIQ_KEY: a send that was stored after all shows up as a duplicate of one id, not as two.
-const appRetries = 5
+const appRetries = 30
 
 func sendWithRetries(p rocketmqProducer, msg *primitive.Message, stop <-chan os.Signal) (*primitive.SendResult, string) {
 	why := ""

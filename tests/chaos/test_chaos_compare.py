@@ -166,31 +166,15 @@ def test_a_small_comparison_runs_both_engines(tmp_path: Path) -> None:
     assert not (out / "emulator-seed2" / "engine").exists()
 
 
-def test_the_shipped_comparison_runs_on_both_engines() -> None:
+def test_the_shipped_comparisons_run_on_both_engines() -> None:
     from rmqlab.chaos.__main__ import resolve
     from rmqlab.lab.experiment import with_engine
 
-    exp = resolve("java-kill-one-of-four")
-    assert {c.client for c in exp.consumers} == {"java"} and exp.engine == "emulator"
-    for engine in ("apache-4.9.7", "apache-5"):
-        assert with_engine(exp, engine).engine == engine
-    wall = exp.wall(exp.duration + exp.drain_timeout)
-    assert exp.time_scale >= 0.5 and wall <= 60
-
-
-def test_rebalance_rounds_count_changed_results_per_member() -> None:
-    from rmqlab.chaos.compare import rebalance_rounds, with_rebalance_rounds
-
-    events = [
-        {"event": "consumer_started", "group": "g", "node": "consumer-1"},
-        {"event": "consumer_started", "group": "g", "node": "consumer-2"},
-        {"event": "consumer_started", "group": "g", "node": "consumer-2"},  # a restart: the same member
-        {"event": "rebalance", "group": "g", "node": "consumer-1", "changed": True},
-        {"event": "rebalance", "group": "g", "node": "consumer-1", "changed": False},
-        {"event": "rebalance", "group": "g", "node": "consumer-2", "changed": True},
-        {"event": "rebalance", "group": "g", "node": "consumer-2", "changed": True},
-    ]
-    assert rebalance_rounds(events) == {"g": 1.5}
-    out = with_rebalance_rounds(summary(g={}), events)
-    assert out["groups"]["g"]["rebalance_rounds"] == 1.5
-    assert group_figures(out["groups"]["g"])["rebalance_rounds"] == 1.5
+    for name in ("java-kill-one-of-four", "java-kill-orderly-consumer"):
+        exp = resolve(name)
+        assert {c.client for c in exp.consumers} == {"java"} and exp.engine == "emulator", name
+        for engine in ("apache-4.9.7", "apache-5"):
+            assert with_engine(exp, engine).engine == engine
+        wall = exp.wall(exp.duration + exp.drain_timeout)
+        assert exp.time_scale >= 0.5 and wall <= 80, name
+    assert resolve("java-kill-orderly-consumer").consumers[0].orderly

@@ -33,7 +33,7 @@ def test_a_small_run_is_answered_with_its_verdict_lines(tmp_path: Path) -> None:
 
 
 def test_the_quick_verdict_reads_up_to_its_limit_in_event_lines_and_says_why_past_it(tmp_path: Path) -> None:
-    assert QUICK_RUN_EVENTS >= 200_000  # the size the issue asks for, documented in the how-to
+    assert QUICK_RUN_EVENTS >= 200_000  # at least the size asked for; the reference documents it
     realistic_run(tmp_path / "run", events=2_000, seed=3)
     run = RunDir(".", str(tmp_path / "run"), discover(tmp_path / "run"), {})
     lines = sum(len(Path(f.path).read_bytes().splitlines()) for f in run.files)

@@ -29,7 +29,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         # the quick verdict is printed either way; the Spark report is another test's
-        mp.setattr("rmqlab.chaos.runner.pipeline_available", lambda: False)
+        mp.setattr("rmqlab.lab.runner.pipeline_available", lambda: False)
         with contextlib.redirect_stdout(out):
             assert sim_main(["run", "demo", "--out", str(sim), "--quiet"]) == 0
     processes = root / "processes"

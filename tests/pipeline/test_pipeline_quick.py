@@ -51,7 +51,7 @@ def test_rmq_sim_run_says_a_run_over_the_limit_goes_to_spark_alone(
     from rmqlab.sim.__main__ import main as sim_main
 
     monkeypatch.setattr("rmqlab.pipeline.quick.QUICK_RUN_EVENTS", 1_000)  # the demo logs about 5,000
-    monkeypatch.setattr("rmqlab.chaos.runner.pipeline_available", lambda: False)
+    monkeypatch.setattr("rmqlab.lab.runner.pipeline_available", lambda: False)
     assert sim_main(["run", "demo", "--out", str(tmp_path / "run"), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "no quick verdict: the run has more than 1,000 event lines" in out

@@ -7,9 +7,9 @@ import asyncio
 import sqlite3
 import sys
 
-from rmqlab.broker.acl import AclConfigError, PlainAccessValidator
-from rmqlab.broker.config import BrokerConfig
 from rmqlab.broker.controller import BrokerController
+from rmqlab.broker.plain_acl import AclConfigError, PlainAccessValidator
+from rmqlab.broker.server_config import BrokerConfig
 from rmqlab.broker.store import StoreError
 from rmqlab.broker.topic_config import PERM_READ_WRITE, TopicConfig
 from rmqlab.cli import (
@@ -25,7 +25,8 @@ from rmqlab.cli import (
     positive_int,
 )
 from rmqlab.protocol.command import DEFAULT_MAX_FRAME_BYTES
-from rmqlab.protocol.runtime import EventLog, run_async_main
+from rmqlab.protocol.event_log import EventLog
+from rmqlab.protocol.main_loop import run_async_main
 
 
 def _namesrv(text: str) -> str:
@@ -59,6 +60,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="the broker's name in routes and queues (brokerName); default broker-a",
     )
     p.add_argument("--cluster", default="DefaultCluster", help="cluster name registered with the name server")
+    p.add_argument(
+        "--broker-id",
+        type=non_negative_int,
+        default=0,
+        help="brokerId: 0 for the master (default), 1 or more for a slave (needs --broker-role SLAVE)",
+    )
+    p.add_argument(
+        "--broker-role",
+        type=str.upper,
+        choices=("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+        default="ASYNC_MASTER",
+        help="brokerRole (default ASYNC_MASTER); a SYNC_MASTER answers a send once a slave holds it",
+    )
+    p.add_argument(
+        "--ha-master-address",
+        default=None,
+        help="HOST:PORT a slave copies messages from; default: the master its registration names",
+    )
+    p.add_argument(
+        "--ha-replication-lag-ms",
+        type=non_negative_int,
+        default=0,
+        help="a slave holds each copied batch this long before storing it (unscaled ms; default 0)",
+    )
+    p.add_argument(
+        "--slave-read-enable",
+        action="store_true",
+        help="slaveReadEnable: pull answers suggest the slave to consumers far behind",
+    )
+    p.add_argument(
+        "--access-message-in-memory-max-bytes",
+        type=non_negative_int,
+        default=BrokerConfig.access_message_in_memory_max_bytes,
+        help="bytes behind the commit log's end past which a pull counts as slow (default %(default)s)",
+    )
     p.add_argument(
         "--store-dir", default=None, help="keep messages, offsets and topics durably in SQLite here"
     )
@@ -134,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--advertise-port",
         type=port_number,
         default=None,
-        help="port published in routes when clients must reach the broker elsewhere (e.g. a fault proxy)",
+        help="port published in routes when clients must reach the broker elsewhere (e.g. a fault relay)",
     )
     add_native_port_arg(p, " (0 picks a free one); the msgpack port is unchanged")
     p.add_argument(
@@ -159,6 +195,12 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(
         broker_name=args.broker_name,
         cluster_name=args.cluster,
+        broker_id=args.broker_id,
+        broker_role=args.broker_role,
+        ha_master_address=args.ha_master_address,
+        ha_replication_lag_ms=args.ha_replication_lag_ms,
+        slave_read_enable=args.slave_read_enable,
+        access_message_in_memory_max_bytes=args.access_message_in_memory_max_bytes,
         host=args.host,
         port=args.port,
         advertised_port=args.advertise_port or None,
@@ -201,7 +243,11 @@ async def serve(
     topics: list[tuple[str, int | None]] | None = None,
     metrics_port: int | None = None,
 ) -> int:
-    broker = BrokerController(config, log=log)
+    try:
+        broker = BrokerController(config, log=log)
+    except ValueError as exc:  # a role that does not fit the broker id, a slave without a master
+        print(f"rmq-broker: error: {exc}", file=sys.stderr)
+        return 2
     metrics = None
     if metrics_port is not None:
         from rmqlab.protocol.metrics import NodeLabels, RoleMetrics

@@ -258,7 +258,7 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
         if exp.kernel_only_network_faults():
             print(
                 "rmq-chaos: these network faults need --backend docker (the kernel's iptables; the local "
-                "fault proxy sits between one client and a server and cuts both ways): "
+                "fault relay sits between one client and a server and cuts both ways): "
                 f"{'; '.join(exp.kernel_only_network_faults())}",
                 file=sys.stderr,
             )
@@ -314,12 +314,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Run the experiment on the emulator and on an Apache engine, once per seed, and print the table."""
     from dataclasses import replace
 
-    from rmqlab.chaos.cluster import check_engine_environment
     from rmqlab.chaos.compare import compare_groups, render, with_rebalance_rounds
+    from rmqlab.chaos.process_cluster import check_engine_environment
     from rmqlab.chaos.realclients import RealClients
     from rmqlab.chaos.run import ChaosRun
     from rmqlab.lab.experiment import with_engine
-    from rmqlab.pipeline.reference import load_run, summarize
+    from rmqlab.pipeline.metrics_reference import load_run, summarize
 
     try:
         exp = resolve(args.file)

@@ -1,10 +1,10 @@
 """``rmq-chaos compare``: one experiment on the emulator and on an Apache engine, side by side.
 
 The same experiment file runs with ``[cluster] engine = "emulator"`` and with an Apache engine, once per
-seed, each run analysed by the plain-Python analysis (``pipeline.reference``); the table puts each group's
-figures of both engines next to each other, every cell the value over the seeds (``min..max`` when they
-differ), and says where they agree: the verdict and the counts of lost messages must be equal, the other
-figures' ranges over the seeds must overlap.
+seed, each run analysed by the plain-Python analysis (``pipeline.metrics_reference``); the table puts
+each group's figures of both engines next to each other, every cell the value over the seeds
+(``min..max`` when they differ), and says where they agree: the verdict and the counts of lost messages
+must be equal, the other figures' ranges over the seeds must overlap.
 
 The table itself (``compare_groups``, ``render``) is pure: it takes the summaries and knows no process.
 """
@@ -49,7 +49,7 @@ DESCRIPTIONS = {
 
 
 def group_figures(group: Mapping[str, Any]) -> dict[str, Any]:
-    """The compared figures of one group of a summary (``pipeline.reference.summarize``)."""
+    """The compared figures of one group of a summary (``pipeline.metrics_reference.summarize``)."""
     out = {k: group.get(k) for k in FIGURES if k in group}
     entries = group.get("convergence") or []
     kills = [

@@ -1,15 +1,14 @@
 """The Backend seam: what the Runner asks of whatever runs an experiment's nodes.
 
-Local processes (``chaos.cluster.LocalCluster``), containers (``chaos.container.ContainerCluster``) and
-the simulator (``sim.cluster.SimBackend``) implement it; a new engine or topology is a new implementation,
-never a copy of the Runner. The Runner decides what to do and when; a backend does it, on its own clock
-and network, and writes the ``nemesis`` event of each process action it carries out (between checking
-the node's state and acting on it, as a supervisor does).
+Local processes (``chaos.process_cluster.LocalCluster``), containers
+(``chaos.container.ContainerCluster``) and the simulator (``sim.sim_cluster.SimBackend``) implement it; a
+new engine or topology is a new implementation, never a copy of the Runner. The Runner decides what to do
+and when; a backend does it, on its own clock and network, and writes the ``nemesis`` event of each
+process action it carries out (between checking the node's state and acting on it, as a supervisor does).
 
 An action the node cannot take now raises ``NodeError`` (the Runner skips it, with the message as its
 reason); a node that does not come up raises ``NodeFailed``; a backend that cannot go on raises
-``BackendError``.
-"""
+``BackendError``."""
 
 from __future__ import annotations
 
@@ -83,7 +82,7 @@ class Backend(Protocol):
 
     async def start_servers(self) -> None:
         """The name server, then the brokers; every topic created and routed to every broker, and what
-        the clients need in front of the servers (fault proxies, the v5 clients' gRPC endpoint)."""
+        the clients need in front of the servers (fault relays, the v5 clients' gRPC endpoint)."""
         ...
 
     async def set_message_request_mode(self, topic: str, group: str, mode: str) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from rmqlab.broker.acl import AclConfigError, PlainAccessValidator
+from rmqlab.broker.plain_acl import AclConfigError, PlainAccessValidator
 from rmqlab.lab.schedule import (
     UNDO,
     NemesisSpec,
@@ -382,9 +382,9 @@ class Experiment:
         return {c.client for c in self.consumers if c.real}
 
     def kernel_only_network_faults(self) -> list[str]:
-        """Network nemeses the lab's fault proxy cannot do, so only the kernel's (the docker backend's):
-        one direction only (the proxy cuts both), packet loss (the proxy relays a byte stream), and a
-        link that is not between a client and a server (the proxy sits in front of one client)."""
+        """Network nemeses the lab's fault relay cannot do, so only the kernel's (the docker backend's):
+        one direction only (the relay cuts both), packet loss (the relay passes on a byte stream), and a
+        link that is not between a client and a server (the relay sits in front of one client)."""
         nodes = self.nodes()
         out = []
         for n in self.nemeses:
@@ -406,7 +406,7 @@ class Experiment:
         return out
 
     def network_targets(self, actions: Iterable[str] = NETWORK_ACTIONS) -> set[str]:
-        """Client nodes that need a fault proxy because a network nemesis (of ``actions``) may target them."""
+        """Client nodes that need a fault relay because a network nemesis (of ``actions``) may target them."""
         nodes = self.nodes()
         wanted = set(actions)
         out: set[str] = set()
@@ -867,7 +867,7 @@ def _check_engine(exp: Experiment, pr: Problems) -> None:
         elif n.action in NETWORK_ACTIONS:
             pr.add(
                 ("nemesis", n.index - 1, "action"),
-                f"nemesis[{n.index}].action: {n.action!r} needs the lab's fault proxy, which speaks only the "
+                f"nemesis[{n.index}].action: {n.action!r} needs the lab's fault relay, which speaks only the "
                 f"lab's protocol; with engine {engine!r} every client speaks RocketMQ's",
             )
 
@@ -1200,7 +1200,7 @@ def _check_nemeses(exp: Experiment, pr: Problems) -> None:
             if real:
                 err(
                     "target",
-                    f"{n.action!r} needs the lab's fault proxy, which speaks only the lab's own protocol: "
+                    f"{n.action!r} needs the lab's fault relay, which speaks only the lab's own protocol: "
                     f"it cannot sit in front of real clients ({', '.join(real)})",
                 )
         if n.action in ("hang", "unhang"):

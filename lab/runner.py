@@ -8,7 +8,7 @@ drain the Runner undoes what the nemeses left behind (resumes, unhangs, heals, c
 until every group consumed what was sent (or the drain timeout), and SIGKILLs the clients.
 
 The run directory around it (the experiment file as run, the lab's own ``chaos.jsonl``, the manifest,
-the analysis) belongs to the command that runs it: ``chaos.run`` and ``sim.cluster``. What the Runner
+the analysis) belongs to the command that runs it: ``chaos.run`` and ``sim.sim_cluster``. What the Runner
 says as it goes is a ``Console``'s: rmq-chaos's words here, rmq-sim's where its clock differs.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rmqlab.cli import Progress
-from rmqlab.lab.admin import AdminError
+from rmqlab.lab.admin_client import AdminError
 from rmqlab.lab.backend import (
     UP_STATES,
     Backend,

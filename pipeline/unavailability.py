@@ -1,7 +1,7 @@
 """Per-queue unavailability and its cause, and the run's clock in RocketMQ time (sans-IO core).
 
 A queue is *unavailable* while messages wait on it and nobody consumes it. The Spark pipeline
-(`pipeline.availability`) and the plain-Python reference (`pipeline.availability_reference`) extract
+(`pipeline.availability_spark`) and the plain-Python reference (`pipeline.availability_reference`) extract
 the same small inputs per queue -- waiting spans, quiet spans, ownership intervals, pauses, liveness,
 allocations -- and this module classifies them. Definitions (times are wall milliseconds; every span
 is half-open):
@@ -47,11 +47,14 @@ Span = tuple[int, int]
 @dataclass(frozen=True)
 class RunClock:
     """The run's origin (the experiment's t = 0, epoch ms) and its time scale (wall / RocketMQ); ``note``
-    says when the run's processes logged other time scales than the one taken."""
+    says when the run's processes logged other time scales than the one taken; ``kind`` names the time
+    its timestamps were taken in (``discover.clock_word``): ``wall`` for real processes, ``simulated``
+    for a simulated run, which has no wall time."""
 
     t0_ms: int
     time_scale: float = 1.0
     note: str | None = None
+    kind: str = "wall"
 
     def at_s(self, ts_ms: int) -> float:
         """RocketMQ seconds since the origin."""

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from rmqlab.lab.experiment import ExperimentError
-from rmqlab.sim.experiment import SimExperiment, parse
+from rmqlab.sim.sim_table import SimExperiment, parse
 
 
 class RunDirError(Exception):

@@ -48,7 +48,7 @@ from typing import Any
 from rmqlab.cli import SIM_SHELVES, shipped
 from rmqlab.lab import experiment as lab_experiment
 from rmqlab.lab.experiment import ExperimentError, KeyLines
-from rmqlab.sim.experiment import SimExperiment, parse
+from rmqlab.sim.sim_table import SimExperiment, parse
 
 COMPLETE = "_complete.json"  # a finished run's marker (hidden from rmq-analyze's discovery)
 ERROR = "_error.txt"  # why a run's simulation raised (the run is re-run on resume)
@@ -520,7 +520,7 @@ def run_task(spec: RunSpec, out_dir: str) -> dict[str, Any]:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    from rmqlab.sim.cluster import SimCluster
+    from rmqlab.sim.sim_cluster import SimCluster
 
     printed = io.StringIO()
     cpu0, wall0 = time.process_time(), time.monotonic()

@@ -48,7 +48,7 @@ from rmqlab.interop.apache.engine import (
     write_home,
     write_namesrv_config,
 )
-from rmqlab.protocol.runtime import EventLog
+from rmqlab.protocol.event_log import EventLog
 
 EXIT_CODES: Final = {
     0: "the member stopped cleanly (SIGTERM)",

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from kit.chaos import line_of, problems
 
-from rmqlab.chaos.cluster import APACHE_MEMBER_MODULE, LocalCluster
 from rmqlab.chaos.container import backend_problems
+from rmqlab.chaos.process_cluster import APACHE_MEMBER_MODULE, LocalCluster
 from rmqlab.chaos.realclients import RealClients
 from rmqlab.interop.apache import engine as apache
 from rmqlab.lab import experiment as ex
-from rmqlab.sim.experiment import parse as sim_parse
+from rmqlab.sim.sim_table import parse as sim_parse
 
 ENGINE = """\
 name = "engine"
@@ -103,7 +103,7 @@ def test_what_apache_broker_cannot_do_is_refused_on_its_line() -> None:
     got = dict(problems(text))
     assert "no fault injection or policy switch" in got[line_of(text, 'action = "fault"')]
     assert "no fault injection or policy switch" in got[line_of(text, 'action = "policy"')]
-    assert "fault proxy" in got[line_of(text, 'action = "latency"')]
+    assert "fault relay" in got[line_of(text, 'action = "latency"')]
     assert "none of the lab's policies" in got[line_of(text, "[policies]")]
     assert len(got) == 4
 

@@ -98,7 +98,7 @@ def test_java_consumers_on_apache_broker_take_a_consumer_kill_and_a_broker_resta
     assert manifest["versions"]["engine"] == "apache-4.9.7"
     assert manifest["versions"]["real_clients"]["go"].startswith("rocketmq-client-go v2.")
 
-    reference = pytest.importorskip("rmqlab.pipeline.reference")
+    reference = pytest.importorskip("rmqlab.pipeline.metrics_reference")
     group = reference.summarize_run(run_dir)["groups"]["GID_engine"]
     assert group["sent"] == 150 and group["lost"] == 0, group
     kill = next(c for c in group["convergence"] if c["cause"].startswith("kill consumer-1"))

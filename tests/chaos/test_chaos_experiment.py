@@ -258,7 +258,7 @@ def test_load_reports_unreadable_file(tmp_path: Path) -> None:
         ex.load(tmp_path / "missing.toml")
 
 
-def test_partition_direction_and_which_nodes_need_a_fault_proxy() -> None:
+def test_partition_direction_and_which_nodes_need_a_fault_relay() -> None:
     text = BASE + (
         '[[nemesis]]\naction = "blackhole"\ntarget = "consumer-1"\nbroker = "broker-a"\n'
         'direction = "out"\nat = 10\n'
@@ -299,12 +299,12 @@ def test_partitions_between_any_two_nodes_and_loss_are_the_kernels_to_do() -> No
         (60, "heal", "broker-a", {"broker": "namesrv"}),
         (60, "heal", "consumer-2", {"broker": "broker-b"}),
     ]
-    # the proxy does a client's link to a server, both ways, without loss: the rest is the kernel's
+    # the relay does a client's link to a server, both ways, without loss: the rest is the kernel's
     assert exp.kernel_only_network_faults() == [
         "blackhole broker-a (a link between broker-a and namesrv)",
         "loss consumer-2 (direction=in, packet loss)",
     ]
-    # only clients get fault proxies, and only for what the proxy does
+    # only clients get fault relays, and only for what the relay does
     assert exp.network_targets(("latency", "reset")) == set()
     assert exp.network_targets() == {"broker-a", "consumer-2", "consumer-3", "consumer-4"}
 

@@ -10,7 +10,7 @@ import pytest
 from kit.chaos import line_of, problems
 
 from rmqlab.chaos.__main__ import main, resolve
-from rmqlab.chaos.cluster import LocalCluster
+from rmqlab.chaos.process_cluster import LocalCluster
 from rmqlab.chaos.realclients import RealClients, check_environment
 from rmqlab.chaos.supervisor import SupervisorError
 from rmqlab.lab import experiment as ex

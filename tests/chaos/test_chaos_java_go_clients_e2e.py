@@ -107,6 +107,6 @@ def test_java_and_go_consumers_take_kill_restart_pause_and_hang(tmp_path: Path) 
     assert manifest["clients"] == {"consumer-1": "python", "consumer-2": "java", "consumer-3": "go"}
     assert manifest["versions"]["real_clients"]["java"] == "rocketmq-client 4.9.8"
 
-    reference = pytest.importorskip("rmqlab.pipeline.reference")
+    reference = pytest.importorskip("rmqlab.pipeline.metrics_reference")
     group = reference.summarize_run(run_dir)["groups"]["GID_java_go"]
     assert group["sent"] == 200 and group["lost"] == 0, group

@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos.cluster import LocalCluster
+from rmqlab.chaos.process_cluster import LocalCluster
 from rmqlab.lab.experiment import parse
 from rmqlab.lab.runner import Console, Runner, RunResult
 

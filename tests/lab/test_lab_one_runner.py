@@ -13,8 +13,8 @@ import pytest
 from rmqlab.chaos.run import ChaosRun
 from rmqlab.lab.experiment import parse
 from rmqlab.lab.runner import Runner
-from rmqlab.sim.cluster import SimCluster
-from rmqlab.sim.experiment import parse as parse_sim
+from rmqlab.sim.sim_cluster import SimCluster
+from rmqlab.sim.sim_table import parse as parse_sim
 
 EXPERIMENT = """\
 name = "one-runner"

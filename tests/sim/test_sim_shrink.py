@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rmqlab.lab import experiment as lab_experiment
-from rmqlab.sim.experiment import SimExperiment, load
 from rmqlab.sim.shrink import Shrinker, failing_kinds, size
+from rmqlab.sim.sim_table import SimExperiment, load
 from tests.sim.test_sim_cli import rmq_sim
 
 # The seed articles' mistake (members of one group subscribing to different topics loses messages)

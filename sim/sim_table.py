@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rmqlab.client.config import ConfigError, ConsumerConfig
+from rmqlab.client.client_config import ConfigError, ConsumerConfig
 from rmqlab.lab import experiment as lab_experiment
 from rmqlab.lab.experiment import Experiment, ExperimentError, Problems
 from rmqlab.lab.schedule import NemesisSpec, Step, candidates, nemesis_times, pick_targets

@@ -1,5 +1,5 @@
 """``rmq-admin``: talk to a broker's admin codes (fault injection 9000-9002, policies 9003, status 9004)
-and create topics (UPDATE_AND_CREATE_TOPIC). ``AdminClient`` (``lab.admin``) is the same thing for
+and create topics (UPDATE_AND_CREATE_TOPIC). ``AdminClient`` (``lab.admin_client``) is the same thing for
 programs.
 
 Exit codes: 0 done, 1 the broker answered with an error, 2 bad usage, 3 the broker could not be reached.
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from rmqlab.cli import add_access_keys, command_parser, host_port, non_negative_int, positive_int
-from rmqlab.lab.admin import PERM_READ_WRITE, AdminClient, AdminError
-from rmqlab.protocol.acl import SessionCredentials
+from rmqlab.lab.admin_client import PERM_READ_WRITE, AdminClient, AdminError
+from rmqlab.protocol.acl_signing import SessionCredentials
 from rmqlab.protocol.codes import RequestCode
 from rmqlab.protocol.remoting import RemotingError
 

@@ -3,7 +3,7 @@
 ``LocalCluster`` is the lab's Backend (``lab.backend``) on local processes: the Runner declares an
 experiment's nodes on it and drives them through it. This is where the lab knows the CLIs of
 CONVENTIONS.md; the supervisor below it only knows processes.
-Consumers (and producers) that network nemeses may target get their own fault proxies (``ClientLinks``)
+Consumers (and producers) that network nemeses may target get their own fault relays (``ClientLinks``)
 and reach the name server and every broker through them. Real RocketMQ clients (``add_real_consumer``)
 need the servers' native ports (``native=True``) and reach the name server's directly.
 """
@@ -18,10 +18,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos.proxy import ClientLinks
+from rmqlab.chaos.fault_relay import ClientLinks
 from rmqlab.chaos.realclients import RealClients, check_environment
 from rmqlab.chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
-from rmqlab.lab.admin import AdminClient, route_brokers
+from rmqlab.lab.admin_client import AdminClient, route_brokers
 from rmqlab.lab.experiment import (
     JAVA_CLIENTS,
     JAVA_REMOTING_CLIENTS,
@@ -31,7 +31,7 @@ from rmqlab.lab.experiment import (
     ExperimentError,
     KeyLines,
 )
-from rmqlab.protocol.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
+from rmqlab.protocol.acl_signing import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
 
 NAMESRV_MODULE = "rmqlab.broker.namesrv_main"
 BROKER_MODULE = "rmqlab.broker"
@@ -80,8 +80,8 @@ class LocalCluster:
     """A name server, brokers and their admin client, as local processes."""
 
     kind = "local"
-    # Network actions done through a client's fault proxy: here, all of them.
-    proxied_actions: tuple[str, ...] = NETWORK_ACTIONS
+    # Network actions done through a client's fault relay: here, all of them.
+    relayed_actions: tuple[str, ...] = NETWORK_ACTIONS
 
     def __init__(
         self,
@@ -134,7 +134,7 @@ class LocalCluster:
     # -- declaring and starting -------------------------------------------------------------------
     # Servers listen on port 0 and keep the port they got (from their READY line) across restarts, so
     # nothing can take a port between choosing and binding it. Clients name the name server as
-    # "{namesrv}" (or "{namesrv@NODE}" through their fault proxies), filled in once it is known.
+    # "{namesrv}" (or "{namesrv@NODE}" through their fault relays), filled in once it is known.
 
     # Servers declared with native=True also open RocketMQ's native remoting port (--remoting-port 0);
     # a stand-alone name server then routes real clients to the brokers' native ports.
@@ -309,7 +309,7 @@ class LocalCluster:
                     )
 
     async def start_links(self) -> None:
-        """Start the fault proxies of the clients that need them (after the brokers are up)."""
+        """Start the fault relays of the clients that need them (after the brokers are up)."""
         if self.namesrv is None:
             raise RuntimeError("start the name server and brokers first")
         for node in sorted(self._proxied - set(self.links)):
@@ -359,7 +359,7 @@ class LocalCluster:
             self.add_broker(b, durable=exp.durable, flags=flags, native=native)
         if real & set(V5_CLIENTS):
             self.add_proxy()
-        proxied = exp.network_targets(self.proxied_actions)
+        proxied = exp.network_targets(self.relayed_actions)
         for c in exp.consumers:
             for node in c.nodes:
                 if c.real:
@@ -442,7 +442,7 @@ class LocalCluster:
 
     async def start_servers(self) -> None:
         """The name server, the brokers, the topics (routed to every broker), then what the clients reach
-        the servers through: their fault proxies and rmq-proxy."""
+        the servers through: their fault relays and rmq-proxy."""
         exp = self.exp
         assert exp is not None, "declare the experiment first"
         if exp.engine != "emulator":
@@ -536,19 +536,19 @@ class LocalCluster:
         return killed + await self.kill_role("producer")
 
     async def apply_network(self, node: str, action: str, broker: str = "all", **params: Any) -> list[str]:
-        """A network nemesis on the node's links (KeyError when the node has no fault proxy)."""
+        """A network nemesis on the node's links (KeyError when the node has no fault relay)."""
         if params.pop("direction", "both") != "both":
-            raise ValueError("a one-way partition needs the docker backend (the fault proxy cuts both ways)")
+            raise ValueError("a one-way partition needs the docker backend (the fault relay cuts both ways)")
         if action == "loss":
-            raise ValueError("packet loss needs the docker backend (the fault proxy relays a byte stream)")
+            raise ValueError("packet loss needs the docker backend (the fault relay relays a byte stream)")
         if node not in self.links:
-            raise ValueError(f"{node} has no fault proxy: a link of a server needs the docker backend")
+            raise ValueError(f"{node} has no fault relay: a link of a server needs the docker backend")
         params.pop("percent", None)
         return self.links[node].apply(action, broker, **params)
 
     def network_via(self, action: str, node: str, other: str = "all") -> str:
-        """The mechanism that does a network fault on the node's link (here always the fault proxy)."""
-        return "proxy"
+        """The mechanism that does a network fault on the node's link (here always the fault relay)."""
+        return "relay"
 
     def network_faulty(self, node: str) -> bool:
         """Whether a network fault is in force on one of the node's links."""
@@ -596,7 +596,7 @@ class LocalCluster:
             info["log_files"] = [str(Path(p).relative_to(self.run_dir)) for p in info["log_files"]]
             info["out_file"] = str(Path(info["out_file"]).relative_to(self.run_dir))
             if node in self.links:
-                info["proxies"] = self.links[node].state()
+                info["relays"] = self.links[node].state()
             nodes[node] = info
         return {
             "namesrv": self.namesrv,

@@ -1,13 +1,13 @@
 """Admin requests to brokers: fault injection (9000-9002), policies (9003), status (9004), topics
 (UPDATE_AND_CREATE_TOPIC), RocketMQ 5's request modes, and route look-ups at a name server. Every backend
-of the lab sends them with ``AdminClient``; ``rmq-admin`` (``chaos.admin``) is its command line."""
+of the lab sends them with ``AdminClient``; ``rmq-admin`` (``chaos.admin_main``) is its command line."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from rmqlab.protocol.acl import SessionCredentials
+from rmqlab.protocol.acl_signing import SessionCredentials
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.remoting import RemotingClient

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from rmqlab.broker.config import BrokerConfig, NamesrvConfig
 from rmqlab.broker.controller import BrokerController
 from rmqlab.broker.namesrv import NamesrvController
+from rmqlab.broker.server_config import BrokerConfig, NamesrvConfig
 from rmqlab.broker.topic_config import PERM_READ_WRITE, TopicConfig
 from rmqlab.cli import Progress
-from rmqlab.client.config import ConsumerConfig, ProducerConfig
+from rmqlab.client.client_config import ConsumerConfig, ProducerConfig
 from rmqlab.client.consumer_base import normalize_enums
 from rmqlab.client.consumer_main import ListenerGate
 from rmqlab.client.errors import MQClientError
@@ -40,18 +40,18 @@ from rmqlab.client.instance import MQClientManager
 from rmqlab.client.producer import DEFAULT_PRODUCER_GROUP, Producer
 from rmqlab.client.producer_main import make_body
 from rmqlab.client.push_consumer import PushConsumer
-from rmqlab.lab.admin import AdminClient, route_brokers
+from rmqlab.lab.admin_client import AdminClient, route_brokers
 from rmqlab.lab.backend import NodeError, NodeFailed, nemesis_fields
 from rmqlab.lab.experiment import Experiment
 from rmqlab.lab.runner import Console, Runner, RunResult, versions
 from rmqlab.lab.schedule import Step
 from rmqlab.lab.tally import RunTally, progress_line
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import Message, MessageModel
-from rmqlab.protocol.runtime import EventLog
 from rmqlab.sim.dist import Distribution
-from rmqlab.sim.experiment import SimExperiment
 from rmqlab.sim.loop import CURRENT, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
 from rmqlab.sim.network import Network
+from rmqlab.sim.sim_table import SimExperiment
 
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911

@@ -220,6 +220,8 @@ class ConsumerConfig(ClientConfig):
     # rebalance equal to the previous one for its topic (same members, same allocation) is left out.
     rebalance_event_digest_over: int | None = None
     omit_repeated_rebalance_events: bool = False
+    # 4.9.x changes (on = 4.9.8; client.versions gives each release's values)
+    lock_new_process_queue: bool = True  # >=4.9.5: a new ProcessQueue is created locked (ISSUE #2621)
     # RocketMQ 5.x behaviour switches (all off = 4.9)
     rebalance_retry_when_unbalanced: bool = False  # >=5.2: 1 s retry while a round is not balanced
     pull_request_dispatch_delay: int = 0  # >=5.0: 500 ms before a new queue's first pull

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rmqlab.pipeline.discover import RunDir, discover
+from rmqlab.pipeline.discover import RunDir, RunDirError, discover, read_manifest
 from rmqlab.pipeline.small_runs import SMALL_RUN_BYTES, analyse_run, run_bytes
 
 # The largest run (bytes of its event files) answered at once: 64 MiB, about 250,000 events of a
@@ -19,7 +19,11 @@ QUICK_RUN_BYTES = SMALL_RUN_BYTES
 def quick_summary(run_dir: str | os.PathLike[str], max_bytes: int = QUICK_RUN_BYTES) -> dict[str, Any] | None:
     """summary.json (with its answer) of a run by the reference, or None for a run larger than
     ``max_bytes`` or without event files (there is nothing to say at once)."""
-    run = RunDir(".", str(run_dir), discover(run_dir), {})
+    try:
+        manifest = read_manifest(run_dir)
+    except RunDirError:  # the runner's own file: nothing in it that the verdict needs
+        manifest = {}
+    run = RunDir(".", str(run_dir), discover(run_dir), manifest)
     if not run.files or run_bytes(run) > max_bytes:
         return None
     summary, _data = analyse_run(run, plots=True)

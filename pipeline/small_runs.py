@@ -169,7 +169,8 @@ def analyse_run(run: RunDir, plots: bool) -> tuple[dict[str, Any], PlotData | No
     if plots:
         start = events[0].ts if events else None
         data = plot_data(model, run_clock(side_events(events), start, None))
-    summary["answer"] = answers(summary, data)
+    known = run.manifest.get("known")
+    summary["answer"] = answers(summary, data, known if isinstance(known, dict) else None)
     return summary, data
 
 

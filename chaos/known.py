@@ -1,0 +1,230 @@
+"""The catalogue of RocketMQ's known rebalancing problems, each reproduced by a shipped experiment.
+
+An entry names the problem's reports, the releases it affects and the one that fixed it, the question it
+answers, the ``summary.json`` figure that shows it, and two variants: ``affected`` (the behaviour before
+the fix) and ``fixed``. A variant is a set of ``ConsumerConfig`` switches given to every consumer of ours
+(``client_version`` stands for the switches of that release, see ``client.versions``). The scenario is
+the experiment file ``chaos/known/NAME.toml`` (without ``name`` and ``question``, which come from here):
+this module is the one place the list, the docs and the tests read.
+
+Pure: no processes and no clock; ``experiment_text`` gives the text a backend runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rmqlab.cli import KNOWN_VARIANTS, Shelf, UnknownName
+from rmqlab.client.config import ConfigError, ConsumerConfig
+from rmqlab.client.versions import settings_for_version
+
+KNOWN = Shelf("rmqlab.chaos", "known", "chaos/known")
+PREFIX = "known/"
+VARIANTS = KNOWN_VARIANTS
+DEFAULT_VARIANT = VARIANTS[0]
+# Where an entry runs and what it needs (the --json list's ``needs``).
+NEEDS = ("sim", "processes", "containers", "java", "go", "cpp")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One behaviour of an entry: the consumer switches, and what the lab shows with them."""
+
+    settings: Mapping[str, Any]
+    expect: str
+
+    def consumer_settings(self) -> dict[str, Any]:
+        """The ConsumerConfig values: a ``client_version``'s switches, then the switches named."""
+        given = dict(self.settings)
+        version = given.pop("client_version", None)
+        return {**(settings_for_version(version) if version is not None else {}), **given}
+
+
+@dataclass(frozen=True)
+class KnownProblem:
+    """A catalogue entry."""
+
+    name: str
+    issues: tuple[str, ...]  # "apache/rocketmq#2621"
+    affected: str  # the releases that show it
+    fixed_in: str
+    question: str
+    figure: str  # a summary.json group field, dotted for nested ones
+    change: str  # the source change the affected variant undoes
+    variants: Mapping[str, Variant]
+    needs: tuple[str, ...] = ("sim",)
+    # the problem shows when the figure is above this (its unit: the field's)
+    above: float = 0
+    unit: str = ""
+
+    def variant(self, name: str) -> Variant:
+        if name not in self.variants:
+            raise UnknownName(
+                f"known/{self.name} has no variant {name!r} (variants: {', '.join(self.variants)})"
+            )
+        return self.variants[name]
+
+    def figure_of(self, group: Mapping[str, Any]) -> float:
+        """The figure's value in one group of summary.json."""
+        value: Any = group
+        for part in self.figure.split("."):
+            value = value[part]
+        return float(value)
+
+    def shows(self, value: float) -> bool:
+        return value > self.above
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "issues": list(self.issues),
+            "affected": self.affected,
+            "fixed_in": self.fixed_in,
+            "question": self.question,
+            "figure": self.figure,
+            "shows_above": self.above,
+            "change": self.change,
+            "needs": list(self.needs),
+            "command": f"rmq-sim run {PREFIX}{self.name} --variant affected|fixed",
+            "variants": {
+                name: {"settings": dict(v.settings), "expect": v.expect} for name, v in self.variants.items()
+            },
+        }
+
+    def manifest(self, variant: str) -> dict[str, Any]:
+        """What a run of the entry records in manifest.json, for the report's first sentence."""
+        return {
+            "name": self.name,
+            "variant": variant,
+            "issues": list(self.issues),
+            "affected": self.affected,
+            "fixed_in": self.fixed_in,
+            "figure": self.figure,
+            "shows_above": self.above,
+            "unit": self.unit,
+            "change": self.change,
+        }
+
+
+CATALOGUE: tuple[KnownProblem, ...] = (
+    KnownProblem(
+        name="orderly-new-queue-waits-for-lock",
+        issues=("apache/rocketmq#2621",),
+        affected="4.9.4 and earlier",
+        fixed_in="4.9.5",
+        question="Does an orderly consumer leave a queue it was just given idle until its next lockAll?",
+        figure="unavailability.by_cause_rocketmq_ms.owner_idle",
+        unit="ms of RocketMQ time",
+        change="a new ProcessQueue is created locked (RebalancePushImpl, commits 2c6ada6f45 and 7ae6caf741)",
+        variants={
+            "affected": Variant(
+                {"client_version": "4.9.4"},
+                "the queues taken over wait, locked at the broker but not in the client, for the next "
+                "lockAll (up to 20 s): owner_idle > 0",
+            ),
+            "fixed": Variant(
+                {"client_version": "4.9.5"}, "the queues taken over are pulled at once: owner_idle = 0"
+            ),
+        },
+    ),
+    KnownProblem(
+        name="offset-query-error-skips-backlog",
+        issues=(),
+        affected="4.9.8 and earlier",
+        fixed_in="5.0.0",
+        question="When the broker answers a consumer's offset query with an error, does the new owner of "
+        "a queue skip its backlog?",
+        figure="lost",
+        unit="messages",
+        change="RemoteBrokerOffsetStore.readOffset reads only OffsetNotFoundException as 'no offset' "
+        "(commit b6ff649291); before, any broker error did, and CONSUME_FROM_LAST_OFFSET jumped to the "
+        "queue's end",
+        variants={
+            "affected": Variant(
+                {"query_offset_error_as_not_found": True},
+                "the take-over starts at the queues' max offset: the backlog is never consumed (lost > 0)",
+            ),
+            "fixed": Variant(
+                {"query_offset_error_as_not_found": False},
+                "the queue is skipped until the query succeeds, then starts from the committed offset: "
+                "lost = 0",
+            ),
+        },
+    ),
+)
+
+
+def entries() -> dict[str, KnownProblem]:
+    return {e.name: e for e in CATALOGUE}
+
+
+def is_known(path_or_name: str) -> bool:
+    return path_or_name.startswith(PREFIX)
+
+
+def find(path_or_name: str) -> KnownProblem:
+    """The entry ``known/NAME`` (or ``NAME``) names; UnknownName listing the entries otherwise."""
+    name = path_or_name.removeprefix(PREFIX).removesuffix(".toml")
+    found = entries()
+    if name in found:
+        return found[name]
+    close = difflib.get_close_matches(name, list(found), n=2, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(PREFIX + c for c in close)}?" if close else ""
+    raise UnknownName(
+        f"no known problem named {name!r}{hint} (the catalogue: "
+        f"{', '.join(PREFIX + n for n in sorted(found))})"
+    )
+
+
+def scenario_text(entry: KnownProblem) -> str:
+    """The entry's experiment file as shipped."""
+    shelf = KNOWN.entries()
+    if entry.name not in shelf:
+        raise UnknownName(f"{KNOWN.label}/{entry.name}.toml is missing from the installed package")
+    return str(shelf[entry.name].read_text(encoding="utf-8"))
+
+
+def experiment_text(entry: KnownProblem, variant: str, *, sim: bool) -> str:
+    """The experiment a backend runs: the name and question from the catalogue, the scenario, and for the
+    simulator the variant's switches as a ``[sim.client]`` table (so that the run directory's copy
+    replays the same variant)."""
+    chosen = entry.variant(variant)
+    settings = chosen.consumer_settings()
+    try:
+        ConsumerConfig.from_mapping(settings)
+    except ConfigError as e:  # a catalogue mistake, caught by the tests
+        raise UnknownName(f"known/{entry.name} variant {variant}: {e}") from None
+    head = f"name = {json.dumps(entry.name)}\nquestion = {json.dumps(entry.question)}\n"
+    text = head + scenario_text(entry)
+    if sim and settings:
+        lines = [f"{key} = {_toml_value(value)}" for key, value in sorted(settings.items())]
+        text = text.rstrip("\n") + f"\n\n[sim.client]  # known/{entry.name}, variant {variant}\n"
+        text += "\n".join(lines) + "\n"
+    return text
+
+
+def consumer_flags(entry: KnownProblem, variant: str) -> list[str]:
+    """rmq-consumer flags (``--set KEY=VALUE``) that give a process the variant's switches."""
+    out: list[str] = []
+    for key, value in sorted(entry.variant(variant).consumer_settings().items()):
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        out += ["--set", f"{key}={shown}"]
+    return out
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def scenario_keys(text: str) -> set[str]:
+    """The top-level keys of a scenario file (the tests check it leaves name and question to here)."""
+    return set(tomllib.loads(text))

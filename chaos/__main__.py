@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rmqlab.chaos import known
 from rmqlab.chaos.cleanup import add_clean_command
 from rmqlab.chaos.experiment import (
     CLIENT_NAMES,
@@ -203,6 +204,23 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_known(args: argparse.Namespace) -> int:
+    rows = [entry.as_json() for entry in known.CATALOGUE]
+    if args.json:
+        print_json(rows)
+        return 0
+    for row in rows:
+        issues = ", ".join(row["issues"]) or "no tracker issue (see the change)"
+        print(f"known/{row['name']}")
+        print(f"  {row['question']}")
+        print(f"  issues: {issues}")
+        print(f"  affected: {row['affected']}; fixed in {row['fixed_in']}: {row['change']}")
+        print(f"  figure: {row['figure']} (the problem shows when it is above {row['shows_above']:g})")
+        print(f"  runs: {', '.join(row['needs'])}; {row['command']}")
+    print(f"\n{len(rows)} known problem(s); the docs' catalogue page shows what the lab measured")
+    return 0
+
+
 def _run_dir(exp: Experiment, out: str | None) -> Path:
     if out:
         return Path(out)
@@ -315,7 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Break a local RocketMQ-emulator cluster on a schedule and get a verdict.",
         EXIT_CODES,
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="run|list|validate|nemesis|wait|clean")
+    sub = p.add_subparsers(
+        dest="command", required=True, metavar="run|list|known|validate|nemesis|wait|clean"
+    )
     run = subcommand(sub, "run", "run an experiment file (or a shipped experiment by name)", RUN_EXIT_CODES)
     run.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
     add_out(run, "run directory (default runs/NAME-TIMESTAMP)")
@@ -351,6 +371,14 @@ def build_parser() -> argparse.ArgumentParser:
     lst = subcommand(sub, "list", "the shipped experiments and the question each answers", {0: "listed"})
     add_json(lst, "the experiments (a JSON list)")
     lst.set_defaults(func=cmd_list)
+    kn = subcommand(
+        sub,
+        "known",
+        "the catalogue of RocketMQ's known rebalancing problems the lab reproduces",
+        {0: "listed"},
+    )
+    add_json(kn, "the catalogue (a JSON list)")
+    kn.set_defaults(func=cmd_known)
     val = subcommand(
         sub,
         "validate",

@@ -21,7 +21,7 @@ from typing import Any
 
 from rmqlab.cli import KNOWN_VARIANTS, Shelf, UnknownName
 from rmqlab.client.config import ConfigError, ConsumerConfig
-from rmqlab.client.versions import settings_for_version
+from rmqlab.client.versions import BEHAVIOURS
 
 KNOWN = Shelf("rmqlab.chaos", "known", "chaos/known")
 PREFIX = "known/"
@@ -39,10 +39,14 @@ class Variant:
     expect: str
 
     def consumer_settings(self) -> dict[str, Any]:
-        """The ConsumerConfig values: a ``client_version``'s switches, then the switches named."""
-        given = dict(self.settings)
-        version = given.pop("client_version", None)
-        return {**(settings_for_version(version) if version is not None else {}), **given}
+        """What every consumer of ours is given (ConsumerConfig settings; ``client_version`` included)."""
+        return dict(self.settings)
+
+    def switches(self) -> dict[str, Any]:
+        """The behaviour switches' values the settings give (a client_version's, then those named)."""
+        cfg = ConsumerConfig.from_mapping(self.consumer_settings())
+        names = {b.field for b in BEHAVIOURS} | set(self.settings) - {"client_version"}
+        return {name: getattr(cfg, name) for name in sorted(names)}
 
 
 @dataclass(frozen=True)
@@ -114,13 +118,13 @@ class KnownProblem:
 CATALOGUE: tuple[KnownProblem, ...] = (
     KnownProblem(
         name="orderly-new-queue-waits-for-lock",
-        issues=("apache/rocketmq#2621",),
+        issues=("apache/rocketmq#2621", "apache/rocketmq#5465"),
         affected="4.9.4 and earlier",
         fixed_in="4.9.5",
         question="Does an orderly consumer leave a queue it was just given idle until its next lockAll?",
         figure="unavailability.by_cause_rocketmq_ms.owner_idle",
         unit="ms of RocketMQ time",
-        change="a new ProcessQueue is created locked (RebalancePushImpl, commits 2c6ada6f45 and 7ae6caf741)",
+        change="RebalanceImpl.updateProcessQueueTableInRebalance creates the new ProcessQueue locked",
         variants={
             "affected": Variant(
                 {"client_version": "4.9.4"},
@@ -141,9 +145,8 @@ CATALOGUE: tuple[KnownProblem, ...] = (
         "a queue skip its backlog?",
         figure="lost",
         unit="messages",
-        change="RemoteBrokerOffsetStore.readOffset reads only OffsetNotFoundException as 'no offset' "
-        "(commit b6ff649291); before, any broker error did, and CONSUME_FROM_LAST_OFFSET jumped to the "
-        "queue's end",
+        change="RemoteBrokerOffsetStore.readOffset takes only OffsetNotFoundException for 'no offset', "
+        "commit b6ff649291; before, any broker error did",
         variants={
             "affected": Variant(
                 {"query_offset_error_as_not_found": True},

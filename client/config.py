@@ -270,6 +270,19 @@ class ConsumerConfig(ClientConfig):
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], **extra: Any) -> Self:
+        """As ClientConfig's, and ``client_version = "4.9.4"`` stands for the behaviour switches of that
+        release (client.versions); switches named beside it win."""
+        merged = {**data, **extra}
+        version = merged.pop("client_version", None)
+        if version is not None:
+            from rmqlab.client.versions import settings_for_version  # the table reads this module
+
+            merged = {**settings_for_version(str(version)), **merged}
+        # ClientConfig's own: zero-argument super() does not reach it from a slots dataclass
+        return ClientConfig.from_mapping.__func__(cls, merged)  # type: ignore[attr-defined,no-any-return]
+
     def max_reconsume_times_concurrently(self) -> int:
         return 16 if self.max_reconsume_times == -1 else self.max_reconsume_times
 

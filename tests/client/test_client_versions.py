@@ -62,3 +62,12 @@ def test_unknown_versions_and_switches_name_what_exists() -> None:
     with pytest.raises(ConfigError, match="known: lock_new_process_queue, "):
         behaviour("lock_new_queue")
     assert behaviour("orderly_unlock_5x").since == "5.2.0"
+
+
+def test_a_config_given_a_client_version_takes_its_switches_and_named_ones_win() -> None:
+    cfg = ConsumerConfig.from_mapping({"client_version": "4.9.4", "pull_batch_size": 16})
+    assert not cfg.lock_new_process_queue and cfg.pull_batch_size == 16
+    cfg = ConsumerConfig.from_mapping({"client_version": "5.2.0", "orderly_unlock_5x": False})
+    assert cfg.rebalance_retry_when_unbalanced and not cfg.orderly_unlock_5x
+    with pytest.raises(ConfigError, match=r"unknown client_version '4\.8\.0'; known: 4\.9\.0"):
+        ConsumerConfig.from_mapping({"client_version": "4.8.0"})

@@ -70,3 +70,19 @@ def test_unknown_entries_and_variants_name_what_exists(
         main(["run", f"known/{SIMULATED[0]}", "--variant", "patched"])
     assert exc.value.code == 2
     assert "invalid choice: 'patched' (choose from 'affected', 'fixed')" in capsys.readouterr().err
+
+
+def test_an_experiment_may_name_a_client_version_and_an_unknown_one_is_refused_with_its_line() -> None:
+    from rmqlab.chaos.experiment import ExperimentError
+    from rmqlab.sim.experiment import parse
+
+    base = known.scenario_text(known.find(SIMULATED[0]))
+    sx = parse(base + '\n[sim.client]\nclient_version = "4.9.4"\n')
+    assert sx.sim.consumer_settings() == {"client_version": "4.9.4"}
+    text = base + '\n[sim.client]\nclient_version = "4.8"\n'
+    line = text.splitlines().index('client_version = "4.8"') + 1
+    with pytest.raises(
+        ExperimentError,
+        match=rf":{line}: sim.client.client_version: unknown client_version '4\.8'; known: 4\.9\.0, ",
+    ):
+        parse(text)

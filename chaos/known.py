@@ -162,6 +162,35 @@ CATALOGUE: tuple[KnownProblem, ...] = (
 )
 
 
+CATALOGUE += (
+    KnownProblem(
+        name="reconnect-waits-for-heartbeat",
+        issues=("apache/rocketmq#7296", "apache/rocketmq#7323"),
+        affected="5.1.4 and earlier (4.9.x included)",
+        fixed_in="5.2.0",
+        question="After a consumer's connection to the broker is reset, how long do two consumers own the "
+        "same queues before its next heartbeat?",
+        figure="rocketmq_time.overlap_ms",
+        above=10_000,
+        unit="ms of RocketMQ time",
+        change="MQClientInstance sends a heartbeat when a broker connection opens, "
+        "enableHeartbeatChannelEventListener, PR #7324",
+        variants={
+            "affected": Variant(
+                {"heartbeat_on_connect": False},
+                "both consumers own the reset consumer's queues until its next 30 s heartbeat: "
+                "overlap above 10 s of RocketMQ time (summed over queues), duplicates",
+            ),
+            "fixed": Variant(
+                {"heartbeat_on_connect": True},
+                "the reconnected consumer registers at once: the overlap is the reconnection itself, "
+                "below 10 s summed over the 4 queues",
+            ),
+        },
+    ),
+)
+
+
 def entries() -> dict[str, KnownProblem]:
     return {e.name: e for e in CATALOGUE}
 

@@ -452,13 +452,16 @@ def known_answer(known: dict[str, Any], summary: dict[str, Any]) -> str:
     """The first sentence of a catalogue entry's run (the manifest's ``known``): whether the problem
     appeared, with its figure, and which release removes it."""
     value = known_figure(summary, known["figure"])
+    above = known.get("shows_above", 0)
     shown = f"{known['figure']} = {value:g}" + (f" {known['unit']}" if known.get("unit") else "")
+    if above:
+        shown += f" (the problem: more than {above:g})"
     name = f"known/{known['name']}" + (f" ({', '.join(known['issues'])})" if known.get("issues") else "")
     fixed = known["variant"] == "fixed"
     behaviour = (
         f"with the fix of {known['fixed_in']}" if fixed else f"with the behaviour of {known['affected']}"
     )
-    if value > known.get("shows_above", 0):
+    if value > above:
         if fixed:
             return f"Yes: the problem of {name} appeared, {shown}, even {behaviour} ({known['change']})."
         return (

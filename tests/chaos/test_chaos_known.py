@@ -79,14 +79,15 @@ def summary(*idle: float) -> dict[str, object]:
 def test_the_first_answer_says_whether_the_problem_appeared_and_what_fixes_it() -> None:
     figure = "unavailability.by_cause_rocketmq_ms.owner_idle"
     assert known_answer(KNOWN, summary(600, 500)) == (
-        f"Yes: the problem of known/x (apache/rocketmq#1) appeared, {figure} = 1100 ms, with the behaviour "
-        "of 4.9.4 and earlier; RocketMQ 4.9.5 removes it (the change)."
+        f"Yes: the problem of known/x (apache/rocketmq#1) appeared, {figure} = 1100 ms "
+        "(the problem: more than 1000), with the behaviour of 4.9.4 and earlier; RocketMQ 4.9.5 removes it "
+        "(the change)."
     )
     assert known_answer(KNOWN, summary(1000)) == (
-        f"No: the problem of known/x (apache/rocketmq#1) did not appear, {figure} = 1000 ms, with the "
-        "behaviour of 4.9.4 and earlier."
+        f"No: the problem of known/x (apache/rocketmq#1) did not appear, {figure} = 1000 ms "
+        "(the problem: more than 1000), with the behaviour of 4.9.4 and earlier."
     )
-    fixed = {**KNOWN, "variant": "fixed", "issues": []}
+    fixed = {**KNOWN, "variant": "fixed", "issues": [], "shows_above": 0}
     assert known_answer(fixed, summary(0)) == (
         f"No: the problem of known/x did not appear, {figure} = 0 ms, with the fix of 4.9.5 (the change)."
     )

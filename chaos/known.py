@@ -190,6 +190,32 @@ CATALOGUE += (
     ),
 )
 
+CATALOGUE += (
+    KnownProblem(
+        name="orderly-lock-failure-waits-a-round",
+        issues=(),
+        affected="4.9.8 and earlier",
+        fixed_in="5.0.0",
+        question="When an orderly consumer cannot lock a queue it was given (another member still holds "
+        "it), does the queue wait for the next 20 s rebalance?",
+        figure="unavailability.by_cause_rocketmq_ms.lock_wait",
+        unit="ms of RocketMQ time",
+        change="RebalanceImpl.updateProcessQueueTableInRebalance calls rebalanceLater(500) when a lock "
+        "failed, commit 9d8f4c2cc0, RIP-19",
+        variants={
+            "affected": Variant(
+                {"rebalance_later_on_lock_failure": False},
+                "while the group forms, queues whose lock failed wait up to 20 s for the next round: "
+                "lock_wait > 0",
+            ),
+            "fixed": Variant(
+                {"rebalance_later_on_lock_failure": True},
+                "a failed lock is tried again 500 ms later, once its holder let it go: lock_wait = 0",
+            ),
+        },
+    ),
+)
+
 
 def entries() -> dict[str, KnownProblem]:
     return {e.name: e for e in CATALOGUE}

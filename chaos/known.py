@@ -216,6 +216,31 @@ CATALOGUE += (
     ),
 )
 
+CATALOGUE += (
+    KnownProblem(
+        name="duplicate-client-id-in-docker",
+        issues=("apache/rocketmq#667", "apache/rocketmq#2760"),
+        affected="4.8.0 and earlier",
+        fixed_in="4.9.0",
+        question="Two consumers in containers with host networking: do they get one client id, and "
+        "which queues does nobody consume?",
+        figure="lost",
+        unit="messages",
+        change="ClientConfig.changeInstanceNameToPID makes the instance name pid#nanoTime instead of the pid",
+        variants={
+            "affected": Variant(
+                {"instance_name_with_nano_time": False},
+                "both consumers are HOST_IP@1: both take the first half of the queues (duplicates) and "
+                "the second half is never consumed (lost > 0)",
+            ),
+            "fixed": Variant(
+                {"instance_name_with_nano_time": True},
+                "the ids differ (1#nanoTime), the queues are shared: lost = 0, no duplicates",
+            ),
+        },
+    ),
+)
+
 
 def entries() -> dict[str, KnownProblem]:
     return {e.name: e for e in CATALOGUE}

@@ -56,6 +56,9 @@ class ClientConfig:
     connect_timeout_millis: int = 3_000  # NettyClientConfig.connectTimeoutMillis
     # NettyClientConfig.clientCloseSocketIfTimeout: a timed-out synchronous call closes its connection
     client_close_socket_if_timeout: bool = True
+    # >=4.9.0 (changeInstanceNameToPID): the default instance name is pid#nanoTime; before, the pid alone,
+    # so that two containers with host networking (same IP, pid 1) had one client id (ISSUE #667, #2760)
+    instance_name_with_nano_time: bool = True
     # >=5.2 (enableHeartbeatChannelEventListener): a new broker connection gets a heartbeat, then a rebalance
     heartbeat_on_connect: bool = False
     # effective value: DefaultMQPushConsumerImpl's own default is 3000, but its constructor copies the

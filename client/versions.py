@@ -17,6 +17,7 @@ DEFAULT_CLIENT_VERSION = "4.9.8"
 
 # The releases of Apache RocketMQ's Java client the table knows (4.9.x and 5.x as tagged).
 CLIENT_VERSIONS = (
+    "4.7.0", "4.7.1", "4.8.0",
     "4.9.0", "4.9.1", "4.9.2", "4.9.3", "4.9.4", "4.9.5", "4.9.6", "4.9.7", "4.9.8",
     "5.0.0", "5.1.0", "5.1.1", "5.1.2", "5.1.3", "5.1.4", "5.2.0", "5.3.0", "5.3.1", "5.3.2", "5.3.3",
 )  # fmt: skip
@@ -35,6 +36,14 @@ class Behaviour:
 
 
 BEHAVIOURS: tuple[Behaviour, ...] = (
+    Behaviour(
+        "instance_name_with_nano_time",
+        "4.9.0",
+        False,
+        True,
+        "ClientConfig.changeInstanceNameToPID: the default instance name is pid#nanoTime, not the pid "
+        "(ISSUE #667, #2760)",
+    ),
     Behaviour(
         "lock_new_process_queue",
         "4.9.5",

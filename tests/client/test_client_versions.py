@@ -57,9 +57,9 @@ def test_every_switch_is_a_consumer_setting_with_a_known_release() -> None:
 
 
 def test_unknown_versions_and_switches_name_what_exists() -> None:
-    with pytest.raises(ConfigError, match=r"unknown client_version '4\.9'; known: 4\.9\.0, .*5\.3\.3"):
+    with pytest.raises(ConfigError, match=r"unknown client_version '4\.9'; known: 4\.7\.0, .*5\.3\.3"):
         settings_for_version("4.9")
-    with pytest.raises(ConfigError, match="known: lock_new_process_queue, "):
+    with pytest.raises(ConfigError, match="known: instance_name_with_nano_time, lock_new_process_queue, "):
         behaviour("lock_new_queue")
     assert behaviour("orderly_unlock_5x").since == "5.2.0"
 
@@ -69,5 +69,16 @@ def test_a_config_given_a_client_version_takes_its_switches_and_named_ones_win()
     assert not cfg.lock_new_process_queue and cfg.pull_batch_size == 16
     cfg = ConsumerConfig.from_mapping({"client_version": "5.2.0", "orderly_unlock_5x": False})
     assert cfg.rebalance_retry_when_unbalanced and not cfg.orderly_unlock_5x
-    with pytest.raises(ConfigError, match=r"unknown client_version '4\.8\.0'; known: 4\.9\.0"):
-        ConsumerConfig.from_mapping({"client_version": "4.8.0"})
+    with pytest.raises(ConfigError, match=r"unknown client_version '4\.6\.0'; known: 4\.7\.0"):
+        ConsumerConfig.from_mapping({"client_version": "4.6.0"})
+
+
+def test_before_4_9_0_the_default_instance_name_is_the_pid() -> None:
+    import os
+
+    from rmqlab.client.push_consumer import PushConsumer
+
+    old = PushConsumer("GID_v", config=ConsumerConfig.from_mapping({"client_version": "4.8.0"}))
+    new = PushConsumer("GID_v", config=ConsumerConfig.from_mapping({"client_version": "4.9.0"}))
+    assert old.instance_name == str(os.getpid())
+    assert new.instance_name.startswith(f"{os.getpid()}#") and new.client_id != old.client_id

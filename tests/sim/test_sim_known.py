@@ -83,6 +83,6 @@ def test_an_experiment_may_name_a_client_version_and_an_unknown_one_is_refused_w
     line = text.splitlines().index('client_version = "4.8"') + 1
     with pytest.raises(
         ExperimentError,
-        match=rf":{line}: sim.client.client_version: unknown client_version '4\.8'; known: 4\.9\.0, ",
+        match=rf":{line}: sim.client.client_version: unknown client_version '4\.8'; known: 4\.7\.0, ",
     ):
         parse(text)

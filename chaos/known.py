@@ -37,6 +37,9 @@ class Variant:
 
     settings: Mapping[str, Any]
     expect: str
+    # the scenario file (a stem on the known shelf) when it is not the entry's own: a problem no release
+    # fixed is shown next to its remedy
+    scenario: str = ""
 
     def consumer_settings(self) -> dict[str, Any]:
         """What every consumer of ours is given (ConsumerConfig settings; ``client_version`` included)."""
@@ -65,6 +68,8 @@ class KnownProblem:
     # the problem shows when the figure is above this (its unit: the field's)
     above: float = 0
     unit: str = ""
+    # for a problem no release fixed: what avoids it (the fixed variant runs it)
+    remedy: str = ""
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:
@@ -93,6 +98,7 @@ class KnownProblem:
             "figure": self.figure,
             "shows_above": self.above,
             "change": self.change,
+            "remedy": self.remedy or None,
             "needs": list(self.needs),
             "command": f"rmq-sim run {PREFIX}{self.name} --variant affected|fixed",
             "variants": {
@@ -112,6 +118,7 @@ class KnownProblem:
             "shows_above": self.above,
             "unit": self.unit,
             "change": self.change,
+            **({"remedy": self.remedy} if self.remedy else {}),
         }
 
 
@@ -241,6 +248,38 @@ CATALOGUE += (
     ),
 )
 
+CATALOGUE += (
+    KnownProblem(
+        name="different-subscriptions-in-one-group",
+        issues=(
+            "apache/rocketmq#1873",
+            "apache/rocketmq#2089",
+            "apache/rocketmq#2836",
+            "apache/rocketmq#5473",
+        ),
+        affected="every release (4.x and 5.x)",
+        fixed_in="not fixed",
+        remedy="one consumer group per subscription",
+        question="What goes wrong when the consumers of one group subscribe to different topics?",
+        figure="lost",
+        unit="messages",
+        change="ConsumerGroupInfo.updateSubscription keeps one subscription table per group, rewritten "
+        "by each member's heartbeat; each member divides a topic's queues among every member",
+        variants={
+            "affected": Variant(
+                {},
+                "queues of each topic go to members that do not subscribe to it, and pulls meet "
+                "SUBSCRIPTION_NOT_EXIST as the table flips: lost > 0",
+            ),
+            "fixed": Variant(
+                {},
+                "each topic's consumers form a group of their own: lost = 0",
+                scenario="different-subscriptions-one-group-each",
+            ),
+        },
+    ),
+)
+
 
 def entries() -> dict[str, KnownProblem]:
     return {e.name: e for e in CATALOGUE}
@@ -264,12 +303,18 @@ def find(path_or_name: str) -> KnownProblem:
     )
 
 
-def scenario_text(entry: KnownProblem) -> str:
-    """The entry's experiment file as shipped."""
+def scenario_text(entry: KnownProblem, variant: str = DEFAULT_VARIANT) -> str:
+    """The experiment file a variant of the entry runs, as shipped."""
+    stem = entry.variant(variant).scenario or entry.name
     shelf = KNOWN.entries()
-    if entry.name not in shelf:
-        raise UnknownName(f"{KNOWN.label}/{entry.name}.toml is missing from the installed package")
-    return str(shelf[entry.name].read_text(encoding="utf-8"))
+    if stem not in shelf:
+        raise UnknownName(f"{KNOWN.label}/{stem}.toml is missing from the installed package")
+    return str(shelf[stem].read_text(encoding="utf-8"))
+
+
+def scenario_files() -> set[str]:
+    """The stems of every scenario the catalogue runs."""
+    return {v.scenario or e.name for e in CATALOGUE for v in e.variants.values()}
 
 
 def experiment_text(entry: KnownProblem, variant: str, *, sim: bool) -> str:
@@ -283,7 +328,7 @@ def experiment_text(entry: KnownProblem, variant: str, *, sim: bool) -> str:
     except ConfigError as e:  # a catalogue mistake, caught by the tests
         raise UnknownName(f"known/{entry.name} variant {variant}: {e}") from None
     head = f"name = {json.dumps(entry.name)}\nquestion = {json.dumps(entry.question)}\n"
-    text = head + scenario_text(entry)
+    text = head + scenario_text(entry, variant)
     if sim and settings:
         lines = [f"{key} = {_toml_value(value)}" for key, value in sorted(settings.items())]
         text = text.rstrip("\n") + f"\n\n[sim.client]  # known/{entry.name}, variant {variant}\n"

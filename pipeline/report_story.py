@@ -458,16 +458,16 @@ def known_answer(known: dict[str, Any], summary: dict[str, Any]) -> str:
         shown += f" (the problem: more than {above:g})"
     name = f"known/{known['name']}" + (f" ({', '.join(known['issues'])})" if known.get("issues") else "")
     fixed = known["variant"] == "fixed"
-    behaviour = (
-        f"with the fix of {known['fixed_in']}" if fixed else f"with the behaviour of {known['affected']}"
-    )
+    remedy = known.get("remedy")  # a problem no release fixed: its remedy is the fixed variant
+    if fixed:
+        behaviour = f"with the remedy, {remedy}" if remedy else f"with the fix of {known['fixed_in']}"
+    else:
+        behaviour = f"with the behaviour of {known['affected']}"
     if value > above:
         if fixed:
             return f"Yes: the problem of {name} appeared, {shown}, even {behaviour} ({known['change']})."
-        return (
-            f"Yes: the problem of {name} appeared, {shown}, {behaviour}; RocketMQ {known['fixed_in']} "
-            f"removes it ({known['change']})."
-        )
+        cure = f"{remedy} avoids it" if remedy else f"RocketMQ {known['fixed_in']} removes it"
+        return f"Yes: the problem of {name} appeared, {shown}, {behaviour}; {cure} ({known['change']})."
     if fixed:
         return f"No: the problem of {name} did not appear, {shown}, {behaviour} ({known['change']})."
     return f"No: the problem of {name} did not appear, {shown}, {behaviour}."

@@ -280,6 +280,32 @@ CATALOGUE += (
     ),
 )
 
+CATALOGUE += (
+    KnownProblem(
+        name="offset-query-error-waits-a-round",
+        issues=("apache/rocketmq#7644",),
+        affected="5.0.0 to 5.1.4",
+        fixed_in="5.2.0",
+        question="When a new queue's start offset cannot be read, does it wait for the next 20 s rebalance?",
+        figure="unavailability.by_cause_rocketmq_ms.lock_wait",
+        above=20_000,
+        unit="ms of RocketMQ time",
+        change="RebalanceService runs a round again after 1 s while the last one left the client "
+        "unbalanced, commit 59e8f9b66e",
+        variants={
+            "affected": Variant(
+                {"query_offset_error_as_not_found": False, "rebalance_retry_when_unbalanced": False},
+                "the queues whose offset query failed stay untaken until the next round: "
+                "allocated-but-not-taken time above 20 s summed over the queues",
+            ),
+            "fixed": Variant(
+                {"query_offset_error_as_not_found": False, "rebalance_retry_when_unbalanced": True},
+                "they are taken within a second of the broker answering again: below 20 s",
+            ),
+        },
+    ),
+)
+
 
 def entries() -> dict[str, KnownProblem]:
     return {e.name: e for e in CATALOGUE}

@@ -15,17 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos import known
 from rmqlab.chaos.cleanup import add_clean_command
-from rmqlab.chaos.experiment import (
-    CLIENT_NAMES,
-    V5_CLIENTS,
-    Experiment,
-    ExperimentError,
-    load,
-    parse,
-    unfit_steps,
-)
 from rmqlab.chaos.handdriven import add_commands
 from rmqlab.chaos.realclients import check_environment
 from rmqlab.cli import (
@@ -41,6 +31,16 @@ from rmqlab.cli import (
     shipped,
     subcommand,
 )
+from rmqlab.lab import known
+from rmqlab.lab.experiment import (
+    CLIENT_NAMES,
+    V5_CLIENTS,
+    Experiment,
+    ExperimentError,
+    load,
+    parse,
+)
+from rmqlab.lab.schedule import unfit_steps
 
 
 def resolve(path_or_name: str) -> Experiment:
@@ -239,7 +239,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int:
-    from rmqlab.chaos.runner import Runner
+    from rmqlab.chaos.run import ChaosRun
 
     try:
         exp = resolve(args.file)
@@ -266,7 +266,7 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
         if exp.kernel_only_network_faults():
             print(
                 "rmq-chaos: these network faults need --backend docker (the kernel's iptables; the local "
-                "fault proxy sits between one client and a server and cuts both ways): "
+                "fault relay sits between one client and a server and cuts both ways): "
                 f"{'; '.join(exp.kernel_only_network_faults())}",
                 file=sys.stderr,
             )
@@ -277,7 +277,7 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
         return 2
     for w in _warnings(exp):
         print(f"warning: {w}", file=sys.stderr)
-    runner = Runner(
+    runner = ChaosRun(
         exp,
         run_dir,
         analyze=not args.no_analyze,

@@ -11,11 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rmqlab.client.config import ConfigError
+
+class UnknownVersion(ValueError):
+    """A client_version or a switch the table does not know; the message lists those it knows."""
+
 
 DEFAULT_CLIENT_VERSION = "4.9.8"
 
-# The releases of Apache RocketMQ's Java client the table knows (4.9.x and 5.x as tagged).
+# The releases of Apache RocketMQ's Java client the table knows (4.7 to 4.9.x and 5.x as tagged).
 CLIENT_VERSIONS = (
     "4.7.0", "4.7.1", "4.8.0",
     "4.9.0", "4.9.1", "4.9.2", "4.9.3", "4.9.4", "4.9.5", "4.9.6", "4.9.7", "4.9.8",
@@ -157,7 +160,7 @@ def _key(version: str) -> tuple[int, ...]:
 def check_version(version: str) -> str:
     """``version`` if the table knows it; a ConfigError naming the known ones otherwise."""
     if version not in CLIENT_VERSIONS:
-        raise ConfigError(f"unknown client_version {version!r}; known: {', '.join(CLIENT_VERSIONS)}")
+        raise UnknownVersion(f"unknown client_version {version!r}; known: {', '.join(CLIENT_VERSIONS)}")
     return version
 
 
@@ -172,4 +175,6 @@ def behaviour(field: str) -> Behaviour:
     for b in BEHAVIOURS:
         if b.field == field:
             return b
-    raise ConfigError(f"unknown behaviour switch {field!r}; known: {', '.join(b.field for b in BEHAVIOURS)}")
+    raise UnknownVersion(
+        f"unknown behaviour switch {field!r}; known: {', '.join(b.field for b in BEHAVIOURS)}"
+    )

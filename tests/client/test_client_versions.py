@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from rmqlab.client.config import ConfigError, ConsumerConfig
+from rmqlab.client.client_config import ConfigError, ConsumerConfig
 from rmqlab.client.versions import (
     BEHAVIOURS,
     CLIENT_VERSIONS,
     DEFAULT_CLIENT_VERSION,
+    UnknownVersion,
     behaviour,
     settings_for_version,
 )
@@ -57,9 +58,9 @@ def test_every_switch_is_a_consumer_setting_with_a_known_release() -> None:
 
 
 def test_unknown_versions_and_switches_name_what_exists() -> None:
-    with pytest.raises(ConfigError, match=r"unknown client_version '4\.9'; known: 4\.7\.0, .*5\.3\.3"):
+    with pytest.raises(UnknownVersion, match=r"unknown client_version '4\.9'; known: 4\.7\.0, .*5\.3\.3"):
         settings_for_version("4.9")
-    with pytest.raises(ConfigError, match="known: instance_name_with_nano_time, lock_new_process_queue, "):
+    with pytest.raises(UnknownVersion, match="known: instance_name_with_nano_time, lock_new_process_queue, "):
         behaviour("lock_new_queue")
     assert behaviour("orderly_unlock_5x").since == "5.2.0"
 

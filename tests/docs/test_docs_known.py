@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from kit.docs import ROOT
 
-from rmqlab.chaos import known
 from rmqlab.client.versions import BEHAVIOURS
+from rmqlab.lab import known
 
 PAGE = (ROOT / "docs" / "reference" / "known-problems.md").read_text(encoding="utf-8")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqlab.chaos import known
+from rmqlab.lab import known
 from rmqlab.pipeline.quick import quick_summary
 from rmqlab.pipeline.report_story import known_figure
 from rmqlab.sim.__main__ import main, resolve
@@ -73,8 +73,8 @@ def test_unknown_entries_and_variants_name_what_exists(
 
 
 def test_an_experiment_may_name_a_client_version_and_an_unknown_one_is_refused_with_its_line() -> None:
-    from rmqlab.chaos.experiment import ExperimentError
-    from rmqlab.sim.experiment import parse
+    from rmqlab.lab.experiment import ExperimentError
+    from rmqlab.sim.sim_table import parse
 
     base = known.scenario_text(known.find(SIMULATED[0]))
     sx = parse(base + '\n[sim.client]\nclient_version = "4.9.4"\n')

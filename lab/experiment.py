@@ -1,0 +1,1132 @@
+"""Experiment files: parse and validate a TOML experiment into the model every backend runs.
+
+Everything here is pure: no processes, no sockets, no clock. A bad file raises
+``ExperimentError`` whose message names the file, the line of the offending key and
+the problem, so nothing starts from a file that cannot run as written. The text is read once: a
+backend's own table (the simulator's ``[sim]``) is checked by a ``TableExtension`` given to ``parse``,
+with the same ``file:line`` messages, and is an unknown key to every other backend.
+
+Times in an experiment file (``duration``, ``drain_timeout``, ``at``, ``every``, ``from``,
+``until``, ``for``, ``down``, and the latencies ``ms``/``jitter_ms``/``latency_ms``) are RocketMQ
+time: the lab runs them ``time_scale`` times faster on the wall clock, like every timer of the
+emulator, so changing the scale keeps an experiment's meaning. Load figures are wall-clock:
+``rate`` (messages per second) and ``consume_ms`` (the consumer's work per message).
+
+A ``[[consumers]]`` table may name a real RocketMQ client (``client = "cpp"`` or ``"js"``, or Apache's
+RocketMQ 5 push consumers ``"py5"`` and ``"js5"``, which pop through ``rmq-proxy``) instead of ours.
+Real clients keep RocketMQ's own timers whatever the time scale (30 s heartbeats, 10-20 s rebalances,
+20 s lock renewals), so experiments with them must not run the broker so fast that it expires their
+channels or locks: see ``REAL_CLIENT_MIN_TIME_SCALE``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from rmqlab.broker.plain_acl import AclConfigError, PlainAccessValidator
+from rmqlab.lab.schedule import (
+    UNDO,
+    NemesisSpec,
+    NodeInfo,
+    Step,
+    candidates,
+    expand_schedule,
+    live_random_targets,
+    node_order,
+)
+
+PROCESS_ACTIONS = ("kill", "stop", "start", "restart", "pause", "resume", "hang", "unhang")
+NETWORK_ACTIONS = ("latency", "blackhole", "reset", "loss", "heal")
+# Network actions the kernel does (iptables in a container's network namespace): these may name any
+# node at the other end of the link (``peer``) and cut or thin one direction only.
+KERNEL_NETWORK_ACTIONS = ("blackhole", "loss", "heal")
+BROKER_ACTIONS = ("fault", "fault-clear", "policy")
+ACTIONS = PROCESS_ACTIONS + NETWORK_ACTIONS + BROKER_ACTIONS
+SELECTORS = ("random", "next", "all")
+PARTITION_DIRECTIONS = ("both", "out", "in")
+ROLES = ("namesrv", "broker", "producer", "consumer")
+# Allocation strategies that need no per-consumer configuration (CONFIG and MACHINE_ROOM need a queue or
+# room list per consumer, which an experiment cannot give yet).
+KNOWN_STRATEGIES = ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH")
+CONSUME_FROM = ("first", "last", "timestamp")
+# Who assigns a group's queues: the client (RocketMQ 4.x and 5.x's default), or the broker (RocketMQ 5,
+# clientRebalance = false) in PULL mode (queues by the strategy) or POP mode (messages, not queues).
+ASSIGNMENTS = ("client", "server-pull", "server-pop")
+# Which client a consumer node runs: ours, or a real RocketMQ client through its driver in interop/.
+CLIENTS = ("python", "cpp", "js", "py5", "js5")
+REAL_CLIENTS = ("cpp", "js", "py5", "js5")
+# Apache's RocketMQ 5 clients: gRPC to rmq-proxy, which pops from the brokers (no client-side rebalance).
+V5_CLIENTS = ("py5", "js5")
+CLIENT_NAMES = {
+    "python": "the lab's Python client",
+    "cpp": "Apache's C++ client 2.1.0",
+    "js": "ali-ons 3.12.0 (JS)",
+    "py5": "Apache's RocketMQ 5 Python client 5.1.2",
+    "js5": "Apache's RocketMQ 5 Node.js client 1.0.8",
+}
+# The broker scales its channel expiry (120 s) and its queue-lock lifetime (60 s) with the time scale,
+# but a real client still heartbeats every 30 s and an orderly one renews its locks every 20 s. At 0.5
+# the broker expires a silent channel after 60 s (two heartbeats) and a lock after 30 s (1.5 renewals);
+# at 0.25 the channel expiry would equal the heartbeat interval and real consumers would be dropped
+# from their group between two heartbeats, which is no fault of theirs.
+REAL_CLIENT_MIN_TIME_SCALE = 0.5
+MAX_BROKERS = 26
+_MAX_BODY = 4 * 1024 * 1024
+NAMESRV_NODE = "namesrv"
+
+
+class ExperimentError(ValueError):
+    """One or more problems in an experiment file; ``problems`` holds (line, message) pairs."""
+
+    def __init__(self, source: str, problems: list[tuple[int | None, str]]) -> None:
+        self.source = source
+        self.problems = sorted(problems, key=lambda p: (p[0] or 0, p[1]))
+        lines = [f"{source}:{line}: {msg}" if line else f"{source}: {msg}" for line, msg in self.problems]
+        super().__init__("\n".join(lines))
+
+
+# --------------------------------------------------------------------------------------------
+# Where each key is written: a small scanner over the TOML text, good enough to point at a line.
+
+
+def _split_key(text: str) -> tuple[str, ...]:
+    parts: list[str] = []
+    buf = ""
+    quote = ""
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                buf += ch
+        elif ch in "\"'":
+            quote = ch
+        elif ch == ".":
+            parts.append(buf.strip())
+            buf = ""
+        else:
+            buf += ch
+    parts.append(buf.strip())
+    return tuple(parts)
+
+
+def _strip_comment(line: str) -> str:
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == "\\" and quote == '"':
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            return line[:i]
+    return line
+
+
+_TABLE_ARRAY = re.compile(r"^\[\[\s*(.+?)\s*\]\]$")
+_TABLE = re.compile(r"^\[\s*([^\[\]]+?)\s*\]$")
+_BARE_OR_QUOTED = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
+_KEY = re.compile(rf"^({_BARE_OR_QUOTED}(?:\s*\.\s*{_BARE_OR_QUOTED})*)\s*=")
+_INLINE_KEY = re.compile(r"[{,]\s*([A-Za-z0-9_-]+)\s*=")
+
+
+class KeyLines:
+    """Maps a key path such as ``("nemesis", 2, "target")`` to the line where it is written."""
+
+    def __init__(self, text: str) -> None:
+        self.lines: dict[tuple[Any, ...], int] = {}
+        counters: dict[tuple[Any, ...], int] = {}
+        current: tuple[Any, ...] = ()
+        depth = 0  # open brackets of a multi-line value
+        in_multiline = ""
+        for lineno, raw in enumerate(text.splitlines(), 1):
+            if in_multiline:
+                if in_multiline in raw:
+                    in_multiline = ""
+                continue
+            line = _strip_comment(raw).strip()
+            if depth > 0:
+                depth += line.count("[") + line.count("{") - line.count("]") - line.count("}")
+                continue
+            if not line:
+                continue
+            m = _TABLE_ARRAY.match(line)
+            if m:
+                parts = _split_key(m.group(1))
+                path = (*self._resolve(parts[:-1], counters), parts[-1])
+                idx = counters.get(path, 0)
+                counters[path] = idx + 1
+                current = (*path, idx)
+                self.lines.setdefault(path, lineno)
+                self.lines[current] = lineno
+                continue
+            m = _TABLE.match(line)
+            if m:
+                current = self._resolve(_split_key(m.group(1)), counters)
+                self.lines.setdefault(current, lineno)
+                continue
+            m = _KEY.match(line)
+            if not m:
+                continue
+            key = (*current, *_split_key(m.group(1)))
+            for i in range(len(current) + 1, len(key) + 1):
+                self.lines.setdefault(key[:i], lineno)
+            value = line[m.end() :].strip()
+            for quote in ('"""', "'''"):
+                if value.startswith(quote) and value.count(quote) == 1:
+                    in_multiline = quote
+            if not in_multiline:
+                depth = value.count("[") + value.count("{") - value.count("]") - value.count("}")
+                depth = max(depth, 0)
+            for inner in _INLINE_KEY.finditer(value):
+                self.lines.setdefault((*key, inner.group(1)), lineno)
+
+    @staticmethod
+    def _resolve(path: tuple[str, ...], counters: dict[tuple[Any, ...], int]) -> tuple[Any, ...]:
+        # [a.b] under [[a]] belongs to the latest element of the array a
+        out: tuple[Any, ...] = ()
+        for part in path:
+            out = (*out, part)
+            if out in counters:
+                out = (*out, counters[out] - 1)
+        return out
+
+    def line_of(self, path: Iterable[Any]) -> int | None:
+        p = tuple(path)
+        while p:
+            if p in self.lines:
+                return self.lines[p]
+            p = p[:-1]
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# The validated model
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A [[topics]] table."""
+
+    name: str
+    queues: int  # in total, spread evenly over the brokers
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """A [[consumers]] table: ``count`` consumer processes of one group."""
+
+    group: str
+    topic: str
+    count: int
+    strategy: str
+    orderly: bool
+    broadcast: bool
+    consume_ms: int
+    consume_from: str
+    nodes: tuple[str, ...]
+    client: str = "python"  # one of CLIENTS
+    start: float = 0.0  # lab seconds after the cluster is up at which the nodes join (0: with the cluster)
+    assignment: str = "client"  # one of ASSIGNMENTS
+    rocketmq5: bool = False  # the client's RocketMQ >= 5.2 behaviour (implied by a server assignment)
+
+    @property
+    def request_mode(self) -> str | None:
+        """The mode the brokers keep for (topic, group): PULL or POP; None when the client balances."""
+        return {"server-pull": "PULL", "server-pop": "POP"}.get(self.assignment)
+
+    def client_args(self) -> list[str]:
+        """rmq-consumer flags for the assignment and the client version."""
+        args = ["--rocketmq5"] if self.rocketmq5 or self.assignment != "client" else []
+        if self.assignment != "client":
+            args += ["--set", "client_rebalance=false"]
+        return args
+
+    @property
+    def real(self) -> bool:
+        return self.client in REAL_CLIENTS
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """The [workload] table: the producer processes and what they send."""
+
+    rate: float  # messages per wall-clock second, per producer
+    count: int  # messages per producer
+    size: int  # payload bytes
+    topics: tuple[str, ...]
+    producers: int  # producer processes per topic
+    start: float  # lab seconds after the cluster is up
+    nodes: tuple[tuple[str, str], ...]  # (node, topic)
+
+
+@dataclass(frozen=True)
+class Policies:
+    """The [policies] table: the brokers' what-if switches."""
+
+    notify_on_channel_expired: bool = False
+    release_locks_on_close: bool = False
+
+    def broker_flags(self) -> list[str]:
+        flags = []
+        if self.notify_on_channel_expired:
+            flags.append("--notify-on-channel-expired")
+        if self.release_locks_on_close:
+            flags.append("--release-locks-on-close")
+        return flags
+
+
+@dataclass(frozen=True)
+class AclSpec:
+    """``[acl]``: the brokers run with ``--acl file``; the lab's clients and admin sign with the key."""
+
+    file: str  # resolved against the experiment file's folder
+    access_key: str
+    secret_key: str
+
+
+class TableSettings(Protocol):
+    """A backend's own table, checked: what it adds to the schedule (may be nothing)."""
+
+    def steps(self, exp: Experiment) -> list[Step]: ...
+
+
+class TableExtension(Protocol):
+    """A backend's own table in an experiment file (the simulator's ``[sim]``). ``parse`` gets the table's
+    value (None when the file has none) and the experiment built from the rest, and reports what is
+    wrong through ``problems`` at the lines of the keys it names."""
+
+    name: str
+
+    def parse(self, value: Any, exp: Experiment, problems: Problems) -> TableSettings: ...
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A parsed, checked experiment file."""
+
+    name: str
+    question: str
+    source: str
+    text: str
+    time_scale: float
+    duration: float
+    seed: int
+    drain_timeout: float
+    brokers: tuple[str, ...]
+    durable: bool
+    topics: tuple[TopicSpec, ...]
+    consumers: tuple[ConsumerSpec, ...]
+    workload: WorkloadSpec | None
+    policies: Policies
+    nemeses: tuple[NemesisSpec, ...]
+    acl: AclSpec | None = None
+    # the brokers' --flush-consumer-offset-interval (ms); 0: every committed offset durable at once
+    flush_consumer_offset_interval: int = 0
+    # what the tables of the backend that parsed it hold (TableExtension.name -> its parse's result)
+    extensions: Mapping[str, TableSettings] = field(default_factory=dict, compare=False, repr=False)
+
+    def broker_flags(self) -> list[str]:
+        flags = self.policies.broker_flags()
+        if self.flush_consumer_offset_interval:
+            flags += ["--flush-consumer-offset-interval", str(self.flush_consumer_offset_interval)]
+        return flags
+
+    def wall(self, lab_seconds: float) -> float:
+        return lab_seconds * self.time_scale
+
+    def nodes(self) -> dict[str, NodeInfo]:
+        out = {NAMESRV_NODE: NodeInfo(NAMESRV_NODE, "namesrv")}
+        for b in self.brokers:
+            out[b] = NodeInfo(b, "broker")
+        if self.workload:
+            for node, topic in self.workload.nodes:
+                out[node] = NodeInfo(node, "producer", None, topic)
+        for c in self.consumers:
+            for node in c.nodes:
+                out[node] = NodeInfo(node, "consumer", c.group, c.topic, c.client)
+        return out
+
+    def real_clients(self) -> set[str]:
+        """The real RocketMQ clients this experiment runs (empty when every consumer is ours)."""
+        return {c.client for c in self.consumers if c.real}
+
+    def kernel_only_network_faults(self) -> list[str]:
+        """Network nemeses the lab's fault relay cannot do, so only the kernel's (the docker backend's):
+        one direction only (the relay cuts both), packet loss (the relay passes on a byte stream), and a
+        link that is not between a client and a server (the relay sits in front of one client)."""
+        nodes = self.nodes()
+        out = []
+        for n in self.nemeses:
+            if n.action not in NETWORK_ACTIONS:
+                continue
+            other = n.params.get("broker", "all")
+            why = []
+            if n.params.get("direction", "both") != "both":
+                why.append(f"direction={n.params['direction']}")
+            if n.action == "loss":
+                why.append("packet loss")
+            client_link = all(
+                nodes[c].role in ("consumer", "producer") for c in candidates(n.target, n.group, nodes)
+            ) and (other == "all" or nodes[other].role in ("broker", "namesrv"))
+            if not client_link:
+                why.append(f"a link between {n.target} and {other}")
+            if why:
+                out.append(f"{n.action} {n.target} ({', '.join(why)})")
+        return out
+
+    def network_targets(self, actions: Iterable[str] = NETWORK_ACTIONS) -> set[str]:
+        """Client nodes that need a fault relay because a network nemesis (of ``actions``) may target them."""
+        nodes = self.nodes()
+        wanted = set(actions)
+        out: set[str] = set()
+        for n in self.nemeses:
+            if n.action in wanted:
+                out.update(candidates(n.target, n.group, nodes))
+        return out
+
+    def topic_queues_per_broker(self, topic: str) -> int:
+        spec = next(t for t in self.topics if t.name == topic)
+        return spec.queues // len(self.brokers)
+
+    def schedule(self) -> list[Step]:
+        """The nemesis actions in time order, with the steps a backend's own table adds (the simulator's
+        GC pauses); deterministic for a given seed."""
+        nodes = self.nodes()
+        steps = expand_schedule(self.nemeses, nodes, self.seed, self.duration)
+        if not self.extensions:
+            return steps
+        steps += [s for settings in self.extensions.values() for s in settings.steps(self)]
+        steps.sort(key=lambda s: (s.t, s.source))
+        # again over both: a pause drawn at random goes to a node the nemeses left able to take it
+        return live_random_targets(steps, nodes, self.seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "question": self.question,
+            "source": self.source,
+            "time_scale": self.time_scale,
+            "duration": self.duration,
+            "seed": self.seed,
+            "drain_timeout": self.drain_timeout,
+            "brokers": list(self.brokers),
+            "durable": self.durable,
+            "flush_consumer_offset_interval": self.flush_consumer_offset_interval,
+            "topics": [{"name": t.name, "queues": t.queues} for t in self.topics],
+            "consumers": [
+                {
+                    "group": c.group,
+                    "topic": c.topic,
+                    "count": c.count,
+                    "strategy": c.strategy,
+                    "orderly": c.orderly,
+                    "broadcast": c.broadcast,
+                    "consume_ms": c.consume_ms,
+                    "consume_from": c.consume_from,
+                    "nodes": list(c.nodes),
+                    "client": c.client,
+                    "start": c.start,
+                    "assignment": c.assignment,
+                    "rocketmq5": c.rocketmq5,
+                }
+                for c in self.consumers
+            ],
+            "workload": None
+            if self.workload is None
+            else {
+                "rate": self.workload.rate,
+                "count": self.workload.count,
+                "size": self.workload.size,
+                "topics": list(self.workload.topics),
+                "producers": self.workload.producers,
+                "start": self.workload.start,
+            },
+            "policies": {
+                "notify_on_channel_expired": self.policies.notify_on_channel_expired,
+                "release_locks_on_close": self.policies.release_locks_on_close,
+            },
+            "schedule": [
+                {"t": s.t, "action": s.action, "target": s.target, "group": s.group, "params": s.params}
+                for s in self.schedule()
+            ],
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+
+
+_REQUIRED: Any = object()
+
+
+class Problems:
+    """The problems found in a file so far, each at the line of the key it names."""
+
+    def __init__(self, lines: KeyLines) -> None:
+        self.lines = lines
+        self.items: list[tuple[int | None, str]] = []
+        self.paths: list[tuple[Any, ...]] = []
+
+    def add(self, path: tuple[Any, ...], msg: str) -> None:
+        self.items.append((self.lines.line_of(path), msg))
+        self.paths.append(path)
+
+
+def _where(path: tuple[Any, ...]) -> str:
+    out = ""
+    for p in path:
+        if isinstance(p, int):
+            out += f"[{p + 1}]"
+        else:
+            out += ("." if out else "") + p
+    return out
+
+
+class _Table:
+    def __init__(self, data: dict[str, Any], path: tuple[Any, ...], problems: Problems) -> None:
+        self.data = data
+        self.path = path
+        self.problems = problems
+        self.used: set[str] = set()
+
+    def err(self, key: str | None, msg: str) -> None:
+        path = (*self.path, key) if key else self.path
+        self.problems.add(path, f"{_where(path)}: {msg}")
+
+    def get(
+        self,
+        key: str,
+        kind: str,
+        default: Any = _REQUIRED,
+        check: Callable[[Any], str | None] | None = None,
+    ) -> Any:
+        self.used.add(key)
+        if key not in self.data:
+            if default is _REQUIRED:
+                self.err(None, f"missing required key '{key}'")
+            return None if default is _REQUIRED else default
+        value = self.data[key]
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "number": isinstance(value, int | float) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+            "bool": isinstance(value, bool),
+            "str-list": isinstance(value, list) and all(isinstance(v, str) for v in value),
+            "number-list": isinstance(value, int | float | list)
+            and not isinstance(value, bool)
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in _as_list(value)),
+            "any": True,
+        }[kind]
+        if not ok:
+            names = {
+                "int": "an integer",
+                "number": "a number",
+                "str": "a string",
+                "bool": "true or false",
+                "str-list": "a list of strings",
+                "number-list": "a number or a list of numbers",
+            }
+            self.err(key, f"must be {names[kind]}, got {_show(value)}")
+            return None if default is _REQUIRED else default
+        if check is not None:
+            problem = check(value)
+            if problem:
+                self.err(key, problem)
+                return None if default is _REQUIRED else default
+        return value
+
+    def table(self, key: str) -> _Table | None:
+        self.used.add(key)
+        if key not in self.data:
+            return None
+        value = self.data[key]
+        if not isinstance(value, dict):
+            self.err(key, f"must be a table ([{key}]), got {_show(value)}")
+            return None
+        return _Table(value, (*self.path, key), self.problems)
+
+    def tables(self, key: str) -> list[_Table]:
+        self.used.add(key)
+        if key not in self.data:
+            return []
+        value = self.data[key]
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            self.err(key, f"must be an array of tables ([[{key}]]), got {_show(value)}")
+            return []
+        return [_Table(v, (*self.path, key, i), self.problems) for i, v in enumerate(value)]
+
+    def finish(self) -> None:
+        for key in self.data:
+            if key not in self.used:
+                hint = difflib.get_close_matches(key, sorted(self.used), n=1)
+                known = ", ".join(sorted(self.used))
+                more = f" (did you mean '{hint[0]}'?)" if hint else f" (known keys: {known})"
+                self.err(key, f"unknown key '{key}'{more}")
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _show(value: Any) -> str:
+    kind = type(value).__name__
+    names = {"dict": "table", "list": "array", "str": "string", "float": "number", "int": "integer"}
+    kind = names.get(kind, kind)
+    text = repr(value)
+    return f"{kind} {text if len(text) < 40 else text[:37] + '...'}"
+
+
+def _positive(v: Any) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def _non_negative(v: Any) -> str | None:
+    return None if v >= 0 else "must be >= 0"
+
+
+def _percent(v: Any) -> str | None:
+    return None if 0 < v <= 100 else f"must be more than 0 and at most 100, got {_show(v)}"
+
+
+def _all_non_negative(v: Any) -> str | None:
+    return None if min(_as_list(v), default=0) >= 0 else "must be >= 0"
+
+
+def _name(v: str) -> str | None:
+    if not re.fullmatch(r"[A-Za-z0-9_%|-]{1,127}", v):
+        return "must be 1-127 characters of letters, digits, '_', '-', '%' or '|'"
+    return None
+
+
+def _one_of(options: Iterable[str]) -> Callable[[Any], str | None]:
+    opts = tuple(options)
+
+    def check(v: Any) -> str | None:
+        return None if v in opts else f"must be one of {', '.join(opts)}; got {v!r}"
+
+    return check
+
+
+def broker_names(count: int) -> tuple[str, ...]:
+    return tuple(f"broker-{chr(ord('a') + i)}" for i in range(count))
+
+
+def request_code(value: int | str) -> int | None:
+    """A request code given as a number or as its RocketMQ name (``PULL_MESSAGE``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value >= 0 else None
+    try:
+        from rmqlab.protocol.codes import RequestCode
+    except ImportError:  # pragma: no cover - protocol is part of the package
+        return None
+    try:
+        return int(RequestCode[str(value).upper()])
+    except KeyError:
+        return None
+
+
+def parse_error_spec(text: str) -> tuple[int, str]:
+    """``"1:boom"`` -> (1, "boom"); the remark may be empty; raises ValueError on a bad spec."""
+    code, sep, remark = text.partition(":")
+    try:
+        num = int(code.strip())
+    except ValueError:
+        raise ValueError(f"error {text!r} must be CODE or CODE:REMARK with an integer code") from None
+    if num < 0:
+        raise ValueError(f"error {text!r}: the code must be >= 0")
+    return num, remark if sep else ""
+
+
+def read_text(path: str | Path) -> str:
+    """An experiment file's text, or an ExperimentError naming why it cannot be read."""
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ExperimentError(str(p), [(None, f"cannot read the file: {e.strerror or e}")]) from None
+    except UnicodeDecodeError:
+        raise ExperimentError(str(p), [(None, "the file is not UTF-8 text")]) from None
+
+
+def load(path: str | Path, extensions: Sequence[TableExtension] = ()) -> Experiment:
+    p = Path(path)
+    return parse(read_text(p), source=str(p), default_name=p.stem, extensions=extensions)
+
+
+def parse(
+    text: str,
+    source: str = "<experiment>",
+    default_name: str = "experiment",
+    extensions: Sequence[TableExtension] = (),
+) -> Experiment:
+    """The checked experiment of a TOML text; ``extensions`` check the tables of the backend that is to
+    run it (a table of no extension given is an unknown key)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e))
+        line = int(m.group(1)) if m else None
+        col = f" (column {m.group(2)})" if m else ""
+        raise ExperimentError(source, [(line, f"not valid TOML: {msg}{col}")]) from None
+    problems = Problems(KeyLines(text))
+    exp = _build(data, text, source, default_name, problems, extensions)
+    if problems.items or exp is None:
+        raise ExperimentError(source, problems.items or [(None, "invalid experiment")])
+    return exp
+
+
+def _build(
+    data: dict[str, Any],
+    text: str,
+    source: str,
+    default_name: str,
+    pr: Problems,
+    extensions: Sequence[TableExtension],
+) -> Experiment | None:
+    root = _Table(data, (), pr)
+    root.used.update(ext.name for ext in extensions)
+    name = root.get("name", "str", default_name, _name)
+    question = root.get("question", "str", "")
+    time_scale = root.get("time_scale", "number", 1.0, _positive)
+    duration = root.get("duration", "number", _REQUIRED, _positive)
+    seed = root.get("seed", "int", 0)
+    drain_timeout = root.get("drain_timeout", "number", 300, _positive)
+    n_brokers, durable, flush_interval = _cluster(root.table("cluster"))
+    policies = _policies(root.table("policies"))
+    acl = _acl(root.table("acl"), source)
+    topics = _topics(root.tables("topics"), n_brokers)
+    if not topics and "topics" not in data:
+        root.err(None, "at least one [[topics]] table is required")
+    declared = {t.name for t in topics}
+    consumers = _consumers(root.tables("consumers"), declared)
+    workload = _workload(root.table("workload"), topics, declared)
+    nemeses = [
+        spec for i, n in enumerate(root.tables("nemesis")) if (spec := _nemesis(n, i + 1, pr)) is not None
+    ]
+    root.finish()
+    _check_time_scale(root, time_scale, consumers)
+    _check_consumer_starts(pr, consumers, duration)
+    # The schedule's checks still run after problems elsewhere (so that every mistake is reported at
+    # once), unless a table that defines nodes or groups is broken: its missing nodes would be reported
+    # again as unknown targets.
+    nodes_sound = not any(p and p[0] in ("cluster", "topics", "consumers", "workload") for p in pr.paths)
+    if duration is None or not nodes_sound:
+        return None
+    exp = Experiment(
+        name=name,
+        question=question,
+        source=source,
+        text=text,
+        time_scale=float(time_scale or 1.0),
+        duration=float(duration),
+        seed=seed,
+        drain_timeout=float(drain_timeout),
+        brokers=broker_names(n_brokers),
+        durable=durable,
+        topics=tuple(topics),
+        consumers=tuple(consumers),
+        workload=workload,
+        policies=policies,
+        nemeses=tuple(nemeses),
+        acl=acl,
+        flush_consumer_offset_interval=flush_interval,
+    )
+    if acl is not None and exp.real_clients():
+        root.err("acl", "the lab runs real clients without credentials: remove [acl] or the real clients")
+    _check_nemeses(exp, pr)
+    if pr.items:
+        return None
+    # A backend's own table is checked against the experiment it belongs to (once that is sound).
+    settings = {ext.name: ext.parse(data.get(ext.name), exp, pr) for ext in extensions}
+    if pr.items:
+        return None
+    return replace(exp, extensions=settings) if settings else exp
+
+
+def _cluster(cluster: _Table | None) -> tuple[int, bool, int]:
+    """[cluster]: (number of brokers, durable stores, the brokers' offset flush interval in ms)."""
+    if not cluster:
+        return 1, False, 0
+    n_brokers = cluster.get(
+        "brokers", "int", 1, lambda v: None if 1 <= v <= MAX_BROKERS else f"must be 1..{MAX_BROKERS}"
+    )
+    durable = cluster.get("durable", "bool", False)
+    flush_interval = cluster.get("flush_consumer_offset_interval", "int", 0, _non_negative)
+    if flush_interval and not durable:
+        cluster.err("flush_consumer_offset_interval", "needs durable = true (offsets flushed to a store)")
+    cluster.finish()
+    return n_brokers, durable, flush_interval
+
+
+def _policies(pol: _Table | None) -> Policies:
+    """[policies]: the brokers' what-if switches."""
+    if not pol:
+        return Policies()
+    policies = Policies(
+        notify_on_channel_expired=pol.get("notify_on_channel_expired", "bool", False),
+        release_locks_on_close=pol.get("release_locks_on_close", "bool", False),
+    )
+    pol.finish()
+    return policies
+
+
+def _topics(tables: Iterable[_Table], n_brokers: int) -> list[TopicSpec]:
+    """[[topics]]: unique names, queues spread evenly over the brokers."""
+    topics: list[TopicSpec] = []
+    seen: set[str] = set()
+    for t in tables:
+        tname = t.get("name", "str", _REQUIRED, _name)
+        queues = t.get("queues", "int", _REQUIRED, _positive)
+        t.finish()
+        if tname is None or queues is None:
+            continue
+        if tname in seen:
+            t.err("name", f"topic {tname!r} is declared twice")
+        if queues % n_brokers:
+            t.err("queues", f"{queues} queues cannot be spread evenly over {n_brokers} brokers")
+        seen.add(tname)
+        topics.append(TopicSpec(tname, queues))
+    return topics
+
+
+def _consumers(tables: Iterable[_Table], declared: set[str]) -> list[ConsumerSpec]:
+    """[[consumers]]: each table is ``count`` processes, numbered consumer-1, consumer-2 ... in order."""
+    consumers: list[ConsumerSpec] = []
+    number = 0
+    for c in tables:
+        group = c.get("group", "str", _REQUIRED, _name)
+        topic = c.get("topic", "str", _REQUIRED)
+        count = c.get("count", "int", 1, _positive)
+        strategy = c.get("strategy", "str", "AVG", _one_of(KNOWN_STRATEGIES))
+        orderly = c.get("orderly", "bool", False)
+        broadcast = c.get("broadcast", "bool", False)
+        consume_ms = c.get("consume_ms", "int", 0, _non_negative)
+        consume_from = c.get("consume_from", "str", "first", _one_of(CONSUME_FROM))
+        client = c.get("client", "str", "python", _one_of(CLIENTS))
+        join = c.get("start", "number", 0.0, _non_negative)
+        assignment = c.get("assignment", "str", "client", _one_of(ASSIGNMENTS))
+        rocketmq5 = c.get("rocketmq5", "bool", False)
+        c.finish()
+        if assignment != "client" and (orderly or broadcast or client in REAL_CLIENTS):
+            c.err(
+                "assignment",
+                "a server assignment is for the lab's own concurrent CLUSTERING consumers "
+                "(RocketMQ balances orderly and broadcasting consumers in the client)",
+            )
+        if topic is not None and topic not in declared:
+            c.err("topic", f"topic {topic!r} is not declared in [[topics]]")
+        if client in REAL_CLIENTS:
+            _check_real_client(c, client)
+        if group is None or topic is None or count is None or client is None:
+            continue
+        nodes = tuple(f"consumer-{number + i + 1}" for i in range(count))
+        number += count
+        consumers.append(
+            ConsumerSpec(
+                group,
+                topic,
+                count,
+                strategy,
+                orderly,
+                broadcast,
+                consume_ms,
+                consume_from,
+                nodes,
+                client=client,
+                start=float(join or 0.0),
+                assignment=assignment or "client",
+                rocketmq5=bool(rocketmq5),
+            )
+        )
+    return consumers
+
+
+def _workload(w: _Table | None, topics: list[TopicSpec], declared: set[str]) -> WorkloadSpec | None:
+    """[workload]: the producers, one set per topic (all declared topics by default)."""
+    if not w:
+        return None
+    rate = w.get("rate", "number", _REQUIRED, _positive)
+    count = w.get("count", "int", _REQUIRED, _positive)
+    size = w.get("size", "int", 128, lambda v: None if 1 <= v <= _MAX_BODY else f"must be 1..{_MAX_BODY}")
+    wtopics = w.get("topics", "str-list", [t.name for t in topics])
+    producers = w.get("producers", "int", 1, _positive)
+    start = w.get("start", "number", 0.0, _non_negative)
+    w.finish()
+    for t in wtopics or []:
+        if t not in declared:
+            w.err("topics", f"topic {t!r} is not declared in [[topics]]")
+    if rate is None or count is None:
+        return None
+    pnodes: list[tuple[str, str]] = []
+    for t in wtopics or []:
+        for _ in range(producers or 1):
+            pnodes.append((f"producer-{len(pnodes) + 1}", t))
+    return WorkloadSpec(
+        float(rate), count, size, tuple(wtopics or ()), producers or 1, float(start), tuple(pnodes)
+    )
+
+
+def _check_time_scale(root: _Table, time_scale: float | None, consumers: list[ConsumerSpec]) -> None:
+    """Real clients keep RocketMQ's own timers: the lab may not run much faster than they do."""
+    real = sorted({c.client for c in consumers if c.real})
+    if real and time_scale is not None and time_scale < REAL_CLIENT_MIN_TIME_SCALE:
+        names = " and ".join(CLIENT_NAMES[k] for k in real)
+        root.err(
+            "time_scale",
+            f"must be >= {REAL_CLIENT_MIN_TIME_SCALE:g} with real clients ({names}), got {time_scale:g}: "
+            "they heartbeat every 30 s and renew locks every 20 s whatever the time scale, and a faster "
+            "broker would expire their channels and locks",
+        )
+
+
+def _check_consumer_starts(pr: Problems, consumers: list[ConsumerSpec], duration: float | None) -> None:
+    for i, c in enumerate(consumers):
+        if duration is not None and c.start >= duration:
+            pr.add(
+                ("consumers", i, "start"),
+                f"consumers[{i + 1}].start: start = {c.start:g} is not before the end of the experiment "
+                f"(duration = {duration:g})",
+            )
+
+
+def _acl(t: _Table | None, source: str) -> AclSpec | None:
+    if t is None:
+        return None
+    file = t.get("file", "str", _REQUIRED)
+    access_key = t.get("access_key", "str", _REQUIRED)
+    secret_key = t.get("secret_key", "str", _REQUIRED)
+    t.finish()
+    if file is None or access_key is None or secret_key is None:
+        return None
+    base = Path(source).parent if source and not source.startswith("<") else Path.cwd()
+    path = (base / file).resolve()
+    try:
+        accounts = PlainAccessValidator.from_file(str(path)).config.accounts
+    except OSError as e:
+        t.err("file", f"cannot read {path}: {e.strerror or e}")
+        return None
+    except AclConfigError as e:
+        t.err("file", str(e))
+        return None
+    account = accounts.get(access_key)
+    if account is None or account.secret_key != secret_key or not account.admin:
+        t.err(
+            "access_key",
+            f"must name an admin account of {file} and its secret key (the lab creates topics)",
+        )
+        return None
+    return AclSpec(str(path), access_key, secret_key)
+
+
+def _check_real_client(c: _Table, client: str) -> None:
+    """What the real clients' drivers (interop/) can and cannot do."""
+    name = CLIENT_NAMES[client]
+    if client == "js" and c.data.get("orderly") is True:
+        c.err("orderly", f"{name} consumes concurrently only: remove 'orderly' or use client \"cpp\"")
+    if client in V5_CLIENTS:
+        if c.data.get("orderly") is True:
+            c.err("orderly", f"the lab runs {name} as a concurrent push consumer (FIFO is not emulated)")
+        if "strategy" in c.data:
+            c.err("strategy", f"{name} has no allocation strategy: the broker hands out messages (POP)")
+    elif c.data.get("strategy", "AVG") in KNOWN_STRATEGIES and c.data.get("strategy", "AVG") != "AVG":
+        c.err("strategy", f'{name} allocates averagely only: use strategy "AVG" or leave it out')
+    if c.data.get("broadcast") is True:
+        c.err("broadcast", f"the lab runs {name} in clustering mode only: remove 'broadcast'")
+    if "consume_from" in c.data:
+        c.err(
+            "consume_from",
+            f"cannot be set for {name}: its driver keeps the client's own setting (a new group starts "
+            "at the first offset of a queue the broker still holds from offset 0)",
+        )
+
+
+_SCHEDULE_KEYS = ("at", "every", "random")
+
+
+def _nemesis(n: _Table, index: int, pr: Problems) -> NemesisSpec | None:
+    action = n.get("action", "str", _REQUIRED, _one_of(ACTIONS))
+    target = n.get("target", "str", _REQUIRED)
+    group = n.get("group", "str", None)
+    at = n.get("at", "number-list", None, _all_non_negative)
+    every = n.get("every", "number", None, _positive)
+    start = n.get("from", "number", None, _non_negative)
+    until = n.get("until", "number", None, _positive)
+    times = n.get("times", "int", None, _positive)
+    random_count = n.get("random", "int", None, _positive)
+    for_s = n.get("for", "number", None, _positive)
+    params: dict[str, Any] = {}
+    if action in ("restart",):
+        params["mode"] = n.get("mode", "str", "stop", _one_of(("stop", "kill")))
+        params["down"] = n.get("down", "number", 0.0, _non_negative)
+    if action in NETWORK_ACTIONS:
+        params["broker"] = n.get("broker", "str", "all")
+    if "peer" in n.data and action not in KERNEL_NETWORK_ACTIONS:
+        n.get("peer", "str", None)
+        kernel = ", ".join(KERNEL_NETWORK_ACTIONS)
+        n.err("peer", f"'peer' goes with {kernel} (the kernel's faults), not {action!r}")
+    if action in KERNEL_NETWORK_ACTIONS and "peer" in n.data:
+        # the other end of the link, any node: "broker" is the same key for brokers only, and keeps
+        # its name in the schedule and the events
+        if "broker" in n.data:
+            n.err("peer", "give 'broker' or 'peer', not both")
+        params["broker"] = n.get("peer", "str", "all")
+    if action in ("blackhole", "loss") and "direction" in n.data:
+        # one-way faults: "out" drops what the node sends to its peer, "in" what it receives
+        params["direction"] = n.get("direction", "str", "both", _one_of(PARTITION_DIRECTIONS))
+    if action == "loss":
+        params["percent"] = n.get("percent", "number", _REQUIRED, _percent)
+    if action == "latency":
+        params["ms"] = n.get("ms", "number", _REQUIRED, _positive)
+        params["jitter_ms"] = n.get("jitter_ms", "number", 0, _non_negative)
+    if action == "fault":
+        code = n.get("code", "any", _REQUIRED)
+        if code is not None and request_code(code) is None:
+            n.err("code", f'must be a request code number or name (11 or "PULL_MESSAGE"), got {code!r}')
+        params["code"] = request_code(code) if code is not None else None
+        errors = n.get("errors", "str-list", [])
+        parsed = []
+        for e in errors or []:
+            try:
+                parsed.append(parse_error_spec(e))
+            except ValueError as exc:
+                n.err("errors", str(exc))
+        params["errors"] = parsed
+        params["count"] = n.get("count", "int", None, _positive)
+        params["latency_ms"] = n.get("latency_ms", "number", 0, _non_negative)
+        params["drop"] = n.get("drop", "bool", False)
+        params["client"] = n.get("client", "str", None)
+        if not parsed and not params["latency_ms"] and not params["drop"]:
+            n.err(None, "a fault needs at least one of 'errors', 'latency_ms' or 'drop'")
+    if action == "policy":
+        for key in ("notify_on_channel_expired", "release_locks_on_close"):
+            v = n.get(key, "bool", None)
+            if v is not None:
+                params[key] = v
+        if not params:
+            n.err(None, "a policy action needs notify_on_channel_expired and/or release_locks_on_close")
+    n.finish()
+    given = [k for k in _SCHEDULE_KEYS if k in n.data]
+    if len(given) != 1:
+        n.err(None, "give exactly one of 'at', 'every' or 'random' (seconds)")
+    if "every" not in n.data and "random" not in n.data:
+        for k in ("from", "until"):
+            if k in n.data:
+                n.err(k, f"'{k}' only goes with 'every' or 'random'")
+    if "times" in n.data and "every" not in n.data:
+        n.err("times", "'times' only goes with 'every'")
+    if for_s is not None and action not in (*UNDO, "fault"):
+        n.err("for", f"'for' is not supported by {action!r} (only by {', '.join((*UNDO, 'fault'))})")
+    if action is None or target is None:
+        return None
+    return NemesisSpec(
+        index=index,
+        line=pr.lines.line_of(n.path),
+        action=action,
+        target=target,
+        group=group,
+        at=tuple(float(x) for x in _as_list(at)) if at is not None else (),
+        every=float(every) if every is not None else None,
+        start=float(start) if start is not None else None,
+        until=float(until) if until is not None else None,
+        times=times,
+        random_count=random_count,
+        for_s=float(for_s) if for_s is not None else None,
+        params=params,
+        peer_given=action in KERNEL_NETWORK_ACTIONS and "peer" in n.data,
+    )
+
+
+def _check_nemeses(exp: Experiment, pr: Problems) -> None:
+    nodes = exp.nodes()
+    groups = {c.group for c in exp.consumers}
+    for n in exp.nemeses:
+        path = ("nemesis", n.index - 1)
+
+        def err(key: str | None, msg: str, path: tuple[Any, ...] = path) -> None:
+            p = (*path, key) if key else path
+            pr.add(p, f"{_where(p)}: {msg}")
+
+        if n.group is not None and n.group not in groups:
+            err("group", f"no [[consumers]] table has group {n.group!r}")
+        if ":" in n.target:
+            role, _, sel = n.target.partition(":")
+            if role not in ROLES or sel not in SELECTORS:
+                err(
+                    "target",
+                    f"target {n.target!r} must be a node name or ROLE:SELECTOR with ROLE one of "
+                    f"{', '.join(ROLES)} and SELECTOR one of {', '.join(SELECTORS)}",
+                )
+                continue
+            if n.group is not None and role != "consumer" and n.action not in ("fault", "fault-clear"):
+                err("group", "'group' selects consumers; the target is not a consumer")
+            if not candidates(n.target, n.group, nodes):
+                err("target", f"no node matches {n.target!r}" + (f" in group {n.group!r}" if n.group else ""))
+                continue
+            roles = {role}
+        else:
+            if n.target not in nodes:
+                known = ", ".join(sorted(nodes, key=node_order))
+                err("target", f"unknown node {n.target!r} (nodes of this experiment: {known})")
+                continue
+            roles = {nodes[n.target].role}
+        other = n.params.get("broker", "all")
+        client_target = roles <= {"consumer", "producer"}
+        if n.action in NETWORK_ACTIONS and not client_target and n.action not in KERNEL_NETWORK_ACTIONS:
+            err("target", f"{n.action!r} acts on a client's link to a broker: target a consumer or producer")
+        elif n.action in ("blackhole", "loss") and not client_target and other == "all":
+            err(None, f"{n.action!r} on {n.target}, a server, needs the other end of the link: 'peer'")
+        elif n.action in NETWORK_ACTIONS:
+            real = [c for c in candidates(n.target, n.group, nodes) if nodes[c].client in REAL_CLIENTS]
+            if real:
+                err(
+                    "target",
+                    f"{n.action!r} needs the lab's fault relay, which speaks only the lab's own protocol: "
+                    f"it cannot sit in front of real clients ({', '.join(real)})",
+                )
+        if n.action in ("hang", "unhang"):
+            hangable = [
+                c
+                for c in candidates(n.target, n.group, nodes)
+                if nodes[c].role == "consumer" and nodes[c].client in (None, "python", *V5_CLIENTS)
+            ]
+            if (
+                roles != {"consumer"}
+                or not hangable
+                or len(hangable) != len(candidates(n.target, n.group, nodes))
+            ):
+                err(
+                    "target",
+                    f"{n.action!r} hangs the listener of the lab's own consumers and of the v5 clients' "
+                    "drivers: target those only",
+                )
+        if n.action in BROKER_ACTIONS and roles != {"broker"}:
+            err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")
+        if n.action in NETWORK_ACTIONS and n.peer_given:
+            if other != "all" and other not in nodes:
+                known = ", ".join(sorted(nodes, key=node_order))
+                err("peer", f'unknown node {other!r} (nodes of this experiment: {known}, or "all")')
+            elif other == n.target:
+                err("peer", "a link has two ends: the peer is the target itself")
+        elif n.action in NETWORK_ACTIONS and other not in ("all", NAMESRV_NODE, *exp.brokers):
+            err("broker", f'unknown broker {other!r} (brokers: {", ".join(exp.brokers)}, or "all")')
+        if n.action == "fault" and n.params.get("client") is not None:
+            c = n.params["client"]
+            if c not in nodes or nodes[c].role not in ("consumer", "producer"):
+                err("client", f"'client' must name a consumer or producer node, got {c!r}")
+        for t in n.at:
+            if t >= exp.duration:
+                err("at", f"at = {t:g} is not before the end of the experiment (duration = {exp.duration:g})")
+        if n.until is not None and n.start is not None and n.until <= n.start:
+            err("until", "'until' must be after 'from'")
+        if n.every is not None and (n.start if n.start is not None else n.every) >= exp.duration:
+            err("every", "the first occurrence is not before the end of the experiment")

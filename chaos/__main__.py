@@ -24,6 +24,7 @@ from rmqlab.cli import (
     add_json,
     add_out,
     add_quiet,
+    add_variant,
     command_parser,
     find_shipped,
     positive_float,
@@ -43,9 +44,23 @@ from rmqlab.lab.experiment import (
 from rmqlab.lab.schedule import unfit_steps
 
 
-def resolve(path_or_name: str) -> Experiment:
-    """An experiment from a file, or a shipped one by name (``demo`` or ``demo.toml``)."""
+def resolve(path_or_name: str, variant: str | None = None) -> Experiment:
+    """An experiment from a file, a shipped one by name (``demo`` or ``demo.toml``), or a known problem
+    (``known/NAME``) with the switches of its ``variant`` (default affected)."""
     try:
+        if known.is_known(path_or_name):
+            entry = known.find(path_or_name)
+            variant = variant or known.DEFAULT_VARIANT
+            if "processes" not in entry.needs:
+                raise UnknownName(
+                    f"known/{entry.name} runs simulated only ({', '.join(entry.needs)}): "
+                    f"rmq-sim run known/{entry.name}"
+                )
+            text = known.experiment_text(entry, variant, sim=False)
+            exp = parse(text, source=f"{known.KNOWN.label}/{entry.name}.toml", default_name=entry.name)
+            return known.for_processes(entry, variant, exp)
+        if variant is not None:
+            raise UnknownName(f"--variant goes with a catalogue entry (known/NAME), not {path_or_name!r}")
         found = find_shipped(path_or_name, CHAOS_SHELVES)
     except UnknownName as e:
         raise ExperimentError(path_or_name, [(None, str(e))]) from None
@@ -242,12 +257,18 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
     from rmqlab.chaos.run import ChaosRun
 
     try:
-        exp = resolve(args.file)
+        exp = resolve(args.file, args.variant)
     except ExperimentError as e:
         print(e, file=sys.stderr)
         return 2
     if outcome is not None:
         outcome["experiment"] = exp.name
+    extra = None
+    if known.is_known(args.file):
+        variant = args.variant or known.DEFAULT_VARIANT
+        extra = {"known": known.find(args.file).manifest(variant)}
+        if outcome is not None:
+            outcome.update(known=args.file, variant=variant)
     image = None
     if args.backend == "docker":  # before the local checks: a real client is the backend's problem here
         from rmqlab.chaos.container import BackendError, check_backend
@@ -286,6 +307,7 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
         out=sys.stderr if args.json else sys.stdout,
         quiet=args.quiet,
         metrics=args.metrics,
+        manifest_extra=extra,
     )
     if outcome is not None:
         outcome["run_dir"] = str(run_dir)
@@ -337,7 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True, metavar="run|list|known|validate|nemesis|wait|clean"
     )
     run = subcommand(sub, "run", "run an experiment file (or a shipped experiment by name)", RUN_EXIT_CODES)
-    run.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
+    run.add_argument(
+        "file",
+        metavar="EXPERIMENT",
+        help="a .toml file, the name of a shipped experiment, or a known problem (known/NAME; see "
+        "rmq-chaos known)",
+    )
+    add_variant(run)
     add_out(run, "run directory (default runs/NAME-TIMESTAMP)")
     run.add_argument("--no-analyze", action="store_true", help="skip the pipeline; verdict from live counts")
     run.add_argument(

@@ -16,7 +16,7 @@ import os
 import time
 import tomllib
 from dataclasses import dataclass, fields
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from rmqlab.client.versions import UnknownVersion, settings_for_version
 from rmqlab.protocol.clock import TimeScale
@@ -42,6 +42,8 @@ def _default_consume_timestamp() -> str:
 class ClientConfig:
     """Settings shared by consumers and producers (RocketMQ's ClientConfig)."""
 
+    # keys from_mapping takes besides the fields (a setting that stands for several)
+    MAPPING_KEYS: ClassVar[tuple[str, ...]] = ()
     namesrv_addr: str = "127.0.0.1:9876"
     instance_name: str | None = None  # None: "pid#monotonic_ns" so that every process (and object) differs
     client_ip: str | None = None  # None: the first non-loopback IPv4
@@ -173,6 +175,7 @@ def _check_range(name: str, value: int, lo: int, hi: int, *, allow: tuple[int, .
 class ConsumerConfig(ClientConfig):
     """DefaultMQPushConsumer / DefaultLitePullConsumer settings with RocketMQ's defaults."""
 
+    MAPPING_KEYS: ClassVar[tuple[str, ...]] = ("client_version",)  # a release's behaviour switches
     message_model: MessageModel = MessageModel.CLUSTERING
     consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
     consume_timestamp: str = dataclasses.field(default_factory=_default_consume_timestamp)

@@ -16,10 +16,11 @@ import difflib
 import json
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rmqlab.cli import KNOWN_VARIANTS, Shelf, UnknownName
+from rmqlab.lab.experiment import Experiment
 
 KNOWN = Shelf("rmqlab.lab", "known", "lab/known")
 PREFIX = "known/"
@@ -56,7 +57,7 @@ class KnownProblem:
     figure: str  # a summary.json group field, dotted for nested ones
     change: str  # the source change the affected variant undoes
     variants: Mapping[str, Variant]
-    needs: tuple[str, ...] = ("sim",)
+    needs: tuple[str, ...] = ("sim", "processes")
     # the problem shows when the figure is above this (its unit: the field's)
     above: float = 0
     unit: str = ""
@@ -92,7 +93,12 @@ class KnownProblem:
             "change": self.change,
             "remedy": self.remedy or None,
             "needs": list(self.needs),
-            "command": f"rmq-sim run {PREFIX}{self.name} --variant affected|fixed",
+            "command": f"rmq-sim run {PREFIX}{self.name} --variant affected|fixed"
+            + (
+                f"; rmq-chaos run {PREFIX}{self.name} --variant affected|fixed"
+                if "processes" in self.needs
+                else ""
+            ),
             "variants": {
                 name: {"settings": dict(v.settings), "expect": v.expect} for name, v in self.variants.items()
             },
@@ -237,6 +243,8 @@ CATALOGUE += (
                 "the ids differ (1#nanoTime), the queues are shared: lost = 0, no duplicates",
             ),
         },
+        # the simulator models the containers; with processes it would need containers on host networking
+        needs=("sim",),
     ),
 )
 
@@ -350,13 +358,11 @@ def experiment_text(entry: KnownProblem, variant: str, *, sim: bool) -> str:
     return text
 
 
-def consumer_flags(entry: KnownProblem, variant: str) -> list[str]:
-    """rmq-consumer flags (``--set KEY=VALUE``) that give a process the variant's switches."""
-    out: list[str] = []
-    for key, value in sorted(entry.variant(variant).consumer_settings().items()):
-        shown = str(value).lower() if isinstance(value, bool) else str(value)
-        out += ["--set", f"{key}={shown}"]
-    return out
+def for_processes(entry: KnownProblem, variant: str, exp: Experiment) -> Experiment:
+    """The parsed scenario ``exp`` with the variant's switches given to every consumer of ours (the
+    processes get them as ``rmq-consumer --set``)."""
+    settings = tuple(sorted(entry.variant(variant).consumer_settings().items()))
+    return replace(exp, consumers=tuple(replace(c, settings=settings) for c in exp.consumers))
 
 
 def _toml_value(value: Any) -> str:

@@ -235,6 +235,7 @@ def consumer_flags(spec: Any) -> dict[str, Any]:
         flags.update(ConsumerConfig.rocketmq5())
     if spec.assignment != "client":
         flags["client_rebalance"] = False
+    flags.update(dict(spec.settings))  # as rmq-consumer --set
     return flags
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,32 @@ def test_the_first_answer_says_whether_the_problem_appeared_and_what_fixes_it() 
     assert known_answer(fixed, summary(2000)).startswith(
         f"Yes: the problem of known/x appeared, {figure} = 2000"
     )
+
+
+def test_rmq_chaos_runs_an_entry_with_its_variant_given_to_every_consumer() -> None:
+    from rmqlab.chaos.__main__ import resolve as chaos_resolve
+
+    for entry in (e for e in known.CATALOGUE if "processes" in e.needs):
+        for v in known.VARIANTS:
+            exp = chaos_resolve(f"known/{entry.name}", v)
+            flags = [
+                f"{k}={str(x).lower() if isinstance(x, bool) else x}"
+                for k, x in sorted(entry.variant(v).settings.items())
+            ]
+            for c in exp.consumers:
+                args = c.client_args()
+                assert [args[i + 1] for i, a in enumerate(args) if a == "--set"] == flags
+
+
+def test_rmq_chaos_refuses_what_only_the_simulator_runs_and_a_variant_without_an_entry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "known/duplicate-client-id-in-docker", "--out", str(tmp_path / "a")]) == 2
+    assert (
+        "runs simulated only (sim): rmq-sim run known/duplicate-client-id-in-docker"
+        in capsys.readouterr().err
+    )
+    assert main(["run", "kill-one-of-four", "--variant", "fixed", "--out", str(tmp_path / "b")]) == 2
+    assert "--variant goes with a catalogue entry (known/NAME)" in capsys.readouterr().err
+    assert main(["run", "known/nope", "--out", str(tmp_path / "c")]) == 2
+    assert "(the catalogue: known/different-subscriptions-in-one-group, " in capsys.readouterr().err

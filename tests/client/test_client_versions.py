@@ -83,3 +83,19 @@ def test_before_4_9_0_the_default_instance_name_is_the_pid() -> None:
     new = PushConsumer("GID_v", config=ConsumerConfig.from_mapping({"client_version": "4.9.0"}))
     assert old.instance_name == str(os.getpid())
     assert new.instance_name.startswith(f"{os.getpid()}#") and new.client_id != old.client_id
+
+
+def test_rmq_consumer_takes_a_client_version_with_set() -> None:
+    import argparse
+
+    from rmqlab.client.cli_common import add_config_args, layered_settings
+    from rmqlab.client.client_config import ProducerConfig
+
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    args = parser.parse_args(["--set", "client_version=4.9.4", "--set", "pull_batch_size=16"])
+    settings = layered_settings(ConsumerConfig, args, "consumer", environ={})
+    cfg = ConsumerConfig.from_mapping(settings)
+    assert not cfg.lock_new_process_queue and cfg.pull_batch_size == 16
+    with pytest.raises(ConfigError, match="unknown setting 'client_version' for --set"):
+        layered_settings(ProducerConfig, parser.parse_args(["--set", "client_version=4.9.4"]), "producer", {})

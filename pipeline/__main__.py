@@ -389,13 +389,15 @@ def analyze(args: argparse.Namespace) -> int:
 
                 add_pop_metrics(summary, analysis, side_dir)
             out_dir.mkdir(parents=True, exist_ok=True)
-            summary["answer"] = []
+            from rmqlab.pipeline.report_story import answers
+
+            # without the report's plot data only a known problem's first sentence is said
+            summary["answer"] = answers(summary, None, _known(args.run_dir))
             if args.no_report:
                 _write_summary(out_dir, summary)
             else:
                 from rmqlab.pipeline.report_data import collect_plot_data
                 from rmqlab.pipeline.report_page import write_report
-                from rmqlab.pipeline.report_story import answers
 
                 with progress.stage("report"):
                     data = collect_plot_data(analysis, clock=clock)

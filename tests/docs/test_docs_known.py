@@ -27,7 +27,12 @@ def test_one_row_per_entry_with_its_issues_releases_and_figure() -> None:
         row = table[entry.name]
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert all(issue in cells[1] for issue in entry.issues)
-        assert cells[2:5] == [entry.affected, entry.fixed_in, f"`{entry.figure}`"]
+        assert cells[2:4] == [entry.affected, entry.fixed_in]
+        threshold = f" (more than {entry.above:,.0f})" if entry.above else ""
+        assert cells[4] == f"`{entry.figure}`{threshold}"
+        # measured with every backend the entry runs on
+        if "processes" in entry.needs:
+            assert "processes" in cells[5] and "processes" in cells[6], entry.name
 
 
 def test_every_switch_is_on_the_page_with_its_release() -> None:

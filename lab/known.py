@@ -71,13 +71,6 @@ class KnownProblem:
             )
         return self.variants[name]
 
-    def figure_of(self, group: Mapping[str, Any]) -> float:
-        """The figure's value in one group of summary.json."""
-        value: Any = group
-        for part in self.figure.split("."):
-            value = value[part]
-        return float(value)
-
     def shows(self, value: float) -> bool:
         return value > self.above
 
@@ -164,10 +157,6 @@ CATALOGUE: tuple[KnownProblem, ...] = (
             ),
         },
     ),
-)
-
-
-CATALOGUE += (
     KnownProblem(
         name="reconnect-waits-for-heartbeat",
         issues=("apache/rocketmq#7296", "apache/rocketmq#7323"),
@@ -193,9 +182,6 @@ CATALOGUE += (
             ),
         },
     ),
-)
-
-CATALOGUE += (
     KnownProblem(
         name="orderly-lock-failure-waits-a-round",
         issues=(),
@@ -222,9 +208,6 @@ CATALOGUE += (
         # in the run made with them no lock failed at start (0 ms with both variants)
         needs=("sim",),
     ),
-)
-
-CATALOGUE += (
     KnownProblem(
         name="duplicate-client-id-in-docker",
         issues=("apache/rocketmq#667", "apache/rocketmq#2760"),
@@ -249,9 +232,6 @@ CATALOGUE += (
         # the simulator models the containers; with processes it would need containers on host networking
         needs=("sim",),
     ),
-)
-
-CATALOGUE += (
     KnownProblem(
         name="different-subscriptions-in-one-group",
         issues=(
@@ -281,9 +261,6 @@ CATALOGUE += (
             ),
         },
     ),
-)
-
-CATALOGUE += (
     KnownProblem(
         name="offset-query-error-waits-a-round",
         issues=("apache/rocketmq#7644",),

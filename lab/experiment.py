@@ -82,7 +82,8 @@ CLIENT_NAMES = {
     "go": "Apache's Go client 2.1.2",
 }
 # Which name server and brokers run an experiment: the lab's emulator, or Apache RocketMQ's own JVMs
-# (interop/apache; the names are its ENGINES, tests/interop/test_apache_engine.py keeps them equal).
+# (interop/apache; the names are its ENGINES, tests/interop/test_interop_apache_engine.py keeps them
+# equal).
 ENGINES = ("emulator", "apache-4.9.7", "apache-5")
 ENGINES_NOT_SERVED = {
     "apache-4.9.8": "Maven Central serves no rocketmq-broker, rocketmq-namesrv or rocketmq-filter 4.9.8 "

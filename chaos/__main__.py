@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rmqlab.chaos.cleanup import add_clean_command
 from rmqlab.chaos.handdriven import add_commands
@@ -24,13 +25,16 @@ from rmqlab.cli import (
     add_json,
     add_out,
     add_quiet,
+    add_variant,
     command_parser,
     find_shipped,
     positive_float,
+    positive_int,
     print_json,
     shipped,
     subcommand,
 )
+from rmqlab.lab import known
 from rmqlab.lab.experiment import (
     CLIENT_NAMES,
     V5_CLIENTS,
@@ -41,10 +45,27 @@ from rmqlab.lab.experiment import (
 )
 from rmqlab.lab.schedule import unfit_steps
 
+if TYPE_CHECKING:
+    from rmqlab.chaos.run import ChaosRun
 
-def resolve(path_or_name: str) -> Experiment:
-    """An experiment from a file, or a shipped one by name (``demo`` or ``demo.toml``)."""
+
+def resolve(path_or_name: str, variant: str | None = None) -> Experiment:
+    """An experiment from a file, a shipped one by name (``demo`` or ``demo.toml``), or a known problem
+    (``known/NAME``) with the switches of its ``variant`` (default affected)."""
     try:
+        if known.is_known(path_or_name):
+            entry = known.find(path_or_name)
+            variant = variant or known.DEFAULT_VARIANT
+            if "processes" not in entry.needs:
+                raise UnknownName(
+                    f"known/{entry.name} runs simulated only ({', '.join(entry.needs)}): "
+                    f"rmq-sim run known/{entry.name}"
+                )
+            text = known.experiment_text(entry, variant, sim=False)
+            exp = parse(text, source=f"{known.KNOWN.label}/{entry.name}.toml", default_name=entry.name)
+            return known.for_processes(entry, variant, exp)
+        if variant is not None:
+            raise UnknownName(f"--variant goes with a catalogue entry (known/NAME), not {path_or_name!r}")
         found = find_shipped(path_or_name, CHAOS_SHELVES)
     except UnknownName as e:
         raise ExperimentError(path_or_name, [(None, str(e))]) from None
@@ -113,7 +134,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"  group {c.group}: {c.count} x {kind} on {c.topic}, {balance}, consume {c.consume_ms} ms, "
             f"{CLIENT_NAMES[c.client]} ({', '.join(c.nodes)}){joins}"
         )
-    if exp.real_clients() - set(V5_CLIENTS):
+    if exp.engine != "emulator":
+        print(
+            f"  engine {exp.engine}: Apache RocketMQ's own name server and brokers (JVMs); Apache's Go "
+            "producer sends the workload"
+        )
+    elif exp.real_clients() - set(V5_CLIENTS):
         print("  real clients keep RocketMQ's own timers; the servers open their native ports for them")
     if exp.real_clients() & set(V5_CLIENTS):
         print("  RocketMQ 5 clients keep their own timers; rmq-proxy serves them gRPC over the brokers")
@@ -203,6 +229,23 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_known(args: argparse.Namespace) -> int:
+    rows = [entry.as_json() for entry in known.CATALOGUE]
+    if args.json:
+        print_json(rows)
+        return 0
+    for row in rows:
+        issues = ", ".join(row["issues"]) or "no tracker issue (see the change)"
+        print(f"known/{row['name']}")
+        print(f"  {row['question']}")
+        print(f"  issues: {issues}")
+        print(f"  affected: {row['affected']}; fixed in {row['fixed_in']}: {row['change']}")
+        print(f"  figure: {row['figure']} (the problem shows when it is above {row['shows_above']:g})")
+        print(f"  runs: {', '.join(row['needs'])}; {row['command']}")
+    print(f"\n{len(rows)} known problem(s); the docs' catalogue page shows what the lab measured")
+    return 0
+
+
 def _run_dir(exp: Experiment, out: str | None) -> Path:
     if out:
         return Path(out)
@@ -224,12 +267,18 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
     from rmqlab.chaos.run import ChaosRun
 
     try:
-        exp = resolve(args.file)
+        exp = resolve(args.file, args.variant)
     except ExperimentError as e:
         print(e, file=sys.stderr)
         return 2
     if outcome is not None:
         outcome["experiment"] = exp.name
+    extra = None
+    if known.is_known(args.file):
+        variant = args.variant or known.DEFAULT_VARIANT
+        extra = {"known": known.find(args.file).manifest(variant)}
+        if outcome is not None:
+            outcome.update(known=args.file, variant=variant)
     image = None
     if args.backend == "docker":  # before the local checks: a real client is the backend's problem here
         from rmqlab.chaos.container import BackendError, check_backend
@@ -268,9 +317,19 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
         out=sys.stderr if args.json else sys.stdout,
         quiet=args.quiet,
         metrics=args.metrics,
+        manifest_extra=extra,
     )
     if outcome is not None:
         outcome["run_dir"] = str(run_dir)
+
+    rc = _drive(runner)
+    if outcome is not None and rc != 130:
+        outcome.update(runner.result.as_json())
+    return rc
+
+
+def _drive(runner: ChaosRun) -> int:
+    """Run a ChaosRun to its end on a loop of its own; a signal cancels it (exit code 130)."""
 
     async def main() -> int:
         task = asyncio.current_task()
@@ -282,8 +341,6 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
             result = await runner.run()
         except asyncio.CancelledError:
             return 130
-        if outcome is not None:
-            outcome.update(runner.result.as_json())
         return result.exit_code
 
     with asyncio.Runner() as r:
@@ -293,6 +350,91 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
             return 130
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Run the experiment on the emulator and on an Apache engine, once per seed, and print the table."""
+    from dataclasses import replace
+
+    from rmqlab.chaos.compare import compare_groups, render, with_rebalance_rounds
+    from rmqlab.chaos.process_cluster import check_engine_environment
+    from rmqlab.chaos.realclients import RealClients
+    from rmqlab.chaos.run import ChaosRun
+    from rmqlab.lab.experiment import with_engine
+    from rmqlab.pipeline.metrics_reference import load_run, summarize
+
+    try:
+        exp = resolve(args.file)
+        apache = exp.engine if exp.engine != "emulator" else args.engine
+        if apache == "emulator":
+            print("rmq-chaos compare: --engine must name an Apache engine", file=sys.stderr)
+            return 2
+        variants = {"emulator": with_engine(exp, "emulator"), apache: with_engine(exp, apache)}
+        check_environment(exp)
+        check_engine_environment(variants[apache], RealClients())
+    except ExperimentError as e:
+        print(e, file=sys.stderr)
+        return 2
+    out = (
+        Path(args.out) if args.out else Path("runs") / f"compare-{exp.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    if out.exists() and any(out.rglob("*.jsonl")):
+        print(f"rmq-chaos: {out} already holds runs' logs; choose another --out", file=sys.stderr)
+        return 2
+    seeds = [exp.seed + i for i in range(args.seeds)]
+    summaries: dict[str, list[dict[str, Any]]] = {e: [] for e in variants}
+    run_dirs: dict[str, list[str]] = {e: [] for e in variants}
+    say = sys.stderr if args.json else sys.stdout
+    for seed in seeds:
+        for engine, variant in variants.items():
+            run_dir = out / f"{engine}-seed{seed}"
+            print(f"compare: {exp.name} on {engine}, seed {seed} -> {run_dir}", file=say, flush=True)
+            runner = ChaosRun(
+                replace(variant, seed=seed),
+                run_dir,
+                analyze=False,
+                quiet=True,
+                out=sys.stderr,
+                ready_timeout_s=args.ready_timeout,
+            )
+            rc = _drive(runner)
+            if rc == 130:
+                return 130
+            if rc not in (0, 1):
+                print(
+                    f"rmq-chaos compare: the run on {engine} (seed {seed}) failed; see {run_dir}",
+                    file=sys.stderr,
+                )
+                return 3
+            events, malformed = load_run(run_dir)
+            summary = summarize(events, malformed)
+            summaries[engine].append(with_rebalance_rounds(summary, (e.rec for e in events)))
+            run_dirs[engine].append(str(run_dir))
+    table = compare_groups(summaries)
+    doc = {
+        "experiment": exp.name,
+        "source": exp.source,
+        "engines": list(variants),
+        "seeds": seeds,
+        "runs": run_dirs,
+        "groups": table,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(doc, indent=2) + "\n")
+    if args.json:
+        print_json(doc)
+    else:
+        print(render(table, list(variants)))
+        print(f"written: {out / 'compare.json'}")
+    differ = any(row.get("agree") is False for rows in table.values() for row in rows.values())
+    return 1 if differ else 0
+
+
+COMPARE_EXIT_CODES = {
+    0: "every compared figure agrees on both engines",
+    1: "some figure differs (the table says which)",
+    2: "bad usage, or an experiment that cannot run on both engines (each problem as FILE:LINE: message)",
+    3: "a run failed (a process did not start, a broker did not answer)",
+    130: "interrupted",
+}
 RUN_EXIT_CODES = {
     0: "the verdict is ok",
     1: "the verdict is not ok",
@@ -315,9 +457,17 @@ def build_parser() -> argparse.ArgumentParser:
         "Break a local RocketMQ-emulator cluster on a schedule and get a verdict.",
         EXIT_CODES,
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="run|list|validate|nemesis|wait|clean")
+    sub = p.add_subparsers(
+        dest="command", required=True, metavar="run|compare|list|known|validate|nemesis|wait|clean"
+    )
     run = subcommand(sub, "run", "run an experiment file (or a shipped experiment by name)", RUN_EXIT_CODES)
-    run.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
+    run.add_argument(
+        "file",
+        metavar="EXPERIMENT",
+        help="a .toml file, the name of a shipped experiment, or a known problem (known/NAME; see "
+        "rmq-chaos known)",
+    )
+    add_variant(run)
     add_out(run, "run directory (default runs/NAME-TIMESTAMP)")
     run.add_argument("--no-analyze", action="store_true", help="skip the pipeline; verdict from live counts")
     run.add_argument(
@@ -351,6 +501,14 @@ def build_parser() -> argparse.ArgumentParser:
     lst = subcommand(sub, "list", "the shipped experiments and the question each answers", {0: "listed"})
     add_json(lst, "the experiments (a JSON list)")
     lst.set_defaults(func=cmd_list)
+    kn = subcommand(
+        sub,
+        "known",
+        "the catalogue of RocketMQ's known rebalancing problems the lab reproduces",
+        {0: "listed"},
+    )
+    add_json(kn, "the catalogue (a JSON list)")
+    kn.set_defaults(func=cmd_known)
     val = subcommand(
         sub,
         "validate",
@@ -360,6 +518,30 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("file", metavar="EXPERIMENT")
     add_json(val, "the checked experiment and its schedule, or its problems")
     val.set_defaults(func=cmd_validate)
+    cmp = subcommand(
+        sub,
+        "compare",
+        "run an experiment on the emulator and on Apache's broker and print the figures side by side",
+        COMPARE_EXIT_CODES,
+    )
+    cmp.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
+    cmp.add_argument(
+        "--engine",
+        default="apache-4.9.7",
+        metavar="ENGINE",
+        help="the Apache engine when the file names none (default apache-4.9.7; or apache-5)",
+    )
+    cmp.add_argument("--seeds", type=positive_int, default=1, help="runs per engine, seeds SEED, SEED+1, ...")
+    add_out(cmp, "folder of the runs and compare.json (default runs/compare-NAME-TIMESTAMP)")
+    cmp.add_argument(
+        "--ready-timeout",
+        type=positive_float,
+        default=60.0,
+        metavar="S",
+        help="seconds a process may take to be READY (default 60)",
+    )
+    add_json(cmp, "the table as JSON (also written to compare.json)")
+    cmp.set_defaults(func=cmd_compare)
     add_commands(sub)
     add_clean_command(sub)
     return p

@@ -31,6 +31,7 @@ from rmqlab.cli import Progress
 from rmqlab.lab.experiment import Experiment, ExperimentError
 from rmqlab.lab.runner import Console, Runner, RunResult, pipeline_available, versions
 from rmqlab.lab.tally import LogTailer, RunTally
+from rmqlab.pipeline.discover import clock_word
 from rmqlab.protocol.acl_signing import SessionCredentials
 from rmqlab.protocol.event_log import EventLog
 
@@ -52,8 +53,11 @@ class ChaosRun:
         analysis_command: list[str] | None = None,
         clients: RealClients | None = None,
         image: ImageInfo | None = None,
+        manifest_extra: dict[str, Any] | None = None,
     ) -> None:
         self.exp = exp
+        # keys the caller adds to manifest.json (a known problem's entry and variant)
+        self.manifest_extra = dict(manifest_extra or {})
         # The backend: local processes, or (given a checked image) containers (chaos.container).
         self.image = image
         self.clients = clients or RealClients()
@@ -171,6 +175,7 @@ class ChaosRun:
             "backend": self.cluster.kind,
             "errors": self.result.errors,
             "interrupted": self.result.interrupted,
+            **self.manifest_extra,
         }
         (self.run_dir / "manifest.json").write_text(
             json.dumps(manifest, indent=2, sort_keys=True, default=str)
@@ -185,8 +190,15 @@ class ChaosRun:
             self.log.close()
 
     def _client_versions(self) -> dict[str, Any]:
-        kinds = self.exp.real_clients()
-        return {"real_clients": self.clients.versions(kinds)} if kinds else {}
+        kinds = set(self.exp.real_clients())
+        out: dict[str, Any] = {}
+        if self.exp.engine != "emulator":
+            out["engine"] = self.exp.engine
+            if self.exp.workload:
+                kinds.add("go")  # Apache's Go producer sends the workload
+        if kinds:
+            out["real_clients"] = self.clients.versions(kinds)
+        return out
 
     # -- the analysis ----------------------------------------------------------------------------
 
@@ -262,10 +274,13 @@ class ChaosRun:
     async def _quick_verdict(self) -> dict[str, Any] | None:
         """The verdict at once, by the plain-Python analysis (off the loop), for a run small enough;
         the Spark analysis writes summary.json and the report meanwhile."""
-        from rmqlab.pipeline.quick import quick_summary
+        from rmqlab.pipeline.quick import RunTooLarge, quick_summary
 
         try:
             quick = await asyncio.to_thread(quick_summary, self.run_dir)
+        except RunTooLarge as exc:  # the Spark analysis answers alone
+            self.say(f"no quick verdict: {exc}")
+            return None
         except Exception as exc:  # the Spark analysis still answers; say why this one could not
             self.say(f"no quick verdict: {type(exc).__name__}: {exc}")
             return None
@@ -297,7 +312,7 @@ class ChaosRun:
                     f"duplicates {info.get('duplicates')} | "
                     f"{len(conv)} change(s), slowest convergence "
                     + (
-                        f"{worst_rmq / 1000:.1f} s RocketMQ ({worst} ms wall)"
+                        f"{worst_rmq / 1000:.1f} s RocketMQ ({worst} ms {clock_word(self.run_dir)})"
                         if worst_rmq is not None
                         else f"{worst} ms"
                     )

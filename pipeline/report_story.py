@@ -26,11 +26,11 @@ T = TypeVar("T")
 
 
 def time_text(ts: int, clock: RunClock) -> str:
-    """t = RocketMQ seconds (wall seconds)."""
+    """t = RocketMQ seconds (wall or simulated seconds)."""
     # z: a change a few ms before t = 0 (a consumer started with the cluster) reads "t = 0.0 s", not -0.0
     if clock.time_scale == 1.0:
         return f"t = {clock.at_s(ts):z.1f} s"
-    return f"t = {clock.at_s(ts):z.1f} s ({clock.wall_s(ts):z.2f} s wall)"
+    return f"t = {clock.at_s(ts):z.1f} s ({clock.wall_s(ts):z.2f} s {clock.kind})"
 
 
 def rmq_s(ms: int | None) -> str:
@@ -57,14 +57,15 @@ def narrative(summary: dict[str, Any], data: PlotData | None) -> list[str]:
         span = (run["end_ms"] - run["start_ms"]) / 1000
         scale = clock.time_scale
         lasted = (
-            f"{span / scale:.1f} s of RocketMQ time ({span:.2f} s wall at time scale {scale:g})"
+            f"{span / scale:.1f} s of RocketMQ time ({span:.2f} s {clock.kind} at time scale {scale:g})"
             if scale != 1
             else f"{span:.3f} s"
         )
         out.append(
             f"The run lasted {lasted} and logged {run['events']} events ({run['malformed_lines']} damaged or "
             "unreadable lines were skipped). Times are counted from the experiment's t = 0 (the start of its "
-            "schedule), in RocketMQ seconds as in the experiment file, with wall seconds beside them."
+            "schedule), in RocketMQ seconds as in the experiment file, with "
+            f"{clock.kind} seconds beside them."
         )
     if run.get("time_scale_note"):  # the processes logged a time scale other than the one used
         out.append(run["time_scale_note"])
@@ -120,18 +121,18 @@ def group_story(
         )
     if g["orphan_ms"]:
         out.append(
-            f"Queues went without an owner for {rmq_s(rmq['orphan_ms'])} ({g['orphan_ms']} ms wall), "
+            f"Queues went without an owner for {rmq_s(rmq['orphan_ms'])} ({g['orphan_ms']} ms {clock.kind}), "
             "summed over queues."
         )
     if g["overlap_ms"]:
         out.append(
-            f"Queues had two owners at once for {rmq_s(rmq['overlap_ms'])} ({g['overlap_ms']} ms wall), "
-            "summed over queues."
+            f"Queues had two owners at once for {rmq_s(rmq['overlap_ms'])} "
+            f"({g['overlap_ms']} ms {clock.kind}), summed over queues."
         )
     if g["stalled_ms"]:
         out.append(
             f"Queues were held only by paused consumers for {rmq_s(rmq['stalled_ms'])} "
-            f"({g['stalled_ms']} ms wall), summed over queues."
+            f"({g['stalled_ms']} ms {clock.kind}), summed over queues."
         )
     if len(g["convergence"]) > GROUP_CHANGES_OVER:
         out += _convergence_in_short(g["convergence"], clock)
@@ -142,7 +143,8 @@ def group_story(
             if e["converged"]:
                 out.append(
                     f"After '{cause}' at {when} the group was whole again "
-                    f"{rmq_s(clock.rmq_ms(e['convergence_ms']))} later ({e['convergence_ms']} ms wall)."
+                    f"{rmq_s(clock.rmq_ms(e['convergence_ms']))} later "
+                    f"({e['convergence_ms']} ms {clock.kind})."
                 )
             else:
                 out.append(
@@ -436,12 +438,51 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def answers(summary: dict[str, Any], data: PlotData | None) -> list[str]:
-    """The experiment's question answered, one sentence per change, from summary.json's numbers."""
+def known_figure(summary: dict[str, Any], figure: str) -> float:
+    """A catalogue entry's figure (a group field of summary.json, dotted when nested) summed over the
+    run's groups."""
+    total = 0.0
+    for g in summary["groups"].values():
+        value: Any = g
+        for part in figure.split("."):
+            value = value[part]
+        total += float(value)
+    return total
+
+
+def known_answer(known: dict[str, Any], summary: dict[str, Any]) -> str:
+    """The first sentence of a catalogue entry's run (the manifest's ``known``): whether the problem
+    appeared, with its figure, and which release removes it."""
+    value = known_figure(summary, known["figure"])
+    above = known.get("shows_above", 0)
+    shown = f"{known['figure']} = {value:g}" + (f" {known['unit']}" if known.get("unit") else "")
+    if above:
+        shown += f" (the problem: more than {above:g})"
+    name = f"known/{known['name']}" + (f" ({', '.join(known['issues'])})" if known.get("issues") else "")
+    fixed = known["variant"] == "fixed"
+    remedy = known.get("remedy")  # a problem no release fixed: its remedy is the fixed variant
+    if fixed:
+        behaviour = f"with the remedy, {remedy}" if remedy else f"with the fix of {known['fixed_in']}"
+    else:
+        behaviour = f"with the behaviour of {known['affected']}"
+    if value > above:
+        if fixed:
+            return f"Yes: the problem of {name} appeared, {shown}, even {behaviour} ({known['change']})."
+        cure = f"{remedy} avoids it" if remedy else f"RocketMQ {known['fixed_in']} removes it"
+        return f"Yes: the problem of {name} appeared, {shown}, {behaviour}; {cure} ({known['change']})."
+    if fixed:
+        return f"No: the problem of {name} did not appear, {shown}, {behaviour} ({known['change']})."
+    return f"No: the problem of {name} did not appear, {shown}, {behaviour}."
+
+
+def answers(summary: dict[str, Any], data: PlotData | None, known: dict[str, Any] | None = None) -> list[str]:
+    """The experiment's question answered, one sentence per change, from summary.json's numbers; a
+    catalogue entry's run (``known``, from its manifest) says first whether the problem appeared."""
+    first = [known_answer(known, summary)] if known else []
     if data is None:
-        return []
+        return first
     clock = clock_of(data, summary)
-    out = []
+    out = first
     for name, g in summary["groups"].items():
         markers = group_markers(data, name, g)
         said = answer_for_group(name, g, clock, markers, duplicates_after(data, name, markers))

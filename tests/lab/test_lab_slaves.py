@@ -139,3 +139,14 @@ def test_failover_of_a_master_that_is_down_is_an_unfit_step() -> None:
     assert steps[1].params == {"mode": "kill"}
     [(step, state)] = unfit_steps(steps)
     assert step.action == "failover" and state == "down"
+
+
+def test_an_apache_engine_runs_masters_only() -> None:
+    text = BASE.replace("slaves = 1", 'slaves = 1\nengine = "apache-4.9.7"').replace(
+        "count = 2\n", 'count = 2\nclient = "java"\n', 1
+    )
+    found = problems(text)
+    assert (
+        line_of(text, "slaves = 1"),
+        "cluster.slaves: the lab runs engine 'apache-4.9.7' with masters only (slaves are the emulator's)",
+    ) in found

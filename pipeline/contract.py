@@ -230,6 +230,18 @@ def join_causes(causes: list[str]) -> str:
     return "; ".join(sorted(set(causes)))
 
 
+# The committed offset of a queue as the lines show it (EVENTS.md, "Offset regressions"): a broker's
+# `offset_committed` (a write to its offset table) and a consumer's `mq_added` (where a new owner
+# resumes: the table's value, read). Field of the offset on each.
+OFFSET_OBSERVATIONS: Final = {"offset_committed": "offset", "mq_added": "next_offset"}
+
+
+def offset_queue_broker(event: str, node: str, broker: str | None) -> str:
+    """The broker of the queue an offset line names: the writing broker's node for `offset_committed`
+    (a broker's node is its broker name), the line's `broker` for `mq_added`."""
+    return node if event == "offset_committed" else str(broker)
+
+
 GROUP_METRICS: Final = (
     "sent",
     "consumed_unique",

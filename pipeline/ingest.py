@@ -60,6 +60,8 @@ ANALYSIS_COLUMNS = (
     "target",
     "pull",  # an `assignment`'s queues (RocketMQ 5)
     "pop",
+    "offset",  # the committed offsets (offset regressions)
+    "next_offset",
 )
 INGEST_META = "_ingest.json"
 # From this many bytes of event files the read lines are held in Spark's compressed columnar cache,

@@ -44,6 +44,7 @@ COPY rmqlab ./rmqlab
 COPY protocol ./protocol
 COPY broker ./broker
 COPY client ./client
+COPY lab ./lab
 COPY chaos ./chaos
 COPY pipeline ./pipeline
 COPY sim ./sim

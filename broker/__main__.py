@@ -7,9 +7,9 @@ import asyncio
 import sqlite3
 import sys
 
-from rmqlab.broker.acl import AclConfigError, PlainAccessValidator
-from rmqlab.broker.config import BrokerConfig
 from rmqlab.broker.controller import BrokerController
+from rmqlab.broker.plain_acl import AclConfigError, PlainAccessValidator
+from rmqlab.broker.server_config import BrokerConfig
 from rmqlab.broker.store import StoreError
 from rmqlab.broker.topic_config import PERM_READ_WRITE, TopicConfig
 from rmqlab.cli import (
@@ -25,7 +25,8 @@ from rmqlab.cli import (
     positive_int,
 )
 from rmqlab.protocol.command import DEFAULT_MAX_FRAME_BYTES
-from rmqlab.protocol.runtime import EventLog, run_async_main
+from rmqlab.protocol.event_log import EventLog
+from rmqlab.protocol.main_loop import run_async_main
 
 
 def _namesrv(text: str) -> str:
@@ -134,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--advertise-port",
         type=port_number,
         default=None,
-        help="port published in routes when clients must reach the broker elsewhere (e.g. a fault proxy)",
+        help="port published in routes when clients must reach the broker elsewhere (e.g. a fault relay)",
     )
     add_native_port_arg(p, " (0 picks a free one); the msgpack port is unchanged")
     p.add_argument(

@@ -16,9 +16,9 @@ from typing import Any
 
 from rmqlab.protocol.codes import RequestCode
 from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
 from rmqlab.protocol.remoting import Connection, RemotingError
-from rmqlab.protocol.runtime import EventLog
 
 NOTIFY_SEND_TIMEOUT_S = 0.01  # Broker2Client: invokeOneway(channel, request, 10)
 

@@ -14,21 +14,21 @@ import os
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, cast
 
-from rmqlab.broker.acl import ADMIN_CODES, AclDenied, PlainAccessValidator, is_loopback
 from rmqlab.broker.assignment import MessageRequestModeTable
-from rmqlab.broker.config import BrokerConfig
 from rmqlab.broker.consumer_manager import ConsumerIdsChangeListener, ConsumerManager, ProducerManager
 from rmqlab.broker.faults import FaultTable
 from rmqlab.broker.lock_manager import RebalanceLockManager
 from rmqlab.broker.long_polling import HeldPull, PullRequestHoldService
 from rmqlab.broker.namesrv import NamesrvProcessor
 from rmqlab.broker.offset_manager import ConsumerOffsetManager
-from rmqlab.broker.pop import PopState
+from rmqlab.broker.plain_acl import ADMIN_CODES, AclDenied, PlainAccessValidator, is_loopback
+from rmqlab.broker.pop_state import PopState
 from rmqlab.broker.processor import register_processors
-from rmqlab.broker.processor.pop import PopLongPollingService, PopMessageProcessor
+from rmqlab.broker.processor.pop_requests import PopLongPollingService, PopMessageProcessor
 from rmqlab.broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, Handler
 from rmqlab.broker.route_info import RouteInfoManager
 from rmqlab.broker.schedule import ScheduleMessageService
+from rmqlab.broker.server_config import BrokerConfig
 from rmqlab.broker.sqlite_store import SqliteMessageStore
 from rmqlab.broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, StoredMessage, StoreError
 from rmqlab.broker.topic_config import TopicConfig
@@ -38,9 +38,11 @@ from rmqlab.protocol.model import MessageQueue, WireError, is_retry_topic, retry
 
 if TYPE_CHECKING:  # prometheus_client is imported only by a broker that serves metrics
     from rmqlab.protocol.metrics import RoleMetrics, Snapshot
+from rmqlab.protocol.client_id import local_ip
+from rmqlab.protocol.clock import Clock, SystemClock
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer, SyncHandler
 from rmqlab.protocol.route import QueueData, TopicRouteData
-from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, local_ip
 
 ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused
 

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rmqlab.protocol.metrics import Snapshot
-from rmqlab.broker.config import NamesrvConfig
 from rmqlab.broker.route_info import RouteInfoManager, parse_topic_config_table
+from rmqlab.broker.server_config import NamesrvConfig
+from rmqlab.protocol.clock import Clock, SystemClock
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import CommandError, InvalidParameter, RemotingCommand
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.remoting import Connection, RemotingServer
-from rmqlab.protocol.runtime import Clock, EventLog, SystemClock
 
 
 class NamesrvProcessor:

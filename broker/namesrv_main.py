@@ -6,8 +6,8 @@ import argparse
 import asyncio
 import sys
 
-from rmqlab.broker.config import NamesrvConfig
 from rmqlab.broker.namesrv import NamesrvController
+from rmqlab.broker.server_config import NamesrvConfig
 from rmqlab.cli import (
     ROLE_EXIT_CODES,
     add_common_args,
@@ -19,7 +19,8 @@ from rmqlab.cli import (
     positive_int,
 )
 from rmqlab.protocol.command import DEFAULT_MAX_FRAME_BYTES
-from rmqlab.protocol.runtime import EventLog, run_async_main
+from rmqlab.protocol.event_log import EventLog
+from rmqlab.protocol.main_loop import run_async_main
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,7 +33,7 @@ from rmqlab.broker.store import (
     StoreError,
 )
 from rmqlab.broker.topic_config import TopicConfig
-from rmqlab.protocol.runtime import Clock
+from rmqlab.protocol.clock import Clock
 
 DB_NAME = "broker.db"
 _MAX_BATCH = 2048

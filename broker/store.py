@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rmqlab.broker.topic_config import TopicConfig
+from rmqlab.protocol.clock import Clock, SystemClock
 from rmqlab.protocol.model import tag_matches
-from rmqlab.protocol.runtime import Clock, SystemClock
 
 # Delayed messages (retries) wait here, one queue per delay level, as in RocketMQ.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

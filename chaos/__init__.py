@@ -1,2 +1,2 @@
-"""The chaos lab: local cluster supervisor, fault proxy, experiments and their runner, rmq-admin, and the
+"""The chaos lab: local cluster supervisor, fault relay, experiments and their runner, rmq-admin, and the
 rmqlab pytest plugin."""

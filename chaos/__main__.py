@@ -16,15 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from rmqlab.chaos.cleanup import add_clean_command
-from rmqlab.chaos.experiment import (
-    CLIENT_NAMES,
-    V5_CLIENTS,
-    Experiment,
-    ExperimentError,
-    load,
-    parse,
-    unfit_steps,
-)
 from rmqlab.chaos.handdriven import add_commands
 from rmqlab.chaos.realclients import check_environment
 from rmqlab.cli import (
@@ -40,6 +31,15 @@ from rmqlab.cli import (
     shipped,
     subcommand,
 )
+from rmqlab.lab.experiment import (
+    CLIENT_NAMES,
+    V5_CLIENTS,
+    Experiment,
+    ExperimentError,
+    load,
+    parse,
+)
+from rmqlab.lab.schedule import unfit_steps
 
 
 def resolve(path_or_name: str) -> Experiment:
@@ -221,7 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int:
-    from rmqlab.chaos.runner import Runner
+    from rmqlab.chaos.run import ChaosRun
 
     try:
         exp = resolve(args.file)
@@ -248,7 +248,7 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
         if exp.kernel_only_network_faults():
             print(
                 "rmq-chaos: these network faults need --backend docker (the kernel's iptables; the local "
-                "fault proxy sits between one client and a server and cuts both ways): "
+                "fault relay sits between one client and a server and cuts both ways): "
                 f"{'; '.join(exp.kernel_only_network_faults())}",
                 file=sys.stderr,
             )
@@ -259,7 +259,7 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
         return 2
     for w in _warnings(exp):
         print(f"warning: {w}", file=sys.stderr)
-    runner = Runner(
+    runner = ChaosRun(
         exp,
         run_dir,
         analyze=not args.no_analyze,

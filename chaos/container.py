@@ -6,8 +6,8 @@ hung listener is SIGUSR1/SIGUSR2 to the container (its init, ``--init``, passes 
 role), a restart is a new container (a new client id), and a partition is a pair of iptables DROP rules in the
 client container's network namespace (``nsenter -n``), as Jepsen does it. Latency, jitter and loss
 are the kernel's ``tc netem`` where it has it (probed once per run, in a scratch namespace), and
-otherwise the lab's fault proxy (latency, jitter; listening on the run's bridge gateway) and iptables'
-statistic match (loss); connection resets are always the proxy's. Every container runs on the run's
+otherwise the lab's fault relay (latency, jitter; listening on the run's bridge gateway) and iptables'
+statistic match (loss); connection resets are always the relay's. Every container runs on the run's
 own bridge network, with the run directory bind-mounted at ``/runs``, so the event logs, the durable
 broker stores and the outputs land where the local backend puts them; the containers, the network and
 with them every rule and qdisc are removed at the end.
@@ -37,11 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos.cluster import BROKER_MODULE, LocalCluster
-from rmqlab.chaos.experiment import NAMESRV_NODE, Experiment
+from rmqlab.chaos.fault_relay import ClientLinks
 from rmqlab.chaos.netem import NetemTable, probe_answer, probe_command, probe_precondition
-from rmqlab.chaos.proxy import ClientLinks
+from rmqlab.chaos.process_cluster import BROKER_MODULE, LocalCluster
 from rmqlab.chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
+from rmqlab.lab.backend import BackendError
+from rmqlab.lab.experiment import NAMESRV_NODE, Experiment
 
 # The lab's image; RMQ_IMAGE names another (a checkout of its own on a shared engine).
 IMAGE = os.environ.get("RMQ_IMAGE") or "rocketmq-rebalance-lab:latest"
@@ -49,19 +50,26 @@ DIGEST_LABEL = "org.rocketmq-rebalance-lab.source-digest"
 RUN_LABEL = "org.rocketmq-rebalance-lab.run"
 # The package sources that go into the image (the Dockerfile's COPY lines, less the pipeline, which runs
 # on the host: the image's rmq-analyze has no Spark).
-SOURCE_PACKAGES = ("rmqlab", "protocol", "broker", "client", "chaos", "sim", "proxy", "interop", "sweeps")
+SOURCE_PACKAGES = (
+    "rmqlab",
+    "protocol",
+    "broker",
+    "client",
+    "lab",
+    "chaos",
+    "sim",
+    "proxy",
+    "interop",
+    "sweeps",
+)
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 CONTAINER_RUN_DIR = "/runs"
-# Network actions the kernel does here; the rest need a fault proxy in front of the client.
+# Network actions the kernel does here; the rest need a fault relay in front of the client.
 KERNEL_ACTIONS = ("blackhole", "loss")
-PROXY_ACTIONS = ("latency", "reset")
-# What netem does where the kernel has it (then only resets need the proxy).
+RELAY_ACTIONS = ("latency", "reset")
+# What netem does where the kernel has it (then only resets need the relay).
 NETEM_ACTIONS = ("latency", "loss")
-
-
-class BackendError(RuntimeError):
-    """The container backend cannot run here (no engine, no permission, no or a stale image, ...)."""
 
 
 def source_digest(root: Path | None = None) -> str:
@@ -404,7 +412,8 @@ class ContainerSupervisor(Supervisor):
 class ContainerCluster(LocalCluster):
     """The local cluster's roles and topology, each node in a container on the run's bridge network."""
 
-    proxied_actions = PROXY_ACTIONS
+    kind = "docker"
+    relayed_actions = RELAY_ACTIONS
 
     def __init__(
         self,
@@ -446,15 +455,16 @@ class ContainerCluster(LocalCluster):
         self.rules: dict[str, list[Cut]] = {}  # a nemesis' target -> the iptables rules it put in force
         self.netem = False  # whether this kernel takes a netem qdisc (prepare probes it)
         self.netem_probe = "not probed"
-        self.proxied_actions = PROXY_ACTIONS
+        self.relayed_actions = RELAY_ACTIONS
         self.netem_tables: dict[str, NetemTable] = {}  # container -> the netem qdiscs in its namespace
         # a nemesis' target -> the links it shaped: (peer, container, node of that namespace, destination)
         self.shaped: dict[str, list[tuple[str, str, str, str]]] = {}
         self.network_faults: list[dict[str, str]] = []  # each network fault and the mechanism it used
 
-    async def prepare(self) -> None:
+    async def prepare(self) -> list[str]:
         """Probe for netem, create the run's bridge network and learn its addresses (before any node is
-        declared: which clients need a fault proxy depends on the probe)."""
+        declared: which clients need a fault relay depends on the probe); returns the image it runs and
+        what does the network faults, to be shown."""
         await self.probe()
         create = ("network", "create", "--driver", "bridge", "--label", f"{RUN_LABEL}={self.label}")
         await docker(*create, self.network)
@@ -478,13 +488,14 @@ class ContainerCluster(LocalCluster):
         hosts = [str(h) for h in net.hosts() if str(h) != gateway]
         assert isinstance(self.sup, ContainerSupervisor)
         self.sup.free_ips = hosts[9:]  # leave the first few to the engine's own use
+        return [f"backend: docker, image {self.image.name} ({self.image.image_id[:19]})", self.network_note()]
 
     async def probe(self) -> None:
-        """Whether netem does latency, jitter and loss in this run, or the proxy and iptables do."""
+        """Whether netem does latency, jitter and loss in this run, or the relay and iptables do."""
         problem = await probe_netem()
         self.netem = problem is None
         self.netem_probe = problem or "netem qdisc added in a scratch network namespace"
-        self.proxied_actions = tuple(a for a in PROXY_ACTIONS if not (self.netem and a in NETEM_ACTIONS))
+        self.relayed_actions = tuple(a for a in RELAY_ACTIONS if not (self.netem and a in NETEM_ACTIONS))
 
     # -- roles: servers listen on every interface of their container, at RocketMQ's usual ports ------
 
@@ -517,7 +528,7 @@ class ContainerCluster(LocalCluster):
         return self.sup.add(name, "broker", BROKER_MODULE, args, port=BROKER_PORT)
 
     async def start_links(self) -> None:
-        """Fault proxies on the host, listening on the run network's gateway (reachable from containers)."""
+        """Fault relays on the host, listening on the run network's gateway (reachable from containers)."""
         if self.namesrv is None:
             raise RuntimeError("start the name server and brokers first")
         for node in sorted(self._proxied - set(self.links)):
@@ -534,8 +545,8 @@ class ContainerCluster(LocalCluster):
         """Where the packets between ``node`` and each node ``other`` names can be dropped:
         (peer, namespace node, remote ip, remote port or None, whether in and out are swapped).
 
-        A client with fault proxies reaches the servers through the host (the run network's gateway),
-        so its links to them are cut in its own namespace, on the proxy's address, whichever end the
+        A client with fault relays reaches the servers through the host (the run network's gateway),
+        so its links to them are cut in its own namespace, on the relay's address, whichever end the
         nemesis names; every other link is cut in the target's namespace, on the peer's address."""
         peers = sorted(self.brokers) if other == "all" else [other]
         out = []
@@ -559,12 +570,12 @@ class ContainerCluster(LocalCluster):
         if self.netem:
             return "network faults: latency, jitter and loss by tc netem (the kernel has it)"
         return (
-            f"network faults: no netem ({self.netem_probe}): latency and jitter through the fault proxy, "
+            f"network faults: no netem ({self.netem_probe}): latency and jitter through the fault relay, "
             "loss by iptables' statistic match"
         )
 
-    def _through_proxy(self, node: str, other: str) -> bool:
-        """Whether a link of ``node`` to ``other`` (or to every broker) passes a client's fault proxy."""
+    def _through_relay(self, node: str, other: str) -> bool:
+        """Whether a link of ``node`` to ``other`` (or to every broker) passes a client's fault relay."""
         peers = sorted(self.brokers) if other == "all" else [other]
         return any(
             (node in self.links and self._server_address(p) is not None)
@@ -575,9 +586,9 @@ class ContainerCluster(LocalCluster):
     def network_via(self, action: str, node: str, other: str = "all") -> str:
         if action == "blackhole":
             return "iptables"
-        if action in NETEM_ACTIONS and self.netem and not self._through_proxy(node, other):
+        if action in NETEM_ACTIONS and self.netem and not self._through_relay(node, other):
             return "netem"
-        return "iptables" if action == "loss" else "proxy"
+        return "iptables" if action == "loss" else "relay"
 
     async def _in_namespace(self, node: str, container: str, *cmd: str) -> None:
         """Run a host command (iptables, tc) in the network namespace of the node's container."""
@@ -685,7 +696,7 @@ class ContainerCluster(LocalCluster):
                 self.links[node].apply("heal", broker)
             return [f"heal {broker}"]
         if node not in self.links:
-            raise ValueError(f"{node} has no fault proxy for {action}")
+            raise ValueError(f"{node} has no fault relay for {action}")
         return self.links[node].apply(action, broker, **params)
 
     def network_faulty(self, node: str) -> bool:

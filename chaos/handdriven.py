@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos.tally import LogTailer, RunTally
-from rmqlab.protocol.runtime import EventLog
+from rmqlab.lab.tally import LogTailer, RunTally
+from rmqlab.protocol.event_log import EventLog
 
 # action -> (the docker command, the container states it applies to)
 ACTIONS: dict[str, tuple[list[str], tuple[str, ...]]] = {

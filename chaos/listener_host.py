@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rmqlab.protocol.runtime import EventLog
+from rmqlab.protocol.event_log import EventLog
 
 
 class ListenerError(ValueError):

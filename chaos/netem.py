@@ -29,7 +29,7 @@ class NetemFull(RuntimeError):
 @dataclass(frozen=True)
 class Shape:
     """What netem does to the packets of one link: held ``delay_ms`` plus up to ``jitter_ms`` (uniformly,
-    as the lab's fault proxy adds it), and each one dropped with ``loss_percent`` chance."""
+    as the lab's fault relay adds it), and each one dropped with ``loss_percent`` chance."""
 
     delay_ms: float = 0.0
     jitter_ms: float = 0.0

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from rmqlab.chaos.cluster import BROKER_MODULE
+from rmqlab.chaos.process_cluster import BROKER_MODULE
 from rmqlab.chaos.supervisor import Supervisor, SupervisorError
 
 T = TypeVar("T")
@@ -71,7 +71,7 @@ class RmqLab:
     def __init__(
         self, run_dir: str | Path, *, time_scale: float = DEFAULT_TIME_SCALE, ready_timeout_s: float = 30
     ):
-        from rmqlab.protocol.runtime import EventLog
+        from rmqlab.protocol.event_log import EventLog
 
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -98,7 +98,7 @@ class RmqLab:
 
     def _admin_client(self) -> Any:
         if self._admin is None:
-            from rmqlab.chaos.admin import AdminClient
+            from rmqlab.lab.admin_client import AdminClient
 
             async def make() -> Any:
                 return AdminClient(timeout_s=5.0)
@@ -186,7 +186,7 @@ class RmqLab:
     def _start_in_process(
         self, name: str, namesrv: str, store: str | None, release_locks: bool, notify_expired: bool
     ) -> str:
-        from rmqlab.broker.config import BrokerConfig
+        from rmqlab.broker.server_config import BrokerConfig
 
         config = BrokerConfig(
             broker_name=name,
@@ -205,7 +205,7 @@ class RmqLab:
 
     def create_topic(self, topic: str, queues: int = 4, timeout_s: float = 30.0) -> None:
         """Create ``topic`` with ``queues`` queues on every broker; wait until the name server routes it."""
-        from rmqlab.chaos.cluster import route_brokers
+        from rmqlab.lab.admin_client import route_brokers
 
         admin = self._admin_client()
 
@@ -509,7 +509,7 @@ class _InProcessBroker:
 
     async def start(self) -> str:
         from rmqlab.broker.controller import BrokerController
-        from rmqlab.protocol.runtime import EventLog
+        from rmqlab.protocol.event_log import EventLog
 
         self.log = EventLog(self.config.broker_name, "broker", self.log_path)
         self.controller = BrokerController(self.config, log=self.log)

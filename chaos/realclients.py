@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqlab.chaos.experiment import CLIENT_NAMES, REAL_CLIENTS, Experiment, ExperimentError, KeyLines
+from rmqlab.lab.experiment import CLIENT_NAMES, REAL_CLIENTS, Experiment, ExperimentError, KeyLines
 
 SETUP_SCRIPT = "scripts/setup_real_clients.sh"
 # The real clients' environments live in a checkout of the project (the setup script installs them

@@ -29,7 +29,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+
+from rmqlab.lab.backend import EventSink, NodeError, NodeFailed, nemesis_fields
 
 READY_PREFIX = "READY"
 _TAIL_BYTES = 4000
@@ -45,17 +47,11 @@ _LAUNCHER = (
 )
 
 
-class EventSink(Protocol):
-    """Where the supervisor writes its events."""
-
-    def emit(self, event: str, **fields: Any) -> None: ...
-
-
-class SupervisorError(RuntimeError):
+class SupervisorError(NodeError):
     """An operation that cannot be done in the member's current state (e.g. pausing a stopped node)."""
 
 
-class ProcessFailed(SupervisorError):
+class ProcessFailed(SupervisorError, NodeFailed):
     """A member exited or did not become ready in time; ``output`` holds the tail of its stdout/stderr."""
 
     def __init__(self, node: str, problem: str, output: str) -> None:
@@ -429,19 +425,20 @@ class Supervisor:
             time.sleep(0.005)
         return m
 
-    def pause(self, node: str, *, nemesis: bool = True) -> Member:
-        """SIGSTOP: the process stays connected but answers nothing (a GC pause, a hung host)."""
+    def pause(self, node: str, *, nemesis: bool = True, **extra: Any) -> Member:
+        """SIGSTOP: the process stays connected but answers nothing (a GC pause, a hung host); ``extra``
+        goes into the nemesis event."""
         m = self._require(node, "running")
         if nemesis:
-            self._nemesis("pause", m)
+            self._nemesis("pause", m, **extra)
         self._signal(m, signal.SIGSTOP)
         m.state = "paused"
         return m
 
-    def resume(self, node: str, *, nemesis: bool = True) -> Member:
+    def resume(self, node: str, *, nemesis: bool = True, **extra: Any) -> Member:
         m = self._require(node, "paused")
         if nemesis:
-            self._nemesis("resume", m)
+            self._nemesis("resume", m, **extra)
         self._signal(m, signal.SIGCONT)
         m.state = "running"
         return m
@@ -664,16 +661,7 @@ class Supervisor:
             self.log.emit(event, **fields)
 
     def _nemesis(self, action: str, m: Member, **extra: Any) -> None:
-        fields: dict[str, Any] = {"action": action, "target": m.node, "target_role": m.role}
-        if m.role == "consumer" and m.group is not None:
-            fields["group"] = m.group
-        if m.client_ids:
-            fields["client_id"] = m.client_ids[-1]
-        self._emit("nemesis", **fields, **extra)
-
-    def nemesis_event(self, action: str, node: str, **extra: Any) -> None:
-        """Write a ``nemesis`` event for an action done outside the supervisor (network, broker faults)."""
-        self._nemesis(action, self.member(node), **extra)
+        self._emit("nemesis", **nemesis_fields(action, m), **extra)
 
     def manifest(self) -> dict[str, dict[str, Any]]:
         return {m.node: m.info() for m in self}

@@ -11,9 +11,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rmqlab.cli import add_access_keys
-from rmqlab.client.config import ClientConfig, ConfigError, _parse_scalar
+from rmqlab.client.client_config import ClientConfig, ConfigError, _parse_scalar
 from rmqlab.client.errors import MQClientError
-from rmqlab.protocol.runtime import EventLog, run_async_main
+from rmqlab.protocol.event_log import EventLog
+from rmqlab.protocol.main_loop import run_async_main
 
 
 def add_config_args(parser: argparse.ArgumentParser) -> None:

@@ -24,8 +24,8 @@ from rmqlab.client.offset_store import OffsetStore
 from rmqlab.client.ports import EventSink, GroupApi, RetrySender
 from rmqlab.client.process_queue import ProcessQueue
 from rmqlab.client.rebalance import RebalanceImpl
+from rmqlab.protocol.clock import Clock, TimerSet
 from rmqlab.protocol.model import Message, MessageModel, MessageQueue, is_retry_topic, retry_topic
-from rmqlab.protocol.runtime import Clock, TimerSet
 
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"

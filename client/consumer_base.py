@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rmqlab.client.config import ConfigError, ConsumerConfig
+from rmqlab.client.client_config import ConfigError, ConsumerConfig
 from rmqlab.client.errors import MQClientError
 from rmqlab.client.group_state import GroupState, shorts
 from rmqlab.client.instance import InstanceGroupApi, InstanceOffsetApi, MQClientInstance, MQClientManager
@@ -16,6 +16,9 @@ from rmqlab.client.process_queue import PullRequest
 from rmqlab.client.producer import check_topic, shutdown_instance, start_instance
 from rmqlab.client.rebalance import RebalanceImpl, emit_queue_event
 from rmqlab.protocol.allocate import AllocateMessageQueueStrategy, get_strategy
+from rmqlab.protocol.client_id import build_client_id, new_instance_name
+from rmqlab.protocol.clock import Clock, SystemClock
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import (
     ConsumeFromWhere,
     ConsumerData,
@@ -24,7 +27,6 @@ from rmqlab.protocol.model import (
     MessageQueue,
 )
 from rmqlab.protocol.route import TopicRouteData
-from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, build_client_id, new_instance_name
 
 DEFAULT_INSTANCE_NAME = "DEFAULT"
 

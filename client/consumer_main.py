@@ -24,12 +24,12 @@ from rmqlab.cli import (
     non_negative_int,
 )
 from rmqlab.client.cli_common import add_config_args, layered_settings, run_client_main
-from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.client_config import ConsumerConfig
 from rmqlab.client.consumer_base import normalize_enums
 from rmqlab.client.push_consumer import PushConsumer
 from rmqlab.protocol.allocate import STRATEGY_NAMES
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import Message, MessageModel
-from rmqlab.protocol.runtime import EventLog
 
 
 def build_parser() -> argparse.ArgumentParser:

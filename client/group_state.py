@@ -40,7 +40,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.client_config import ConsumerConfig
 from rmqlab.client.process_queue import ProcessQueue
 from rmqlab.client.pull_core import FlowControl, flow_control_check
 from rmqlab.protocol.allocate import ALLOCATION_CACHE, AllocateMessageQueueStrategy, sort_mq_all

@@ -16,18 +16,20 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
 from rmqlab.client.api import MQClientAPI
-from rmqlab.client.config import ClientConfig, ConsumerConfig
+from rmqlab.client.client_config import ClientConfig, ConsumerConfig
 from rmqlab.client.errors import MQClientError
 from rmqlab.client.ports import GroupApi
 from rmqlab.client.publish_info import TopicPublishInfo
 from rmqlab.client.pull_service import PullMessageService
 from rmqlab.client.rebalance import RebalanceService, RegisteredConsumer
 from rmqlab.client.scheduler import SingleThreadScheduler
-from rmqlab.protocol.acl import SessionCredentials
+from rmqlab.protocol.acl_signing import SessionCredentials
+from rmqlab.protocol.client_id import build_client_id
+from rmqlab.protocol.clock import Clock, SystemClock
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
 from rmqlab.protocol.remoting import RemotingClient
 from rmqlab.protocol.route import MASTER_ID, TopicRouteData
-from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, build_client_id
 
 
 class ConsumerInner(RegisteredConsumer, Protocol):

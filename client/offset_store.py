@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Iterable
 from typing import Protocol
 
 from rmqlab.client.errors import MQBrokerError, OffsetNotFoundError
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import MessageQueue
-from rmqlab.protocol.runtime import EventLog
 
 NOT_FOUND = -1  # QUERY_NOT_FOUND / no entry
 READ_ERROR = -2  # any other failure reading the store

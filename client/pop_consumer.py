@@ -23,7 +23,7 @@ from rmqlab.client.consume import (
 )
 from rmqlab.client.errors import MQBrokerError
 from rmqlab.client.group_state import DropReason, GroupState, shorts
-from rmqlab.client.pop import (
+from rmqlab.client.pop_core import (
     CONSUME_INIT_MODE_MAX,
     CONSUME_INIT_MODE_MIN,
     MODE_POP,
@@ -38,11 +38,11 @@ from rmqlab.client.pop import (
 )
 from rmqlab.client.ports import EventSink, GroupApi
 from rmqlab.client.rebalance import RebalancePushImpl
+from rmqlab.protocol.clock import Clock
 from rmqlab.protocol.codes import ResponseCode
 from rmqlab.protocol.model import ConsumeFromWhere, Message, MessageModel, MessageQueue, is_retry_topic
-from rmqlab.protocol.pop import pop_retry_topic, real_topic
+from rmqlab.protocol.pop_receipt import pop_retry_topic, real_topic
 from rmqlab.protocol.route import MASTER_ID, TopicRouteData
-from rmqlab.protocol.runtime import Clock
 
 QUERY_ASSIGNMENT_TIMEOUT_MS = 3_000  # RebalanceImpl.QUERY_ASSIGNMENT_TIMEOUT
 POP_DISPATCH_DELAY_MS = 500  # dispatchPopPullRequest(popRequestList, 500)

@@ -125,7 +125,7 @@ class GroupOffsets(Protocol):
 
 
 class EventSink(Protocol):
-    """Where events (EVENTS.md) and log lines go: ``protocol.runtime.EventLog`` or a test recorder."""
+    """Where events (EVENTS.md) and log lines go: ``protocol.event_log.EventLog`` or a test recorder."""
 
     def emit(self, event: str, **fields: Any) -> None: ...
 

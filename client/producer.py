@@ -12,16 +12,18 @@ import re
 from typing import Any
 
 from rmqlab.client.api import SendResult
-from rmqlab.client.config import ClientConfig, ProducerConfig
+from rmqlab.client.client_config import ClientConfig, ProducerConfig
 from rmqlab.client.errors import MQBrokerError, MQClientError
 from rmqlab.client.instance import MQClientInstance, MQClientManager
 from rmqlab.client.latency import MQFaultStrategy
 from rmqlab.client.publish_info import TopicPublishInfo
+from rmqlab.protocol.client_id import build_client_id, new_instance_name
+from rmqlab.protocol.clock import Clock, SystemClock
 from rmqlab.protocol.codes import ResponseCode
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import MessageQueue
 from rmqlab.protocol.remoting import RemotingError, RemotingTimeoutError
 from rmqlab.protocol.route import TopicRouteData
-from rmqlab.protocol.runtime import Clock, EventLog, SystemClock, build_client_id, new_instance_name
 
 DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
 TOPIC_MAX_LENGTH = 127

@@ -21,10 +21,10 @@ from rmqlab.cli import (
     positive_int,
 )
 from rmqlab.client.cli_common import add_config_args, layered_settings, run_client_main
-from rmqlab.client.config import ConfigError, ProducerConfig
+from rmqlab.client.client_config import ConfigError, ProducerConfig
 from rmqlab.client.errors import MQClientError
 from rmqlab.client.producer import DEFAULT_PRODUCER_GROUP, Producer, check_topic
-from rmqlab.protocol.runtime import EventLog
+from rmqlab.protocol.event_log import EventLog
 
 
 def build_parser() -> argparse.ArgumentParser:

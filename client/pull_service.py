@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from rmqlab.client.ports import EventSink
 from rmqlab.client.process_queue import PullRequest
 from rmqlab.client.scheduler import SingleThreadScheduler
-from rmqlab.protocol.runtime import TimerSet
+from rmqlab.protocol.clock import TimerSet
 
 
 class PullingConsumer(Protocol):

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
 
-from rmqlab.client.config import ClientConfig, ConsumerConfig
+from rmqlab.client.client_config import ClientConfig, ConsumerConfig
 from rmqlab.client.errors import MQClientError
 from rmqlab.client.group_state import (
     AllocationFailed,
@@ -39,12 +39,12 @@ from rmqlab.client.ports import EventSink, GroupApi, GroupOffsets, MessageQueueL
 from rmqlab.client.process_queue import ProcessQueue, PullRequest
 from rmqlab.client.pull_service import PullingConsumer
 from rmqlab.client.scheduler import Wakeup
+from rmqlab.protocol.clock import Clock
 from rmqlab.protocol.codes import RequestCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.model import MessageModel, MessageQueue, is_retry_topic
 from rmqlab.protocol.remoting import Connection, RemotingClient
 from rmqlab.protocol.route import MASTER_ID
-from rmqlab.protocol.runtime import Clock
 
 
 def emit_queue_event(

@@ -152,9 +152,9 @@ def _wait_for(path: Path, poll_s: float = 0.05) -> bool:
 def _warm_up(spark: Any) -> None:
     """Run the whole analysis once on a tiny simulated run, so that the JVM has loaded, compiled and
     generated the code of every stage before the real run arrives."""
-    from rmqlab.pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time
+    from rmqlab.pipeline.availability_spark import AVAILABILITY_COLUMNS, add_rocketmq_time
     from rmqlab.pipeline.ingest import load_json_run
-    from rmqlab.pipeline.metrics import Analysis
+    from rmqlab.pipeline.metrics_spark import Analysis
     from rmqlab.pipeline.pop_spark import add_pop_metrics
     from rmqlab.pipeline.report_data import collect_plot_data
     from rmqlab.pipeline.synth import realistic_run
@@ -177,7 +177,7 @@ def first_event_line(files: list[RunFile]) -> tuple[str, int] | None:
     """(file, line number) of the first well-formed event line, or None when the files hold none: a
     folder of anything else is rejected before Spark starts. Lines that cannot be JSON objects are
     skipped without decoding them."""
-    from rmqlab.pipeline.reference import iter_lines, parse_line
+    from rmqlab.pipeline.metrics_reference import iter_lines, parse_line
 
     for run_file in files:
         for number, text in iter_lines(run_file.path):
@@ -354,9 +354,9 @@ def analyze(args: argparse.Namespace) -> int:
                 return _fail(problem)
         if handle.owned:  # a session we were handed (tests share one) keeps its settings
             _fit_partitions(handle.spark, args)
-        from rmqlab.pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time
+        from rmqlab.pipeline.availability_spark import AVAILABILITY_COLUMNS, add_rocketmq_time
         from rmqlab.pipeline.ingest import load_json_run, load_parquet_run
-        from rmqlab.pipeline.metrics import Analysis
+        from rmqlab.pipeline.metrics_spark import Analysis
 
         with progress.stage("read events") as info:
             load = load_json_run if args.format == "json" else load_parquet_run

@@ -1,5 +1,5 @@
 """The inputs of `pipeline.unavailability` computed in plain Python from an ordered event list: the
-reference the Spark code (`pipeline.availability`) is checked against."""
+reference the Spark code (`pipeline.availability_spark`) is checked against."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import defaultdict
 from typing import Any
 
 from rmqlab.pipeline.contract import queue_key
-from rmqlab.pipeline.pop_metrics import add_modes, mode_metrics
-from rmqlab.pipeline.reference import Event, RunModel, load_run, summarize
+from rmqlab.pipeline.metrics_reference import Event, RunModel, load_run, summarize
+from rmqlab.pipeline.pop_reference import add_modes, mode_metrics
 from rmqlab.pipeline.unavailability import (
     SIDE_EVENTS,
     GroupInputs,

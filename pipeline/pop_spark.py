@@ -1,11 +1,11 @@
-"""The Spark side of ``pipeline.pop_metrics``: the per-message part (sends, first consumptions, pops,
+"""The Spark side of ``pipeline.pop_reference``: the per-message part (sends, first consumptions, pops,
 revives) as DataFrame joins and aggregates, so it scales with the run; the consumers' lifecycle lines are
 few and go through the same plain function as the reference (``consumer_metrics``).
 
 ``rmq-analyze`` computes it in its own Spark application from the events it has loaded, for one run or
 a root of many (`add_pop_metrics`, `add_pop_metrics_of_runs`): every group of summary.json gets its
 ``mode`` and its ``pop`` figures. ``python -m rmqlab.pipeline.pop_spark RUN_DIR [--master URL]`` writes
-``modes.json`` as ``pipeline.pop_metrics`` does."""
+``modes.json`` as ``pipeline.pop_reference`` does."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from rmqlab.pipeline.ingest import (
     load_json_run,
     run_prefix,
 )
-from rmqlab.pipeline.pop_metrics import (
+from rmqlab.pipeline.pop_reference import (
     LIFECYCLE_EVENTS,
     add_modes,
     assemble,

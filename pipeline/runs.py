@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rmqlab.pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time_of_runs
+from rmqlab.pipeline.availability_spark import AVAILABILITY_COLUMNS, add_rocketmq_time_of_runs
 from rmqlab.pipeline.contract import GROUP_METRICS
 from rmqlab.pipeline.discover import BadRun, RunDir
 from rmqlab.pipeline.ingest import RUN_SEP, load_json_runs, run_prefix
-from rmqlab.pipeline.metrics import Analysis
+from rmqlab.pipeline.metrics_spark import Analysis
 from rmqlab.pipeline.pop_spark import add_pop_metrics_of_runs
 from rmqlab.pipeline.report_data import MAX_INTERVALS, PlotData, plot_data_by_run
 from rmqlab.pipeline.report_story import answers

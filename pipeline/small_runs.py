@@ -2,7 +2,7 @@
 large ones by the columnar Spark analysis (`pipeline.runs.analyse_runs`), in one application.
 
 A Spark analysis costs a fixed couple of seconds of jobs and stages whatever the size of a run, which
-dominates a root of hundreds of small runs. The reference (`pipeline.reference` with the RocketMQ-time
+dominates a root of hundreds of small runs. The reference (`pipeline.metrics_reference` with the RocketMQ-time
 additions of `pipeline.availability_reference`) computes the same summary, and the tests hold the two
 equal; it holds a run's events in memory, so only runs up to `SMALL_RUN_BYTES` of event files go this
 way. One Spark job spreads the small runs over tasks (several runs per task, the run is the key), each
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from rmqlab.cli import Progress
-    from rmqlab.pipeline.reference import RunModel
+    from rmqlab.pipeline.metrics_reference import RunModel
     from rmqlab.pipeline.runs import RootResult
     from rmqlab.pipeline.unavailability import RunClock
 
@@ -159,7 +159,7 @@ def plot_data(model: RunModel, clock: RunClock, max_intervals: int = MAX_INTERVA
 def analyse_run(run: RunDir, plots: bool) -> tuple[dict[str, Any], PlotData | None]:
     """summary.json (with its answer) and the report's plot data of one run, in plain Python."""
     from rmqlab.pipeline.availability_reference import side_events, summarize_with_rocketmq_time
-    from rmqlab.pipeline.reference import RunModel, load_files
+    from rmqlab.pipeline.metrics_reference import RunModel, load_files
     from rmqlab.pipeline.unavailability import run_clock
 
     events, malformed = load_files(run.files)

@@ -40,7 +40,7 @@ from rmqlab.pipeline.runs import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from rmqlab.pipeline.metrics import Analysis
+    from rmqlab.pipeline.metrics_spark import Analysis
 
 SWEEP_TABLE = "sweep"  # sweep.parquet/ and sweep.csv
 SWEEP_HTML = "sweep.html"
@@ -74,7 +74,7 @@ def summarize_sweep_run(run_dir: Path) -> dict[str, int]:
     """Analyse one finished run in plain Python (in its Spark task): write its summary.json as
     ``rmq-analyze ROOT`` does and return its queue moves by group."""
     from rmqlab.pipeline.availability_reference import summarize_with_rocketmq_time
-    from rmqlab.pipeline.reference import RunModel, load_run
+    from rmqlab.pipeline.metrics_reference import RunModel, load_run
     from rmqlab.pipeline.report_story import answers
 
     events, malformed = load_run(run_dir)

@@ -1,7 +1,7 @@
 """Per-queue unavailability and its cause, and the run's clock in RocketMQ time (sans-IO core).
 
 A queue is *unavailable* while messages wait on it and nobody consumes it. The Spark pipeline
-(`pipeline.availability`) and the plain-Python reference (`pipeline.availability_reference`) extract
+(`pipeline.availability_spark`) and the plain-Python reference (`pipeline.availability_reference`) extract
 the same small inputs per queue -- waiting spans, quiet spans, ownership intervals, pauses, liveness,
 allocations -- and this module classifies them. Definitions (times are wall milliseconds; every span
 is half-open):

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast
 
-from rmqlab.protocol.acl import SessionCredentials, sign_ext
+from rmqlab.protocol.acl_signing import SessionCredentials, sign_ext
 from rmqlab.protocol.codes import Flag, ResponseCode, code_name
 from rmqlab.protocol.command import (
     DEFAULT_MAX_FRAME_BYTES,

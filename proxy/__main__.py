@@ -19,7 +19,8 @@ from rmqlab.cli import (
     port_number,
     positive_int,
 )
-from rmqlab.protocol.runtime import EventLog, run_async_main
+from rmqlab.protocol.event_log import EventLog
+from rmqlab.protocol.main_loop import run_async_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(args: argparse.Namespace, log: EventLog) -> int:
-    from rmqlab.proxy.config import ProxyConfig
+    from rmqlab.proxy.proxy_config import ProxyConfig
     from rmqlab.proxy.server import ProxyServer
 
     extra = {"min_invisible_ms": args.min_invisible_ms} if args.min_invisible_ms is not None else {}

@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 from typing import Any
 
-from rmqlab.protocol.runtime import EventLog
-from rmqlab.proxy.config import ProxyConfig
+from rmqlab.protocol.event_log import EventLog
+from rmqlab.proxy.proxy_config import ProxyConfig
 from rmqlab.proxy.service import MessagingService
 from rmqlab.proxy.v5 import add_servicer, aio
 

@@ -22,14 +22,14 @@ from rmqlab.client.errors import MQBrokerError
 from rmqlab.client.publish_info import TopicPublishInfo
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import ConsumerData, ConsumeType, HeartbeatData, Message, ProducerData
-from rmqlab.protocol.pop import PROPERTY_POP_CK, ExtraInfo, real_topic
+from rmqlab.protocol.pop_receipt import PROPERTY_POP_CK, ExtraInfo, real_topic
 from rmqlab.protocol.remoting import RemotingClient, RemotingError
 from rmqlab.protocol.route import PERM_READ, TopicRouteData
-from rmqlab.protocol.runtime import EventLog
 from rmqlab.proxy import convert
-from rmqlab.proxy.config import ProxyConfig
 from rmqlab.proxy.convert import Delivery, ProxyError
+from rmqlab.proxy.proxy_config import ProxyConfig
 from rmqlab.proxy.renewal import RENEW_PERIOD_MS, HeldReceipt, ReceiptHandles
 from rmqlab.proxy.v5 import Code, MessagingServiceServicer, pb, svc
 

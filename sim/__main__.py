@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rmqlab.chaos.experiment import ExperimentError
 from rmqlab.cli import (
     SIM_SHELVES,
     SWEEPS,
@@ -36,13 +35,14 @@ from rmqlab.cli import (
     print_json,
     subcommand,
 )
+from rmqlab.lab.experiment import ExperimentError
 from rmqlab.pipeline.contract import CHECKS
-from rmqlab.sim.experiment import SimExperiment, load, parse
 from rmqlab.sim.rundir import RunDirError, read_sim_run
+from rmqlab.sim.sim_table import SimExperiment, load, parse
 from rmqlab.sim.wire import WIRES
 
 if TYPE_CHECKING:
-    from rmqlab.sim.cluster import SimResult
+    from rmqlab.sim.sim_cluster import SimResult
 
 HASH_SEED = "0"
 
@@ -69,7 +69,7 @@ def with_wire(sx: SimExperiment, wire: str | None) -> SimExperiment:
     """``--wire`` over the file's ``[sim] wire`` (both give the same events; bytes checks the codec)."""
     if wire is None:
         return sx
-    return dataclasses.replace(sx, sim=dataclasses.replace(sx.sim, wire=wire))
+    return sx.with_settings(dataclasses.replace(sx.sim, wire=wire))
 
 
 def event_files(run_dir: Path) -> dict[str, str]:
@@ -85,7 +85,7 @@ def event_files(run_dir: Path) -> dict[str, str]:
 def _simulate(
     sx: SimExperiment, run_dir: Path, seed: int | None, quiet: bool, out: TextIO | None = None
 ) -> tuple[int, SimResult]:
-    from rmqlab.sim.cluster import SimCluster
+    from rmqlab.sim.sim_cluster import SimCluster
 
     out = out or sys.stdout
     cluster = SimCluster(sx, run_dir, seed=seed, progress=not quiet, out=out)
@@ -108,7 +108,7 @@ def _simulate(
 def _analyze(run_dir: Path, out: TextIO | None = None, quiet: bool = False) -> int | None:
     """rmq-analyze of the run (summary.json, report.html, timeline.html); with ``quiet`` its verdict
     lines are not shown (the quick verdict said them)."""
-    from rmqlab.chaos.runner import pipeline_available
+    from rmqlab.lab.runner import pipeline_available
 
     out = out or sys.stdout
     if not pipeline_available():

@@ -19,7 +19,7 @@ from asyncio import base_events, format_helpers
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from rmqlab.protocol.runtime import Clock
+from rmqlab.protocol.clock import Clock
 
 # BaseEventLoop's thresholds for sweeping cancelled timers out of the heap, and its longest wait.
 _MIN_SCHEDULED = base_events._MIN_SCHEDULED_TIMER_HANDLES

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rmqlab.chaos.experiment import ExperimentError
-from rmqlab.sim.experiment import SimExperiment, parse
+from rmqlab.lab.experiment import ExperimentError
+from rmqlab.sim.sim_table import SimExperiment, parse
 
 
 class RunDirError(Exception):

@@ -3,9 +3,9 @@
 A simulated run is a pure function of its experiment and seed, so a failing run can be shrunk as
 property-based testing shrinks an input: change the experiment one step smaller (fewer consumers, fewer
 nemesis actions, a shorter duration, fewer queues or messages), simulate it with the same seed, analyse
-it with the plain-Python twin of ``rmq-analyze`` (``pipeline.reference``), and keep the change when the
-verdict still fails with the same failing check. Greedy: the passes repeat until none makes progress or
-the budget of candidates is spent.
+it with the plain-Python twin of ``rmq-analyze`` (``pipeline.metrics_reference``), and keep the
+change when the verdict still fails with the same failing check. Greedy: the passes repeat until none
+makes progress or the budget of candidates is spent.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos.experiment import ExperimentError
-from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.client_config import ConsumerConfig
+from rmqlab.lab.experiment import ExperimentError
 from rmqlab.pipeline.contract import CHECKS
-from rmqlab.sim.experiment import SimExperiment, parse
 from rmqlab.sim.rundir import read_sim_run
+from rmqlab.sim.sim_table import SimExperiment, parse
 from rmqlab.sim.sweep import to_toml
 
 DEFAULT_BUDGET = 200
@@ -46,7 +46,7 @@ class NothingToShrink(ShrinkError):
 def failing_kinds(run_dir: Path) -> dict[str, set[str]]:
     """Group -> the verdict checks it fails, from the run's event logs (plain-Python analysis)."""
     from rmqlab.pipeline.contract import failing_checks
-    from rmqlab.pipeline.reference import RunModel, load_run
+    from rmqlab.pipeline.metrics_reference import RunModel, load_run
 
     events, _malformed = load_run(run_dir)
     model = RunModel(events)
@@ -92,7 +92,7 @@ def render(doc: dict[str, Any], seed: int, origin: str) -> str:
 def simulate(sx: SimExperiment) -> tuple[dict[str, set[str]], str | None]:
     """Simulate a candidate in a temporary directory: its failing checks by group, and the first error of
     a run that did not complete (None when it did)."""
-    from rmqlab.sim.cluster import SimCluster
+    from rmqlab.sim.sim_cluster import SimCluster
 
     tmp = Path(tempfile.mkdtemp(prefix="rmq-sim-shrink-"))
     try:

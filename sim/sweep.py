@@ -45,10 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos import experiment as chaos_experiment
-from rmqlab.chaos.experiment import ExperimentError, KeyLines
 from rmqlab.cli import SIM_SHELVES, shipped
-from rmqlab.sim.experiment import SimExperiment, parse
+from rmqlab.lab import experiment as lab_experiment
+from rmqlab.lab.experiment import ExperimentError, KeyLines
+from rmqlab.sim.sim_table import SimExperiment, parse
 
 COMPLETE = "_complete.json"  # a finished run's marker (hidden from rmq-analyze's discovery)
 ERROR = "_error.txt"  # why a run's simulation raised (the run is re-run on resume)
@@ -143,7 +143,7 @@ class Sweep:
 
 def load_sweep(path: str | Path) -> Sweep:
     p = Path(path)
-    return parse_sweep(chaos_experiment.read_text(p), str(p))
+    return parse_sweep(lab_experiment.read_text(p), str(p))
 
 
 def parse_sweep(text: str, source: str = "<sweep>") -> Sweep:
@@ -228,7 +228,7 @@ def _base(data: dict[str, Any], source: str, err: Any) -> tuple[dict[str, Any] |
     near = Path(source).parent / ref if not source.startswith("<") else Path(ref)
     found = shipped(SIM_SHELVES).get(ref.removesuffix(".toml")) if "/" not in ref else None
     if near.is_file():
-        text, base_source = chaos_experiment.read_text(near), str(near)
+        text, base_source = lab_experiment.read_text(near), str(near)
     elif found is not None:
         base_source, text = found.source, found.text
     else:
@@ -520,7 +520,7 @@ def run_task(spec: RunSpec, out_dir: str) -> dict[str, Any]:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    from rmqlab.sim.cluster import SimCluster
+    from rmqlab.sim.sim_cluster import SimCluster
 
     printed = io.StringIO()
     cpu0, wall0 = time.process_time(), time.monotonic()

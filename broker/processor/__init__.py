@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from rmqlab.broker.processor.admin import AdminBrokerProcessor
+from rmqlab.broker.processor.admin_broker import AdminBrokerProcessor
 from rmqlab.broker.processor.assignment import QueryAssignmentProcessor
 from rmqlab.broker.processor.client_manage import ClientManageProcessor
 from rmqlab.broker.processor.consumer_manage import ConsumerManageProcessor
-from rmqlab.broker.processor.pop import PopMessageProcessor
+from rmqlab.broker.processor.pop_requests import PopMessageProcessor
 from rmqlab.broker.processor.pull import PullMessageProcessor
 from rmqlab.broker.processor.send import SendMessageProcessor
 from rmqlab.broker.processor.services import BrokerServices

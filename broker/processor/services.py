@@ -9,20 +9,21 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from rmqlab.broker.assignment import MessageRequestModeTable
-from rmqlab.broker.config import BrokerConfig
 from rmqlab.broker.consumer_manager import ConsumerIdsChangeListener, ConsumerManager, ProducerManager
 from rmqlab.broker.faults import FaultTable
 from rmqlab.broker.lock_manager import RebalanceLockManager
 from rmqlab.broker.long_polling import HeldPull, PullRequestHoldService
 from rmqlab.broker.offset_manager import ConsumerOffsetManager
-from rmqlab.broker.pop import PopState
+from rmqlab.broker.pop_state import PopState
 from rmqlab.broker.schedule import ScheduleMessageService
+from rmqlab.broker.server_config import BrokerConfig
 from rmqlab.broker.store import MemoryMessageStore
 from rmqlab.broker.topic_config import TopicConfig, TopicConfigManager
+from rmqlab.protocol.clock import Clock
 from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import MessageQueue
 from rmqlab.protocol.remoting import Connection, RemotingServer
-from rmqlab.protocol.runtime import Clock, EventLog
 
 Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 

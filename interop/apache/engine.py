@@ -48,11 +48,11 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from rmqlab.cli import command_parser, positive_float, positive_int, subcommand
+from rmqlab.protocol.clock import TimeScale
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import FrameError
 from rmqlab.protocol.native.frame import NativeFrame, NativeFrameDecoder, encode_frame
 from rmqlab.protocol.native.translate import parse_json_body
-from rmqlab.protocol.runtime import TimeScale
 
 # -- engines -------------------------------------------------------------------------------------------
 

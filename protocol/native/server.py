@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rmqlab.protocol.client_id import local_ip
 from rmqlab.protocol.native.codec import NativeCodec, native_codec_factory, port_rewriter
 from rmqlab.protocol.remoting import RemotingServer
-from rmqlab.protocol.runtime import local_ip
 
 
 async def start_native_port(

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from rmqlab.protocol.acl import native_signed_content
+from rmqlab.protocol.acl_signing import native_signed_content
 from rmqlab.protocol.codes import Flag, RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.model import retry_topic
@@ -38,7 +38,7 @@ from rmqlab.protocol.native.message_ext import (
     string_to_properties,
     unpack_physical_offset,
 )
-from rmqlab.protocol.pop import bitset_indices
+from rmqlab.protocol.pop_receipt import bitset_indices
 
 INT: Final = "int"
 STR: Final = "str"

@@ -41,7 +41,7 @@ from typing import Any
 from rmqlab.pipeline.contract import ALL_FIELDS
 from rmqlab.pipeline.discover import discover, discover_runs
 from rmqlab.pipeline.ingest import event_schema, load_json_run
-from rmqlab.pipeline.metrics import Analysis
+from rmqlab.pipeline.metrics_spark import Analysis
 from rmqlab.pipeline.runs import analyse_runs, write_outputs
 from rmqlab.pipeline.session import SparkUnavailable, start_spark
 from rmqlab.pipeline.synth import realistic_run

@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rmqlab.pipeline.availability import AVAILABILITY_COLUMNS, add_rocketmq_time_of_runs
+from rmqlab.pipeline.availability_spark import AVAILABILITY_COLUMNS, add_rocketmq_time_of_runs
 from rmqlab.pipeline.discover import discover_runs
 from rmqlab.pipeline.ingest import load_json_runs
-from rmqlab.pipeline.metrics import Analysis
+from rmqlab.pipeline.metrics_spark import Analysis
 from rmqlab.pipeline.pop_spark import add_pop_metrics_of_runs
 from rmqlab.pipeline.session import SparkUnavailable, start_spark
 

@@ -28,7 +28,7 @@ from typing import Any
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.model import ConsumerData, HeartbeatData, SubscriptionData
-from rmqlab.protocol.pop import PROPERTY_POP_CK, ExtraInfo
+from rmqlab.protocol.pop_receipt import PROPERTY_POP_CK, ExtraInfo
 from rmqlab.protocol.remoting import RemotingClient
 from rmqlab.proxy.v5 import Code, MessagingServiceStub, aio, pb, svc
 

@@ -29,9 +29,9 @@ import msgpack
 from rmqlab.cli import announce_ready
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand, encode_frame
+from rmqlab.protocol.main_loop import run_async_main
 from rmqlab.protocol.model import ConsumerData, HeartbeatData, SubscriptionData
 from rmqlab.protocol.remoting import Connection, RemotingServer
-from rmqlab.protocol.runtime import run_async_main
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -50,15 +50,16 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from rmqlab.protocol.clock import ManualClock
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.remoting import Connection, RemotingClient, RemotingServer
-from rmqlab.protocol.runtime import EventLog, ManualClock
-from rmqlab.sim.cluster import LogFiles, SimCluster, _Sink
 from rmqlab.sim.dist import Distribution
-from rmqlab.sim.experiment import parse as parse_sim_experiment
 from rmqlab.sim.loop import VirtualLoop, VirtualProcess
 from rmqlab.sim.network import Network
+from rmqlab.sim.sim_cluster import LogFiles, SimCluster, _Sink
+from rmqlab.sim.sim_table import parse as parse_sim_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -32,9 +32,9 @@ import rpc
 from rmqlab.cli import announce_ready
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand, encode_frame
+from rmqlab.protocol.main_loop import run_async_main
 from rmqlab.protocol.model import ConsumerData, HeartbeatData, SubscriptionData
 from rmqlab.protocol.remoting import Connection, RemotingServer
-from rmqlab.protocol.runtime import run_async_main
 
 TOPIC = "BenchTopic"
 GROUP = "bench_consumer"

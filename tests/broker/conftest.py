@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from kit.broker import Peer, RecordingLog
 
-from rmqlab.broker.config import BrokerConfig
 from rmqlab.broker.controller import BrokerController
+from rmqlab.broker.server_config import BrokerConfig
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ from kit import wait_until
 from kit.broker import Peer
 from kit.native_wire import NativePeer, decode_messages, json_frame
 
-from rmqlab.broker.acl import AclConfigError, load_acl_config
-from rmqlab.protocol.acl import SessionCredentials, cal_signature, combine_request_content
+from rmqlab.broker.plain_acl import AclConfigError, load_acl_config
+from rmqlab.protocol.acl_signing import SessionCredentials, cal_signature, combine_request_content
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
-from rmqlab.protocol.pop import PROPERTY_POP_CK, ExtraInfo
+from rmqlab.protocol.pop_receipt import PROPERTY_POP_CK, ExtraInfo
 from rmqlab.protocol.remoting import RemotingClient
 
 ACL = """\
@@ -64,7 +64,7 @@ class Signed(Peer):
 
 def test_the_signature_is_hmac_sha1_over_sorted_values_and_body():
     ext: dict = {"topic": "T", "queueId": 3, "consumerGroup": "g"}
-    from rmqlab.protocol.acl import sign_ext
+    from rmqlab.protocol.acl_signing import sign_ext
 
     sign_ext(ext, None, CONSUMER)
     content = "".join(str(ext[k]) for k in sorted(ext) if k != "Signature").encode()
@@ -248,14 +248,14 @@ def test_the_broker_cli_refuses_a_bad_acl_file(tmp_path):
     ],
 )
 def test_white_remote_address_patterns(pattern, yes, no):
-    from rmqlab.broker.acl import address_matcher
+    from rmqlab.broker.plain_acl import address_matcher
 
     match = address_matcher(pattern)
     assert all(match(ip) for ip in yes) and not any(match(ip) for ip in no)
 
 
 def test_permission_rules_are_rocketmqs():
-    from rmqlab.broker.acl import ANY, DENY, PUB, SUB, check_permission, parse_perm
+    from rmqlab.broker.plain_acl import ANY, DENY, PUB, SUB, check_permission, parse_perm
 
     assert [parse_perm(t) for t in ("PUB", "SUB", "PUB|SUB", "SUB|PUB", "DENY", "pub", None)] == [
         PUB, SUB, PUB | SUB, PUB | SUB, DENY, DENY, DENY,
@@ -266,7 +266,7 @@ def test_permission_rules_are_rocketmqs():
 
 
 def test_resources_a_request_needs():
-    from rmqlab.broker.acl import PUB, SUB, needed_resources
+    from rmqlab.broker.plain_acl import PUB, SUB, needed_resources
 
     def need(code, ext=None, body=None):
         return needed_resources(RemotingCommand.request(code, ext, body))

@@ -12,9 +12,9 @@ import pytest
 from kit import wait_until
 from kit.broker import RecordingLog
 
-from rmqlab.broker.config import BrokerConfig, NamesrvConfig
 from rmqlab.broker.controller import BrokerController
 from rmqlab.broker.namesrv import NamesrvController
+from rmqlab.broker.server_config import BrokerConfig, NamesrvConfig
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.remoting import RemotingError
 

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kit.broker import RecordingLog
 
-from rmqlab.broker.config import BrokerConfig
 from rmqlab.broker.controller import BrokerController
+from rmqlab.broker.server_config import BrokerConfig
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import FrameDecoder, RemotingCommand, encode_frame
 

@@ -13,10 +13,10 @@ import pytest
 from kit import wait_until
 from kit.broker import Peer
 
-from rmqlab.broker.config import BrokerConfig
 from rmqlab.broker.controller import BrokerController
 from rmqlab.broker.faults import MAX_FAULTS
 from rmqlab.broker.processor.common import MAX_GROUPS_PER_HEARTBEAT, MAX_QUEUES_PER_LOCK
+from rmqlab.broker.server_config import BrokerConfig
 from rmqlab.broker.sqlite_store import SqliteMessageStore
 from rmqlab.broker.store import MessageDraft, StoreError
 from rmqlab.protocol.codes import RequestCode, ResponseCode

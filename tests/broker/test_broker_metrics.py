@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rmqlab.chaos.pytest_plugin import RmqLab
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.metrics import ConsumerMetrics
-from rmqlab.protocol.runtime import EventLog
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kit.chaos import run_experiment
 
-from rmqlab.chaos.experiment import ExperimentError, parse
+from rmqlab.lab.experiment import ExperimentError, parse
 
 ACL = """\
 accounts:
@@ -88,7 +88,7 @@ def test_rmq_admin_signs_with_its_credentials(tmp_path: Path) -> None:
     try:
         assert broker.stdout is not None
         addr = broker.stdout.readline().split()[1]
-        base = [sys.executable, "-m", "rmqlab.chaos.admin", "--broker", addr]
+        base = [sys.executable, "-m", "rmqlab.chaos.admin_main", "--broker", addr]
         fault = ["fault", "add", "--code", "PULL_MESSAGE", "--error", "2:busy", "--count", "1"]
         refused = subprocess.run(base + fault, capture_output=True, text=True, timeout=30)
         assert refused.returncode == 1 and "No accessKey" in refused.stderr

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rmqlab.chaos.admin import main
+from rmqlab.chaos.admin_main import main
 from rmqlab.chaos.supervisor import pick_port
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand

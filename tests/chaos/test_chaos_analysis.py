@@ -1,5 +1,5 @@
-"""The runner's hand-over to the analysis: ``python -m rmqlab.pipeline RUN_DIR`` decides the verdict and the
-exit code (0 only when ok). A stand-in ``pipeline`` package plays the analysis here."""
+"""rmq-chaos run's hand-over to the analysis: ``python -m rmqlab.pipeline RUN_DIR`` decides the verdict and
+the exit code (0 only when ok). A stand-in ``pipeline`` package plays the analysis here."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rmqlab.chaos import runner as runner_mod
+from rmqlab.chaos import run as run_mod
 from rmqlab.chaos.__main__ import resolve
-from rmqlab.chaos.runner import Runner
+from rmqlab.chaos.run import ChaosRun
 
 FAKE_PIPELINE = textwrap.dedent(
     """
@@ -42,7 +42,7 @@ FAKE_PIPELINE = textwrap.dedent(
 def fake_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     script = tmp_path / "fake_pipeline.py"
     script.write_text(FAKE_PIPELINE)
-    monkeypatch.setattr(runner_mod, "pipeline_available", lambda: True)
+    monkeypatch.setattr(run_mod, "pipeline_available", lambda: True)
     return [sys.executable, str(script)]
 
 
@@ -56,7 +56,7 @@ def test_verdict_and_exit_code_come_from_the_analysis(
     run_dir.mkdir()
     (run_dir / "want").write_text(want)
     out = io.StringIO()
-    r = Runner(resolve("demo"), run_dir, out=out, analysis_command=fake_pipeline)
+    r = ChaosRun(resolve("demo"), run_dir, out=out, analysis_command=fake_pipeline)
     r.result.quick_verdict = "ok"
     asyncio.run(r._analyze())
     r._print_verdict()
@@ -74,9 +74,9 @@ def test_verdict_and_exit_code_come_from_the_analysis(
 
 
 def test_without_the_pipeline_the_live_counts_decide(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(runner_mod, "pipeline_available", lambda: False)
+    monkeypatch.setattr(run_mod, "pipeline_available", lambda: False)
     out = io.StringIO()
-    r = Runner(resolve("demo"), tmp_path, out=out)
+    r = ChaosRun(resolve("demo"), tmp_path, out=out)
     r.result.quick_verdict = "fail"
     asyncio.run(r._analyze())
     r._print_verdict()
@@ -114,7 +114,7 @@ def test_the_quick_verdict_comes_first_and_an_analysis_that_differs_is_an_error(
         script.write_text(AGREEING_PIPELINE)
         command = [sys.executable, str(script)]
     out = io.StringIO()
-    r = Runner(resolve("demo"), run_dir, out=out, analysis_command=command)
+    r = ChaosRun(resolve("demo"), run_dir, out=out, analysis_command=command)
     r.result.quick_verdict = "ok"
     asyncio.run(r._analyze())
     r._print_verdict()

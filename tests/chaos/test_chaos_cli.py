@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from rmqlab.chaos.__main__ import main, resolve
-from rmqlab.chaos.experiment import ExperimentError
-from rmqlab.chaos.tally import LogTailer, RunTally, progress_line
 from rmqlab.cli import CHAOS_SHELVES, shipped
+from rmqlab.lab.experiment import ExperimentError
+from rmqlab.lab.tally import LogTailer, RunTally, progress_line
 
 EXPECTED_SHIPPED = {
     "demo",

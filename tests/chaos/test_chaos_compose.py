@@ -208,7 +208,7 @@ def test_every_command_is_accepted_by_the_roles_own_parser() -> None:
     assert args.node == f"consumer-{HOSTNAME}" and HOSTNAME in args.log_file  # unique per replica
     admin = [c for c in commands(doc["services"]["setup"]) if c[0] == "rmq-admin"]
     assert len(admin) == 2
-    from rmqlab.chaos.admin import build_parser
+    from rmqlab.chaos.admin_main import build_parser
 
     for argv in admin:
         a = build_parser().parse_args(argv[1:])
@@ -369,6 +369,7 @@ def test_dockerignore_keeps_only_the_sources_and_wheels() -> None:
         "pipeline",
         "sim",
         "proxy",
+        "lab",
         "wheels",
     }
 

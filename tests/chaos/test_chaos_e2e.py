@@ -1,5 +1,5 @@
 """A short experiment end to end with real processes: name server, two brokers, a producer, three
-consumers, a SIGKILL of a consumer, a pause, added latency through the fault proxy and a broker-side
+consumers, a SIGKILL of a consumer, a pause, added latency through the fault relay and a broker-side
 request fault. The run directory must hold every process's events and a manifest, and nothing may be
 left running afterwards."""
 
@@ -126,7 +126,7 @@ def test_short_experiment_with_a_consumer_sigkill(tmp_path: Path) -> None:
     }
     assert len(sent) == 360 and sent <= consumed
 
-    # the fault reached the broker, the latency went through consumer-1's own proxy
+    # the fault reached the broker, the latency went through consumer-1's own relay
     [fault] = [e for e in nemesis if e["action"] == "fault"]
     assert isinstance(fault["fault_id"], int) and fault["request_code"] == 11
     assert any(e["event"] == "fault_injected" for e in files["broker-a.jsonl"])
@@ -136,16 +136,16 @@ def test_short_experiment_with_a_consumer_sigkill(tmp_path: Path) -> None:
     assert manifest["nodes"]["consumer-2"]["returncode"] == -9
     assert manifest["seed"] == 5 and manifest["drained"] is True
     assert set(manifest["ports"]) == {"namesrv", "broker-a", "broker-b"}
-    proxies = manifest["nodes"]["consumer-1"]["proxies"]
-    assert proxies["brokers"]["broker-b"]["accepted"] >= 1 and proxies["namesrv"]["accepted"] >= 1
-    assert "proxies" not in manifest["nodes"]["consumer-3"]
+    relays = manifest["nodes"]["consumer-1"]["relays"]
+    assert relays["brokers"]["broker-b"]["accepted"] >= 1 and relays["namesrv"]["accepted"] >= 1
+    assert "relays" not in manifest["nodes"]["consumer-3"]
     for info in manifest["nodes"].values():  # the manifest names files that are there
         for rel in [*info["log_files"], info["out_file"]]:
             assert (run_dir / rel).is_file(), rel
     assert not (run_dir / "run").exists()
 
     # and the analysis' own definitions (EVENTS.md, plain-Python reference) find nothing wrong
-    reference = pytest.importorskip("rmqlab.pipeline.reference")
+    reference = pytest.importorskip("rmqlab.pipeline.metrics_reference")
     summary = reference.summarize_run(run_dir)
     group = summary["groups"]["GID_e2e"]
     assert group["lost"] == 0 and group["sent"] == 360

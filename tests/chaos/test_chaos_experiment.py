@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from kit.chaos import line_of, problems
 
-from rmqlab.chaos import experiment as ex
+from rmqlab.lab import experiment as ex
+from rmqlab.lab import schedule
 
 BASE = """\
 name = "t"
@@ -257,7 +258,7 @@ def test_load_reports_unreadable_file(tmp_path: Path) -> None:
         ex.load(tmp_path / "missing.toml")
 
 
-def test_partition_direction_and_which_nodes_need_a_fault_proxy() -> None:
+def test_partition_direction_and_which_nodes_need_a_fault_relay() -> None:
     text = BASE + (
         '[[nemesis]]\naction = "blackhole"\ntarget = "consumer-1"\nbroker = "broker-a"\n'
         'direction = "out"\nat = 10\n'
@@ -298,12 +299,12 @@ def test_partitions_between_any_two_nodes_and_loss_are_the_kernels_to_do() -> No
         (60, "heal", "broker-a", {"broker": "namesrv"}),
         (60, "heal", "consumer-2", {"broker": "broker-b"}),
     ]
-    # the proxy does a client's link to a server, both ways, without loss: the rest is the kernel's
+    # the relay does a client's link to a server, both ways, without loss: the rest is the kernel's
     assert exp.kernel_only_network_faults() == [
         "blackhole broker-a (a link between broker-a and namesrv)",
         "loss consumer-2 (direction=in, packet loss)",
     ]
-    # only clients get fault proxies, and only for what the proxy does
+    # only clients get fault relays, and only for what the relay does
     assert exp.network_targets(("latency", "reset")) == set()
     assert exp.network_targets() == {"broker-a", "consumer-2", "consumer-3", "consumer-4"}
 
@@ -367,7 +368,7 @@ def test_a_random_target_is_one_the_schedule_left_able_to_take_the_action() -> N
 def test_a_schedule_whose_random_picks_all_fit_is_drawn_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     fits = BASE + NEMESES  # random pauses of four running consumers
     drawn = ex.parse(fits).schedule()
-    monkeypatch.setattr(ex, "live_random_targets", lambda steps, exp: steps)
+    monkeypatch.setattr(schedule, "live_random_targets", lambda steps, nodes, seed: steps)
     assert drawn == ex.parse(fits).schedule()
     assert ex.parse(BASE + RANDOM_KILLS).schedule() != drawn  # (the stand-in above draws differently)
 
@@ -388,7 +389,7 @@ def test_unfit_steps_follow_the_supervisors_rules() -> None:
         step(32, "restart", "consumer-2"),  # a restart takes a node in any state
         step(33, "start", "consumer-3"),  # running
     ]
-    assert [(s.t, state) for s, state in ex.unfit_steps(steps)] == [
+    assert [(s.t, state) for s, state in schedule.unfit_steps(steps)] == [
         (12, "running"),
         (25, "down"),
         (33, "running"),

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from kit.chaos import fake_checkout, line_of, problems
 
-from rmqlab.chaos import experiment as ex
 from rmqlab.chaos import realclients
 from rmqlab.chaos.__main__ import main, resolve
-from rmqlab.chaos.cluster import LocalCluster
+from rmqlab.chaos.process_cluster import LocalCluster
 from rmqlab.chaos.realclients import RealClients, check_environment
 from rmqlab.chaos.supervisor import Member, Supervisor, SupervisorError
-from rmqlab.chaos.tally import RunTally
+from rmqlab.lab import experiment as ex
+from rmqlab.lab.tally import RunTally
 
 DRIVERS = ("cpp_consumer.py", "js/consumer.js")
 MIXED = """\
@@ -102,7 +102,7 @@ def test_network_nemeses_cannot_target_real_clients() -> None:
     text = MIXED + '\n[[nemesis]]\naction = "latency"\ntarget = "consumer:all"\nms = 5\nat = 5\n'
     [(line, msg)] = problems(text)
     assert line == line_of(text, 'target = "consumer:all"')
-    assert "fault proxy" in msg and "consumer-2, consumer-3" in msg
+    assert "fault relay" in msg and "consumer-2, consumer-3" in msg
     assert ex.parse(text.replace("consumer:all", "consumer-1"))
 
 

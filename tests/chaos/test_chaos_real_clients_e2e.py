@@ -124,6 +124,6 @@ def test_mixed_group_with_kill_restart_and_pause_of_real_clients(tmp_path: Path)
     assert manifest["native"]["namesrv"] and set(manifest["native"]["brokers"]) == {"broker-a", "broker-b"}
     assert manifest["nodes"]["consumer-3"]["incarnations"] == 2
 
-    reference = pytest.importorskip("rmqlab.pipeline.reference")
+    reference = pytest.importorskip("rmqlab.pipeline.metrics_reference")
     group = reference.summarize_run(run_dir)["groups"]["GID_mix"]
     assert group["sent"] == 200 and group["lost"] == 0, group

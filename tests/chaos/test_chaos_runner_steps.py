@@ -1,4 +1,5 @@
-"""Nemesis steps as the runner carries them out, against a cluster whose nodes are only declared."""
+"""Nemesis steps as the Runner carries them out on local processes, against a cluster whose nodes are only
+declared."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import io
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos.cluster import LocalCluster
-from rmqlab.chaos.experiment import parse
-from rmqlab.chaos.runner import Runner
+from rmqlab.chaos.process_cluster import LocalCluster
+from rmqlab.lab.experiment import parse
+from rmqlab.lab.runner import Console, Runner, RunResult
 
 EXPERIMENT = """\
 name = "t"
@@ -37,6 +38,14 @@ at = 110
 """
 
 
+class EventRecorder:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self.events.append({"event": event, **fields})
+
+
 class RecordingAdmin:
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -54,15 +63,14 @@ async def test_broker_actions_on_a_broker_that_is_not_running_are_skipped_withou
 ) -> None:
     exp = parse(EXPERIMENT)
     out = io.StringIO()
-    runner = Runner(exp, tmp_path / "run", analyze=False, out=out)
     cluster = LocalCluster(tmp_path / "run", time_scale=exp.time_scale)
     admin = RecordingAdmin()
     cluster.admin = admin  # type: ignore[assignment]
     cluster.add_broker("broker-a")
     cluster.brokers["broker-a"] = "10.9.0.11:10911"  # where it was before it was killed
     cluster.sup.member("broker-a").state = "exited"
-    runner.cluster = cluster
-    runner._t0 = 0.0
+    events = EventRecorder()
+    runner = Runner(exp, cluster, events, RunResult(tmp_path / "run"), console=Console(out))
     try:
         for step in exp.schedule():
             await runner.execute(step)
@@ -71,8 +79,16 @@ async def test_broker_actions_on_a_broker_that_is_not_running_are_skipped_withou
             "broker-a is not running (exited)",
             "broker-a is not running (exited)",
         ]
+        assert [e["event"] for e in events.events] == ["nemesis_skipped", "nemesis_skipped"]
         cluster.sup.member("broker-a").state = "running"
         await runner.execute(exp.schedule()[1])
         assert admin.calls == ["policy_set"]
+        assert events.events[-1] == {
+            "event": "nemesis",
+            "action": "policy",
+            "target": "broker-a",
+            "target_role": "broker",
+            "release_locks_on_close": True,
+        }
     finally:
         cluster.sup.close()

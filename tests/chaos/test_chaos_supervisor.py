@@ -232,7 +232,7 @@ def test_a_relative_run_directory_keeps_every_file_one_level_deep(
 def test_a_durable_broker_of_a_relative_run_directory_gets_an_absolute_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rmqlab.chaos.cluster import LocalCluster
+    from rmqlab.chaos.process_cluster import LocalCluster
 
     monkeypatch.chdir(tmp_path)
     cluster = LocalCluster("runs/rel", time_scale=0.05)

@@ -1,6 +1,6 @@
 """Apache's RocketMQ 5 clients as lab consumers (``client = "py5"`` / ``"js5"``): their validation, the
 environment check, and how the cluster starts them and rmq-proxy (no processes here; the end-to-end run is
-tests/interop/test_v5_clients.py and the shipped v5-pop-kill experiment)."""
+tests/interop/test_interop_v5_clients.py and the shipped v5-pop-kill experiment)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from kit.chaos import fake_checkout, line_of, problems
 
-from rmqlab.chaos import experiment as ex
-from rmqlab.chaos.cluster import PROXY_NODE, LocalCluster
+from rmqlab.chaos.process_cluster import PROXY_NODE, LocalCluster
 from rmqlab.chaos.realclients import RealClients, check_environment
+from rmqlab.lab import experiment as ex
 
 V5 = """\
 name = "v5"

@@ -7,10 +7,10 @@ import argparse
 import pytest
 
 from rmqlab.client.cli_common import add_config_args, layered_settings
-from rmqlab.client.config import ConfigError, ConsumerConfig, ProducerConfig
+from rmqlab.client.client_config import ConfigError, ConsumerConfig, ProducerConfig
 from rmqlab.client.consumer_base import normalize_enums
+from rmqlab.protocol.clock import TimeScale
 from rmqlab.protocol.model import ConsumeFromWhere, MessageModel
-from rmqlab.protocol.runtime import TimeScale
 
 
 def test_rocketmq_defaults() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.client_config import ConsumerConfig
 from rmqlab.client.group_state import (
     GroupState,
     StartKind,

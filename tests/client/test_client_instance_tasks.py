@@ -7,7 +7,7 @@ import asyncio
 import gc
 import warnings
 
-from rmqlab.client.config import ClientConfig
+from rmqlab.client.client_config import ClientConfig
 from rmqlab.client.instance import MQClientInstance
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.client_config import ConsumerConfig
 from rmqlab.client.errors import MQBrokerError, MQClientError, OffsetNotFoundError
 from rmqlab.client.instance import InstanceOffsetApi
 from rmqlab.client.offset_store import (

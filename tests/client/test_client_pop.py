@@ -1,7 +1,7 @@
 """The RocketMQ 5 push consumer with clientRebalance = false: the broker assigns the queues
 (QUERY_ASSIGNMENT), POP queues are popped and acked, failures change the invisible time, and a crashed
 consumer's in-flight messages come back to the others after the invisible time. Real sockets, time scale
-0.05; plus the sans-IO decisions of client/pop.py."""
+0.05; plus the sans-IO decisions of client/pop_core.py."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from kit import wait_until
 from kit.cluster import Cluster, crash
 
-from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.client_config import ConsumerConfig
 from rmqlab.client.consume import ConsumeConcurrentlyStatus
-from rmqlab.client.pop import (
+from rmqlab.client.pop_core import (
     POP_DELAY_LEVEL_S,
     PopProcessQueue,
     change_invisible_delay_s,
@@ -23,7 +23,7 @@ from rmqlab.client.pop import (
     split_assignments,
 )
 from rmqlab.protocol.model import Message, MessageQueue
-from rmqlab.protocol.pop import PROPERTY_POP_CK, ExtraInfo
+from rmqlab.protocol.pop_receipt import PROPERTY_POP_CK, ExtraInfo
 
 FIVE = {**ConsumerConfig.rocketmq5(), "client_rebalance": False, "consume_from_where": "first"}
 

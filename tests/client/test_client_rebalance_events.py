@@ -6,7 +6,7 @@ import hashlib
 import json
 
 from rmqlab.client.group_state import cid_all_digest, member_set, rebalance_event_fields
-from rmqlab.protocol.runtime import EventLog
+from rmqlab.protocol.event_log import EventLog
 from tests.client.test_client_rebalance_impl import FakeGroupApi, Rig, mq
 
 

@@ -13,18 +13,19 @@ from typing import Any
 import pytest
 from kit.broker import RecordingLog
 
-from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.client_config import ConsumerConfig
 from rmqlab.client.consumer_base import normalize_enums
 from rmqlab.client.group_state import GroupState
 from rmqlab.client.offset_store import ReadOffsetType
 from rmqlab.client.process_queue import ProcessQueue, PullRequest
 from rmqlab.client.rebalance import RebalanceLitePullImpl, RebalancePushImpl, RebalanceService
 from rmqlab.protocol.allocate import get_strategy
+from rmqlab.protocol.clock import ManualClock
 from rmqlab.protocol.codes import RequestCode
 from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import ConsumeType, Message, MessageQueue
 from rmqlab.protocol.remoting import RemotingClient
-from rmqlab.protocol.runtime import EventLog, ManualClock
 
 
 class FakeGroupApi:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from test_client_rebalance_impl import Rig
 
-from rmqlab.client.config import ConsumerConfig
+from rmqlab.client.client_config import ConsumerConfig
 from rmqlab.client.group_state import (
     AllocationFailed,
     DropReason,

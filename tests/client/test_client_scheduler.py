@@ -10,8 +10,8 @@ from typing import Any
 from rmqlab.client.process_queue import ProcessQueue, PullRequest
 from rmqlab.client.pull_service import PullMessageService
 from rmqlab.client.scheduler import SingleThreadScheduler, Wakeup
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import MessageQueue
-from rmqlab.protocol.runtime import EventLog
 
 
 async def test_tasks_run_one_at_a_time_and_a_slow_one_delays_the_others() -> None:

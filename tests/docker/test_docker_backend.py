@@ -15,7 +15,7 @@ import pytest
 from kit.docker import chaos_run, figures, host_rules_mentioning, leftovers, partition_figures, shortened
 
 from rmqlab.chaos.container import ImageInfo
-from rmqlab.pipeline.reference import summarize_run
+from rmqlab.pipeline.metrics_reference import summarize_run
 
 ROUND_S = 20.0  # one rebalance round of RocketMQ time
 # A silent channel expiry counts from the paused consumer's last heartbeat (every 30 s), whose phase
@@ -77,10 +77,10 @@ def test_processes_and_containers_give_the_same_answers(name: str, image: ImageI
             if '"nemesis"' in line
         ]
         via = {e["action"]: e.get("via") for e in nemesis if e["event"] == "nemesis"}
-        # the kernel's partition; the latency by netem where the kernel has it, else by the fault proxy
+        # the kernel's partition; the latency by netem where the kernel has it, else by the fault relay
         # (as here: this project's kernels have no netem, and the probe says so)
         c = manifest["docker"]["containers"]
-        assert via["latency"] == ("netem" if c["netem"] else "proxy") and via["blackhole"] == "iptables"
+        assert via["latency"] == ("netem" if c["netem"] else "relay") and via["blackhole"] == "iptables"
         assert c["netem"] or c["netem_probe"].startswith("this kernel refuses a netem qdisc"), c
         assert [(f["action"], f["via"]) for f in c["network_faults"]] == [
             ("latency", via["latency"]),

@@ -220,7 +220,7 @@ def test_kernel_faults_without_root_are_refused_before_anything_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rmqlab.chaos import container
-    from rmqlab.chaos.experiment import parse
+    from rmqlab.lab.experiment import parse
 
     exp = parse(with_nemesis('action = "loss"\ntarget = "consumer-1"\npercent = 20\nat = 50\n'))
     monkeypatch.setattr(container.os, "geteuid", lambda: 1000)
@@ -272,15 +272,15 @@ async def test_rules_go_where_the_packets_pass_and_heal_removes_exactly_them(tmp
     cluster.brokers = {b: f"{ip[b]}:10911" for b in ("broker-a", "broker-b")}
     cluster.namesrv = f"{ip['namesrv']}:9876"
 
-    class Proxy:
+    class Relay:
         def __init__(self, address: str) -> None:
             self.address = address
 
-    class Links:  # consumer-3's fault proxies on the gateway, one per server
+    class Links:  # consumer-3's fault relays on the gateway, one per server
         namesrv_address = "10.9.0.1:40000"
 
-        def select(self, peer: str) -> list[Proxy]:
-            return [Proxy({"namesrv": "10.9.0.1:40000", "broker-a": "10.9.0.1:40001"}[peer])]
+        def select(self, peer: str) -> list[Relay]:
+            return [Relay({"namesrv": "10.9.0.1:40000", "broker-a": "10.9.0.1:40001"}[peer])]
 
         def apply(self, action: str, peer: str) -> list[str]:
             healed.append(peer)
@@ -306,8 +306,8 @@ async def test_rules_go_where_the_packets_pass_and_heal_removes_exactly_them(tmp
         calls.clear()
         await cluster.apply_network("consumer-1", "blackhole", "broker-b", direction="out")
         assert calls == [("consumer-1", "-A", ["OUTPUT", "-d", ip["broker-b"], "-j", "DROP"])]
-        # a broker's link to a client that reaches it through a proxy on the gateway: cut in the
-        # client's namespace, on the proxy's address, with in and out seen from the client
+        # a broker's link to a client that reaches it through a relay on the gateway: cut in the
+        # client's namespace, on the relay's address, with in and out seen from the client
         calls.clear()
         await cluster.apply_network("broker-a", "blackhole", "consumer-3", direction="out")
         assert calls == [
@@ -333,10 +333,10 @@ async def test_rules_go_where_the_packets_pass_and_heal_removes_exactly_them(tmp
         await cluster.apply_network("broker-a", "heal", "all")
         assert [op for _, op, _ in calls[1:]] == ["-D", "-D"] and not cluster.network_faulty("broker-a")
         await cluster.apply_network("consumer-3", "heal", "broker-a")
-        assert healed == ["broker-a"]  # the proxy's faults of that link
+        assert healed == ["broker-a"]  # the relay's faults of that link
         with pytest.raises(ValueError, match="no link to 'broker-z'"):
             await cluster.apply_network("consumer-2", "blackhole", "broker-z")
-        with pytest.raises(ValueError, match="no fault proxy for latency"):
+        with pytest.raises(ValueError, match="no fault relay for latency"):
             await cluster.apply_network("consumer-2", "latency", "broker-a", ms=5)
     finally:
         cluster.sup.close()

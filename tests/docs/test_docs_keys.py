@@ -10,6 +10,7 @@ the parser dropped it, fails here.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import re
 from pathlib import Path
@@ -65,7 +66,7 @@ def page_keys(path: Path) -> set[str]:
 
 
 def parser_keys() -> set[str]:
-    exp = sibling_module("rmq-chaos", "experiment")
+    exp = importlib.import_module("rmqlab.lab.experiment")
     sim = sibling_module("rmq-sim", "experiment")
     dist = sibling_module("rmq-sim", "dist")
     keys = experiment_keys(inspect.getsource(exp))
@@ -81,7 +82,7 @@ def sweep_keys() -> set[str]:
 
 
 def test_the_parser_scan_finds_the_keys() -> None:
-    keys = experiment_keys(inspect.getsource(sibling_module("rmq-chaos", "experiment")))
+    keys = experiment_keys(inspect.getsource(importlib.import_module("rmqlab.lab.experiment")))
     # a few of every kind: top level, tables, arrays of tables, nemesis parameters, a loop's keys
     assert {"duration", "cluster", "consumers", "nemesis", "jitter_ms", "release_locks_on_close"} <= keys
     assert len(keys) >= 50

@@ -6,9 +6,10 @@
 - ``kit.docker``: the container tests' pieces (rmq-chaos on the docker backend, what a run left behind).
 - ``kit.native_wire``: RocketMQ native frames built from the Java layouts, independent of protocol.native.
 - ``kit.interop``: processes for the real-client interop tests.
+- ``kit.lab_fakes``: a fake-clock event loop and a fake Backend, to watch the lab's Runner decide.
 - ``kit.handmade``, ``kit.pipeline_cases``, ``kit.pipeline``: hand-made event logs with their expected
   analysis, and the Spark summary of a run.
-- ``wait_until``: poll a condition spread over several components. ``protocol.runtime.ManualClock`` is the
+- ``wait_until``: poll a condition spread over several components. ``protocol.clock.ManualClock`` is the
   hand-moved clock.
 """
 

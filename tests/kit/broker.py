@@ -8,9 +8,9 @@ from typing import Any
 
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import ConsumerData, HeartbeatData, MessageModel, SubscriptionData
 from rmqlab.protocol.remoting import Connection, RemotingClient
-from rmqlab.protocol.runtime import EventLog
 
 
 class RecordingLog(EventLog):

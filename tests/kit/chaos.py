@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rmqlab.chaos import experiment as ex
+from rmqlab.lab import experiment as ex
 
 STANDIN = textwrap.dedent(
     '''
@@ -127,7 +127,7 @@ def run_experiment(tmp_path: Path, text: str) -> tuple[int, Path, str]:
 
 
 def problems(text: str) -> list[tuple[int | None, str]]:
-    """The (line, message) problems ``chaos.experiment.parse`` refuses an experiment text with."""
+    """The (line, message) problems ``lab.experiment.parse`` refuses an experiment text with."""
     with pytest.raises(ex.ExperimentError) as info:
         ex.parse(text, source="x.toml")
     return info.value.problems

@@ -12,18 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rmqlab.broker.config import BrokerConfig, NamesrvConfig
 from rmqlab.broker.controller import BrokerController
 from rmqlab.broker.namesrv import NamesrvController
+from rmqlab.broker.server_config import BrokerConfig, NamesrvConfig
 from rmqlab.client.instance import MQClientManager
 from rmqlab.client.producer import Producer
 from rmqlab.client.push_consumer import PushConsumer
 from rmqlab.protocol.allocate import get_strategy, sort_cid_all, sort_mq_all
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import MessageQueue
 from rmqlab.protocol.remoting import RemotingClient
-from rmqlab.protocol.runtime import EventLog
 
 SCALE = 0.05  # 20 s rebalance -> 1 s, 30 s heartbeat -> 1.5 s, 60 s broker lock -> 3 s
 # The request deadlines of the tests' producer, in wall seconds at any scale. RocketMQ's 3 s (sendMsgTimeout,

@@ -15,7 +15,7 @@ __all__ = ["analyse", "check_case", "first_difference"]
 def analyse(spark: Any, run_dir: Path) -> dict[str, Any]:
     """summary.json of a JSON-lines run directory, computed by the Spark pipeline."""
     from rmqlab.pipeline.ingest import load_json_run
-    from rmqlab.pipeline.metrics import Analysis
+    from rmqlab.pipeline.metrics_spark import Analysis
 
     run = load_json_run(spark, run_dir)
     analysis = Analysis(run.events, run.stats)

@@ -10,7 +10,7 @@ import pytest
 from kit.handmade import EXPECTED_CONVERGENCE, EXPECTED_GROUP, EXPECTED_RUN, RUN
 from kit.pipeline import analyse
 
-from rmqlab.pipeline.reference import summarize_run
+from rmqlab.pipeline.metrics_reference import summarize_run
 from rmqlab.pipeline.synth import write_run
 
 

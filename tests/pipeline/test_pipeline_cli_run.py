@@ -16,7 +16,7 @@ from kit.handmade import EXPECTED_GROUP, RUN
 from rmqlab.pipeline.__main__ import main
 from rmqlab.pipeline.availability_reference import summarize_run
 from rmqlab.pipeline.availability_reference import summarize_run as full_summary
-from rmqlab.pipeline.reference import summarize_run as contract_summary
+from rmqlab.pipeline.metrics_reference import summarize_run as contract_summary
 from rmqlab.pipeline.synth import chaotic_run, realistic_run, write_run
 
 

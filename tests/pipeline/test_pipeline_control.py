@@ -11,7 +11,7 @@ from kit.pipeline_cases import CASES, Case, write_case_files
 
 from rmqlab.pipeline import control
 from rmqlab.pipeline.contract import CID_ALL, CID_ALL_DIGEST, STR_LIST, has_type, is_digest, queue_key
-from rmqlab.pipeline.reference import load_run
+from rmqlab.pipeline.metrics_reference import load_run
 
 OWNERSHIP = ("overlap_ms", "orphan_ms", "stalled_ms")
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kit.pipeline import analyse, first_difference
 
-from rmqlab.pipeline.reference import summarize_run
+from rmqlab.pipeline.metrics_reference import summarize_run
 from rmqlab.pipeline.synth import chaotic_run, merge_runs, realistic_run, write_run
 
 pytestmark = pytest.mark.spark

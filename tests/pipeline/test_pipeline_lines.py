@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rmqlab.pipeline.discover import RunDirError, discover
-from rmqlab.pipeline.reference import load_run, parse_line
+from rmqlab.pipeline.metrics_reference import load_run, parse_line
 from rmqlab.pipeline.synth import MALFORMED_LINES
 
 BASE = {"ts_ms": 5, "event": "log", "node": "n", "role": "broker"}

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kit.pipeline_cases import Builder, write_case_files
 
-from rmqlab.pipeline.pop_metrics import idle_ms, main, mode_metrics
-from rmqlab.pipeline.reference import load_run
+from rmqlab.pipeline.metrics_reference import load_run
+from rmqlab.pipeline.pop_reference import idle_ms, main, mode_metrics
 
 BROKER = "broker-b"
 

@@ -8,7 +8,7 @@ import pytest
 from kit.pipeline import check_case
 from kit.pipeline_cases import CASES, Case, write_case_files
 
-from rmqlab.pipeline.reference import summarize_run
+from rmqlab.pipeline.metrics_reference import summarize_run
 
 
 @pytest.mark.parametrize("c", CASES, ids=[c.name for c in CASES])

@@ -41,7 +41,7 @@ def test_the_plot_data_and_the_written_account_import_without_matplotlib() -> No
     code = (
         "import sys\n"
         "import rmqlab.pipeline.report_data, rmqlab.pipeline.report_story\n"
-        "import rmqlab.pipeline.small_runs, rmqlab.pipeline.runs, rmqlab.pipeline.reference\n"
+        "import rmqlab.pipeline.small_runs, rmqlab.pipeline.runs, rmqlab.pipeline.metrics_reference\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

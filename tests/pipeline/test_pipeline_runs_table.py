@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos.experiment import parse
+from rmqlab.lab.experiment import parse
 from rmqlab.pipeline.contract import GROUP_METRICS
 from rmqlab.pipeline.discover import RunDir
 from rmqlab.pipeline.runs import RootResult, metric_plots, render_index, table_rows

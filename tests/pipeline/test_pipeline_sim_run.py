@@ -12,7 +12,7 @@ import pytest
 from rmqlab.pipeline.__main__ import main
 from rmqlab.pipeline.availability_reference import summarize_run
 from rmqlab.sim.__main__ import resolve
-from rmqlab.sim.cluster import SimCluster
+from rmqlab.sim.sim_cluster import SimCluster
 
 
 @pytest.mark.spark

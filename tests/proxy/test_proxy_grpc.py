@@ -16,9 +16,9 @@ from kit.cluster import Cluster
 
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.remoting import RemotingClient
-from rmqlab.protocol.runtime import EventLog
-from rmqlab.proxy.config import ProxyConfig
+from rmqlab.proxy.proxy_config import ProxyConfig
 from rmqlab.proxy.server import ProxyServer
 from rmqlab.proxy.v5 import Code, MessagingServiceStub, aio, pb, svc
 

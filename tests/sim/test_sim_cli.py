@@ -274,7 +274,7 @@ def test_the_shipped_hours_random_kills_and_gc_pauses_all_find_a_node_they_can_a
     # sim-scale.toml's hour: random kills every 60 s, restarts in turn, random GC pauses. Drawn from the
     # whole group, 5 of its 2,179 actions named a consumer an earlier kill had left down; drawn from the
     # nodes the schedule leaves in the right state, none does.
-    from rmqlab.sim.experiment import load
+    from rmqlab.sim.sim_table import load
 
     root = Path(__file__).resolve().parents[2]
     steps = load(root / "sim" / "experiments" / "sim-scale.toml").schedule()

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from rmqlab.chaos.experiment import ExperimentError
-from rmqlab.sim.cluster import SimCluster
-from rmqlab.sim.experiment import parse
+from rmqlab.lab.experiment import ExperimentError
+from rmqlab.sim.sim_cluster import SimCluster
+from rmqlab.sim.sim_table import parse
 
 EXPERIMENT = """\
 name = "sim-newer-nemeses"

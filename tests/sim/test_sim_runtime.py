@@ -22,7 +22,6 @@ from rmqlab.protocol.remoting import (
     RemotingServer,
     RemotingTimeoutError,
 )
-from rmqlab.sim.cluster import GarbageCollector
 from rmqlab.sim.dist import Distribution, parse_distribution
 from rmqlab.sim.loop import (
     CURRENT,
@@ -33,6 +32,7 @@ from rmqlab.sim.loop import (
     VirtualProcess,
 )
 from rmqlab.sim.network import Network
+from rmqlab.sim.sim_cluster import GarbageCollector
 
 
 def run(

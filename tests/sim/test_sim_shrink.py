@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rmqlab.chaos import experiment as chaos_experiment
-from rmqlab.sim.experiment import SimExperiment, load
+from rmqlab.lab import experiment as lab_experiment
 from rmqlab.sim.shrink import Shrinker, failing_kinds, size
+from rmqlab.sim.sim_table import SimExperiment, load
 from tests.sim.test_sim_cli import rmq_sim
 
 # The seed articles' mistake (members of one group subscribing to different topics loses messages)
@@ -88,7 +88,7 @@ def test_a_failing_run_shrinks_to_a_smaller_file_that_still_fails(tmp_path: Path
     assert small["seed"] == 7 and small["name"] == "mixed-subscriptions-churn-shrunk"
     # both tools load the file
     load(tmp_path / "small.toml")
-    chaos_experiment.load(tmp_path / "small.toml")
+    lab_experiment.load(tmp_path / "small.toml")
     # and run again it fails the same check
     r = rmq_sim("run", "small.toml", "--out", "again", "--no-analyze", "--quiet", cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from rmqlab.chaos.experiment import ExperimentError
+from rmqlab.lab.experiment import ExperimentError
 from rmqlab.sim.__main__ import main
-from rmqlab.sim.experiment import parse
+from rmqlab.sim.sim_table import parse
 from rmqlab.sim.sweep import load_sweep, parse_sweep, to_toml
 from rmqlab.sim.sweep_run import Progress, SweepMismatch, prepare, task_batches
 
@@ -217,7 +217,7 @@ def _rebalances(run_dir: Path) -> int:
 
 
 def test_sim_client_and_rocketmq5_reach_the_simulated_consumers(tmp_path: Path) -> None:
-    from rmqlab.sim.cluster import SimCluster
+    from rmqlab.sim.sim_cluster import SimCluster
 
     def run(extra: str, name: str) -> Path:
         sx = parse(RUN + extra, source=f"{name}.toml")

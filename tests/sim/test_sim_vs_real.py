@@ -2,9 +2,9 @@
 dictate and with the same experiments run as real processes on this project's lab.
 
 ``real_runs.json`` holds the real-process results (``rmq-chaos run NAME --no-analyze``, then
-``pipeline.reference``) of one run of each, kept because the real runs take minutes; the README has the
-whole comparison. Only what does not depend on OS noise is compared: the verdict, whether anything was
-lost, and when the group takes over the victim's queues, which RocketMQ's timers fix:
+``pipeline.metrics_reference``) of one run of each, kept because the real runs take minutes; the
+README has the whole comparison. Only what does not depend on OS noise is compared: the verdict, whether
+anything was lost, and when the group takes over the victim's queues, which RocketMQ's timers fix:
 
 - a kill is seen at once (the connection closes, the broker sends NOTIFY): well within one 20 s round;
 - an orderly consumer's queues wait for the broker's 60 s lock to lapse, counted from its last renewal
@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from rmqlab.pipeline.reference import summarize_run
+from rmqlab.pipeline.metrics_reference import summarize_run
 from rmqlab.sim.__main__ import resolve
-from rmqlab.sim.cluster import SimCluster
+from rmqlab.sim.sim_cluster import SimCluster
 
 REAL: dict[str, dict[str, Any]] = json.loads((Path(__file__).parent / "real_runs.json").read_text())
 SCALE = 0.05  # the five experiments' time_scale: timer bounds below are in their wall milliseconds

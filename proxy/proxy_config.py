@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rmqlab.protocol.runtime import TimeScale
+from rmqlab.protocol.clock import TimeScale
 from rmqlab.proxy import convert
 
 

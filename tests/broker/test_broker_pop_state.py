@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rmqlab.broker.pop import REVIVE_DELAY_MS, AckResult, PopCheckPoint, PopState
-from rmqlab.protocol.pop import ExtraInfo, bitset_indices, offset_info, pop_retry_topic, real_topic
+from rmqlab.broker.pop_state import REVIVE_DELAY_MS, AckResult, PopCheckPoint, PopState
+from rmqlab.protocol.pop_receipt import ExtraInfo, bitset_indices, offset_info, pop_retry_topic, real_topic
 
 KEY = ("g", "T", 0)
 

@@ -4,7 +4,7 @@
 secretKey, an optional whiteRemoteAddress, an admin flag, default topic and group permissions and
 per-topic / per-group ones. Every request on both ports is then checked as RocketMQ checks it:
 a whitelisted address passes; otherwise the request must name a known accessKey, carry its valid
-signature (``protocol.acl``) and hold the permission its resources need; admin-only codes need an
+signature (``protocol.acl_signing``) and hold the permission its resources need; admin-only codes need an
 admin account. A refusal is NO_PERMISSION with RocketMQ's message as the remark.
 
 RocketMQ 4.9 has no POP codes; for them the resources are RocketMQ 5's (``develop``: the
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rmqlab.protocol.acl import SignedContent, cal_signature, msgpack_signed_content
+from rmqlab.protocol.acl_signing import SignedContent, cal_signature, msgpack_signed_content
 from rmqlab.protocol.codes import ADMIN_CODE_RANGE, RequestCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.model import is_retry_topic, retry_topic

@@ -1,7 +1,7 @@
 """Broker and name-server configuration: one frozen dataclass per role with RocketMQ's defaults.
 
 Every interval and timeout is given in RocketMQ's milliseconds and read through ``scaled``
-(``protocol.runtime.TimeScale``, as the client configuration does) so that a single ``time_scale`` speeds
+(``protocol.clock.TimeScale``, as the client configuration does) so that a single ``time_scale`` speeds
 the whole process up without changing the ratios between its timers.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rmqlab.protocol.clock import TimeScale
 from rmqlab.protocol.command import DEFAULT_MAX_FRAME_BYTES
-from rmqlab.protocol.runtime import TimeScale
 
 # RocketMQ's messageDelayLevel: "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
 DELAY_LEVELS_MS: tuple[int, ...] = (
@@ -45,7 +45,7 @@ class BrokerConfig:
     host: str = "127.0.0.1"
     port: int = 10911
     # Port published in the route (REGISTER_BROKER brokerAddr) when it differs from the listening port,
-    # e.g. a fault proxy in front of the broker. None: the listening port.
+    # e.g. a fault relay in front of the broker. None: the listening port.
     advertised_port: int | None = None
     time_scale: float = 1.0
     store_dir: str | None = None

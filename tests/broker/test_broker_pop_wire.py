@@ -13,7 +13,7 @@ from kit import wait_until
 from kit.native_wire import NativePeer, decode_messages, json_frame
 
 from rmqlab.protocol.codes import RequestCode, ResponseCode
-from rmqlab.protocol.pop import PROPERTY_POP_CK, ExtraInfo
+from rmqlab.protocol.pop_receipt import PROPERTY_POP_CK, ExtraInfo
 
 
 async def pop(

@@ -21,22 +21,22 @@ sense simulated::
     every = 30                # or at = [...], or random = N (with from/until)
     pause_s = { dist = "exponential", mean = 2 }
 
-Everything else is checked by ``chaos.experiment`` with its own messages and line numbers; what the
-simulator cannot run (real clients, a durable store, ``[acl]``) is an error here, before anything starts.
+The table is checked in the same pass as the rest of the file (``SIM_TABLE``, the parser's extension for
+it), with the same ``file:line`` messages; what the simulator cannot run (real clients, a durable store,
+``[acl]``) is an error there too, before anything starts.
 """
 
 from __future__ import annotations
 
 import random
-import re
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos import experiment as chaos_experiment
-from rmqlab.chaos.experiment import Experiment, ExperimentError, Step
-from rmqlab.client.config import ConfigError, ConsumerConfig
+from rmqlab.client.client_config import ConfigError, ConsumerConfig
+from rmqlab.lab import experiment as lab_experiment
+from rmqlab.lab.experiment import Experiment, ExperimentError, Problems
+from rmqlab.lab.schedule import NemesisSpec, Step, candidates, nemesis_times, pick_targets
 from rmqlab.sim.dist import Distribution, parse_distribution
 from rmqlab.sim.wire import WIRES
 
@@ -72,6 +72,8 @@ class GcSpec:
 
 @dataclass(frozen=True)
 class SimSettings:
+    """The ``[sim]`` table, checked."""
+
     latency_ms: Distribution = DEFAULT_LATENCY
     consume_ms: Distribution | None = None
     digest_over: int = DEFAULT_DIGEST_OVER
@@ -89,6 +91,10 @@ class SimSettings:
         the [sim.client] table (which may override one of them)."""
         return {**(ConsumerConfig.rocketmq5() if self.rocketmq5 else {}), **dict(self.client)}
 
+    def steps(self, exp: Experiment) -> list[Step]:
+        """The GC pauses, as the experiment's schedule takes them."""
+        return gc_steps(exp, self)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "rocketmq5": self.rocketmq5,
@@ -103,76 +109,71 @@ class SimSettings:
         }
 
 
+class SimTable:
+    """The ``[sim]`` table as the experiment parser's extension, and what the simulator refuses to run."""
+
+    name = "sim"
+
+    def parse(self, value: Any, exp: Experiment, problems: Problems) -> SimSettings:
+        err = problems.add
+        for c_index, c in enumerate(exp.consumers):
+            if c.real:
+                err(
+                    ("consumers", c_index, "client"),
+                    f"consumers[{c_index + 1}].client: client = {c.client!r} runs a real RocketMQ client, "
+                    "which the simulator cannot run (it runs our own code only): use rmq-chaos for this "
+                    "experiment",
+                )
+        if exp.durable:
+            err(
+                ("cluster", "durable"),
+                "cluster.durable: the simulator keeps messages in the memory store (the SQLite store "
+                "writes from a thread); use rmq-chaos for a durable broker",
+            )
+        if exp.acl is not None:
+            err(
+                ("acl",),
+                "acl: the simulator's brokers run without RocketMQ's ACL (the lab's clients would sign for "
+                "nothing): use rmq-chaos for an experiment with [acl]",
+            )
+        return _settings(value, err)
+
+
+SIM_TABLE = SimTable()
+
+
 @dataclass(frozen=True)
 class SimExperiment:
+    """An experiment parsed for the simulator: ``exp`` carries the ``[sim]`` settings among its
+    extensions, and ``sim`` is them."""
+
     exp: Experiment
-    sim: SimSettings
+    sim: SimSettings = field(init=False)
+
+    def __post_init__(self) -> None:
+        settings = self.exp.extensions.get(SIM_TABLE.name)
+        object.__setattr__(self, "sim", settings if isinstance(settings, SimSettings) else SimSettings())
 
     def with_seed(self, seed: int) -> SimExperiment:
         """The same experiment run with another seed: its random nemesis targets and times and its GC
         pauses are drawn from that seed too, not only the simulation's own choices."""
-        return self if seed == self.exp.seed else replace(self, exp=replace(self.exp, seed=seed))
+        return self if seed == self.exp.seed else SimExperiment(replace(self.exp, seed=seed))
+
+    def with_settings(self, sim: SimSettings) -> SimExperiment:
+        """The same experiment with other ``[sim]`` settings."""
+        return SimExperiment(replace(self.exp, extensions={**self.exp.extensions, SIM_TABLE.name: sim}))
 
     def schedule(self) -> list[Step]:
         """The chaos schedule plus the GC pauses drawn from the seed, in time order."""
-        steps = self.exp.schedule() + gc_steps(self)
-        steps.sort(key=lambda s: (s.t, s.source))
-        # again over both: a pause drawn at random goes to a consumer the chaos schedule left running
-        return chaos_experiment.live_random_targets(steps, self.exp)
-
-
-def _blank_sim_tables(text: str) -> str:
-    """Comment out the ``[sim]`` tables so chaos.experiment checks the rest with unchanged line numbers."""
-    out = []
-    inside = False
-    for line in text.splitlines(keepends=True):
-        stripped = line.strip()
-        header = re.match(r"^\[\[?\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\]?\s*(#.*)?$", stripped)
-        if header:
-            name = header.group(1).strip().strip("\"'")
-            inside = name == "sim" or name.startswith("sim.")
-        out.append(("# " + line) if inside and stripped else line)
-    return "".join(out)
+        return self.exp.schedule()
 
 
 def load(path: str | Path) -> SimExperiment:
-    p = Path(path)
-    return parse(chaos_experiment.read_text(p), str(p), p.stem)
+    return SimExperiment(lab_experiment.load(path, extensions=(SIM_TABLE,)))
 
 
 def parse(text: str, source: str = "<experiment>", default_name: str = "experiment") -> SimExperiment:
-    exp = chaos_experiment.parse(_blank_sim_tables(text), source=source, default_name=default_name)
-    exp = Experiment(**{**exp.__dict__, "text": text})
-    data = tomllib.loads(text)  # valid: chaos.experiment parsed the same text without [sim]
-    lines = chaos_experiment.KeyLines(text)
-    problems: list[tuple[int | None, str]] = []
-
-    def err(path: tuple[Any, ...], msg: str) -> None:
-        problems.append((lines.line_of(path), msg))
-
-    for c_index, c in enumerate(exp.consumers):
-        if c.real:
-            err(
-                ("consumers", c_index, "client"),
-                f"consumers[{c_index + 1}].client: client = {c.client!r} runs a real RocketMQ client, which "
-                "the simulator cannot run (it runs our own code only): use rmq-chaos for this experiment",
-            )
-    if exp.durable:
-        err(
-            ("cluster", "durable"),
-            "cluster.durable: the simulator keeps messages in the memory store (the SQLite store writes "
-            "from a thread); use rmq-chaos for a durable broker",
-        )
-    if exp.acl is not None:
-        err(
-            ("acl",),
-            "acl: the simulator's brokers run without RocketMQ's ACL (the lab's clients would sign for "
-            "nothing): use rmq-chaos for an experiment with [acl]",
-        )
-    sim = _settings(data.get("sim"), err)
-    if problems:
-        raise ExperimentError(source, problems)
-    return SimExperiment(exp, sim)
+    return SimExperiment(lab_experiment.parse(text, source, default_name, extensions=(SIM_TABLE,)))
 
 
 def _settings(table: Any, err: Any) -> SimSettings:
@@ -303,14 +304,13 @@ def _gc(i: int, g: Any, err: Any) -> GcSpec | None:
     )
 
 
-def gc_steps(sx: SimExperiment) -> list[Step]:
+def gc_steps(exp: Experiment, sim: SimSettings) -> list[Step]:
     """Pause/resume pairs for every [[sim.gc]] entry; times, targets and lengths drawn from the seed."""
-    exp = sx.exp
     nodes = exp.nodes()
     steps: list[Step] = []
-    for g in sx.sim.gc:
+    for g in sim.gc:
         # the chaos language's own schedule rules, on a stand-in nemesis
-        spec = chaos_experiment.NemesisSpec(
+        spec = NemesisSpec(
             index=1000 + g.index,
             line=None,
             action="pause",
@@ -324,14 +324,14 @@ def gc_steps(sx: SimExperiment) -> list[Step]:
             random_count=g.random_count,
             for_s=None,
         )
-        times = chaos_experiment.nemesis_times(spec, exp)
-        matching = chaos_experiment.candidates(g.target, g.group, nodes)
+        times = nemesis_times(spec, exp.seed, exp.duration)
+        matching = candidates(g.target, g.group, nodes)
         if not matching:
             raise ExperimentError(exp.source, [(None, f"sim.gc[{g.index}]: no node matches {g.target!r}")])
         rng = random.Random(f"{exp.seed}:gc:{g.index}")
         drawn = tuple(matching) if g.target.endswith(":random") else ()
         for k, t in enumerate(times):
-            for target in chaos_experiment.pick_targets(g.target, matching, k, rng):
+            for target in pick_targets(g.target, matching, k, rng):
                 info = nodes[target]
                 group = info.group if info.role == "consumer" else None
                 length = round(g.pause_s.sample(rng), 3)

@@ -1,4 +1,4 @@
-"""Fault proxy over real loopback sockets: relay, latency, blackhole, reset, and route rewriting."""
+"""Fault relay over real loopback sockets: relay, latency, blackhole, reset, and route rewriting."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import msgpack
 import pytest
 
-from rmqlab.chaos.proxy import ClientLinks, FaultProxy, RouteRewriter
+from rmqlab.chaos.fault_relay import ClientLinks, FaultRelay, RouteRewriter
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.remoting import RemotingClient, RemotingServer, RemotingTimeoutError
@@ -46,39 +46,39 @@ async def roundtrip(addr: str, payload: bytes) -> bytes:
 
 async def test_relays_bytes_both_ways() -> None:
     srv, addr, _ = await echo_server()
-    async with FaultProxy(addr) as proxy:
+    async with FaultRelay(addr) as relay:
         payload = bytes(range(256)) * 1000
-        assert await roundtrip(proxy.address, payload) == payload
-        assert proxy.accepted == 1 and proxy.bytes_up == len(payload) == proxy.bytes_down
+        assert await roundtrip(relay.address, payload) == payload
+        assert relay.accepted == 1 and relay.bytes_up == len(payload) == relay.bytes_down
     srv.close()
 
 
 async def test_latency_delays_each_direction_and_heal_removes_it() -> None:
     srv, addr, _ = await echo_server()
-    async with FaultProxy(addr) as proxy:
-        proxy.set_latency(150)
+    async with FaultRelay(addr) as relay:
+        relay.set_latency(150)
         t0 = time.monotonic()
-        assert await roundtrip(proxy.address, b"ping") == b"ping"
+        assert await roundtrip(relay.address, b"ping") == b"ping"
         assert time.monotonic() - t0 >= 0.29  # 150 ms up + 150 ms down
-        proxy.heal()
-        assert proxy.latency_ms == 0
+        relay.heal()
+        assert relay.latency_ms == 0
     srv.close()
 
 
 async def test_blackhole_holds_traffic_until_healed() -> None:
     srv, addr, _ = await echo_server()
-    async with FaultProxy(addr) as proxy:
-        r, w = await asyncio.open_connection("127.0.0.1", proxy.port)
+    async with FaultRelay(addr) as relay:
+        r, w = await asyncio.open_connection("127.0.0.1", relay.port)
         w.write(b"a")
         await w.drain()
         assert await r.readexactly(1) == b"a"
-        proxy.blackhole()
+        relay.blackhole()
         w.write(b"held")
         await w.drain()
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.3):
                 await r.readexactly(4)
-        proxy.heal()
+        relay.heal()
         async with asyncio.timeout(5):
             assert await r.readexactly(4) == b"held"
         w.close()
@@ -87,18 +87,18 @@ async def test_blackhole_holds_traffic_until_healed() -> None:
 
 async def test_reset_aborts_open_connections_and_refuses_until_healed() -> None:
     srv, addr, upstream_resets = await echo_server()
-    async with FaultProxy(addr) as proxy:
-        r, w = await asyncio.open_connection("127.0.0.1", proxy.port)
+    async with FaultRelay(addr) as relay:
+        r, w = await asyncio.open_connection("127.0.0.1", relay.port)
         w.write(b"x")
         assert await r.readexactly(1) == b"x"
-        assert proxy.reset(refuse=True) == 1
+        assert relay.reset(refuse=True) == 1
         with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
             async with asyncio.timeout(5):
                 await r.readexactly(1)
         with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
-            await roundtrip(proxy.address, b"y")
-        proxy.heal()
-        assert await roundtrip(proxy.address, b"z") == b"z"
+            await roundtrip(relay.address, b"y")
+        relay.heal()
+        assert await roundtrip(relay.address, b"z") == b"z"
         w.close()
         await asyncio.sleep(0.1)
         assert upstream_resets == [1]
@@ -109,9 +109,9 @@ async def test_unreachable_upstream_resets_the_client() -> None:
     srv, addr, _ = await echo_server()
     srv.close()
     await srv.wait_closed()
-    async with FaultProxy(addr) as proxy:
+    async with FaultRelay(addr) as relay:
         with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
-            await roundtrip(proxy.address, b"q")
+            await roundtrip(relay.address, b"q")
 
 
 def frame(obj: dict) -> bytes:

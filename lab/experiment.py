@@ -1,8 +1,10 @@
-"""Experiment files: parse and validate a TOML experiment, and expand its nemesis schedule.
+"""Experiment files: parse and validate a TOML experiment into the model every backend runs.
 
 Everything here is pure: no processes, no sockets, no clock. A bad file raises
 ``ExperimentError`` whose message names the file, the line of the offending key and
-the problem, so nothing starts from a file that cannot run as written.
+the problem, so nothing starts from a file that cannot run as written. The text is read once: a
+backend's own table (the simulator's ``[sim]``) is checked by a ``TableExtension`` given to ``parse``,
+with the same ``file:line`` messages, and is an unknown key to every other backend.
 
 Times in an experiment file (``duration``, ``drain_timeout``, ``at``, ``every``, ``from``,
 ``until``, ``for``, ``down``, and the latencies ``ms``/``jitter_ms``/``latency_ms``) are RocketMQ
@@ -20,16 +22,24 @@ channels or locks: see ``REAL_CLIENT_MIN_TIME_SCALE``.
 from __future__ import annotations
 
 import difflib
-import math
-import random
 import re
 import tomllib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from rmqlab.broker.acl import AclConfigError, PlainAccessValidator
+from rmqlab.broker.plain_acl import AclConfigError, PlainAccessValidator
+from rmqlab.lab.schedule import (
+    UNDO,
+    NemesisSpec,
+    NodeInfo,
+    Step,
+    candidates,
+    expand_schedule,
+    live_random_targets,
+    node_order,
+)
 
 PROCESS_ACTIONS = ("kill", "stop", "start", "restart", "pause", "resume", "hang", "unhang")
 NETWORK_ACTIONS = ("latency", "blackhole", "reset", "loss", "heal")
@@ -69,18 +79,6 @@ REAL_CLIENT_MIN_TIME_SCALE = 0.5
 MAX_BROKERS = 26
 _MAX_BODY = 4 * 1024 * 1024
 NAMESRV_NODE = "namesrv"
-
-# Actions undone after `for` seconds, and by what.
-_UNDO = {
-    "pause": "resume",
-    "hang": "unhang",
-    "stop": "start",
-    "kill": "start",
-    "latency": "heal",
-    "blackhole": "heal",
-    "reset": "heal",
-    "loss": "heal",
-}
 
 
 class ExperimentError(ValueError):
@@ -295,56 +293,20 @@ class AclSpec:
     secret_key: str
 
 
-@dataclass(frozen=True)
-class NemesisSpec:
-    """A [[nemesis]] table: an action on targets at one or more times."""
+class TableSettings(Protocol):
+    """A backend's own table, checked: what it adds to the schedule (may be nothing)."""
 
-    index: int  # 1-based position in the file
-    line: int | None
-    action: str
-    target: str  # a node name or "<role>:<selector>"
-    group: str | None
-    at: tuple[float, ...]
-    every: float | None
-    start: float | None
-    until: float | None
-    times: int | None
-    random_count: int | None
-    for_s: float | None
-    params: dict[str, Any] = field(default_factory=dict)
-    peer_given: bool = False  # the other end of a network fault was given as `peer` (any node)
+    def steps(self, exp: Experiment) -> list[Step]: ...
 
 
-@dataclass(frozen=True)
-class NodeInfo:
-    """One process of the experiment: its node name, role and (consumers) group, topic and client."""
+class TableExtension(Protocol):
+    """A backend's own table in an experiment file (the simulator's ``[sim]``). ``parse`` gets the table's
+    value (None when the file has none) and the experiment built from the rest, and reports what is
+    wrong through ``problems`` at the lines of the keys it names."""
 
-    node: str
-    role: str
-    group: str | None = None
-    topic: str | None = None
-    client: str | None = None  # consumers only: one of CLIENTS
+    name: str
 
-
-@dataclass(frozen=True)
-class Step:
-    """One nemesis action of the expanded schedule, at ``t`` lab seconds after the cluster is up."""
-
-    t: float
-    action: str
-    target: str
-    target_role: str
-    group: str | None
-    params: dict[str, Any]
-    source: int  # index of the [[nemesis]] entry
-    # A ``random`` pick: the nodes it was drawn from (on its first step only) and which occurrence of
-    # its entry it is (on its undo too), so that live_random_targets can draw again and move both.
-    choices: tuple[str, ...] = field(default=(), compare=False, repr=False)
-    occurrence: int = field(default=-1, compare=False, repr=False)
-
-    def describe(self) -> str:
-        extra = " ".join(f"{k}={v}" for k, v in sorted(self.params.items()) if k != "fault_id")
-        return f"{self.action} {self.target}" + (f" ({extra})" if extra else "")
+    def parse(self, value: Any, exp: Experiment, problems: Problems) -> TableSettings: ...
 
 
 @dataclass(frozen=True)
@@ -369,6 +331,8 @@ class Experiment:
     acl: AclSpec | None = None
     # the brokers' --flush-consumer-offset-interval (ms); 0: every committed offset durable at once
     flush_consumer_offset_interval: int = 0
+    # what the tables of the backend that parsed it hold (TableExtension.name -> its parse's result)
+    extensions: Mapping[str, TableSettings] = field(default_factory=dict, compare=False, repr=False)
 
     def broker_flags(self) -> list[str]:
         flags = self.policies.broker_flags()
@@ -396,9 +360,9 @@ class Experiment:
         return {c.client for c in self.consumers if c.real}
 
     def kernel_only_network_faults(self) -> list[str]:
-        """Network nemeses the lab's fault proxy cannot do, so only the kernel's (the docker backend's):
-        one direction only (the proxy cuts both), packet loss (the proxy relays a byte stream), and a
-        link that is not between a client and a server (the proxy sits in front of one client)."""
+        """Network nemeses the lab's fault relay cannot do, so only the kernel's (the docker backend's):
+        one direction only (the relay cuts both), packet loss (the relay passes on a byte stream), and a
+        link that is not between a client and a server (the relay sits in front of one client)."""
         nodes = self.nodes()
         out = []
         for n in self.nemeses:
@@ -420,7 +384,7 @@ class Experiment:
         return out
 
     def network_targets(self, actions: Iterable[str] = NETWORK_ACTIONS) -> set[str]:
-        """Client nodes that need a fault proxy because a network nemesis (of ``actions``) may target them."""
+        """Client nodes that need a fault relay because a network nemesis (of ``actions``) may target them."""
         nodes = self.nodes()
         wanted = set(actions)
         out: set[str] = set()
@@ -434,7 +398,16 @@ class Experiment:
         return spec.queues // len(self.brokers)
 
     def schedule(self) -> list[Step]:
-        return expand_schedule(self)
+        """The nemesis actions in time order, with the steps a backend's own table adds (the simulator's
+        GC pauses); deterministic for a given seed."""
+        nodes = self.nodes()
+        steps = expand_schedule(self.nemeses, nodes, self.seed, self.duration)
+        if not self.extensions:
+            return steps
+        steps += [s for settings in self.extensions.values() for s in settings.steps(self)]
+        steps.sort(key=lambda s: (s.t, s.source))
+        # again over both: a pause drawn at random goes to a node the nemeses left able to take it
+        return live_random_targets(steps, nodes, self.seed)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -495,7 +468,9 @@ class Experiment:
 _REQUIRED: Any = object()
 
 
-class _Problems:
+class Problems:
+    """The problems found in a file so far, each at the line of the key it names."""
+
     def __init__(self, lines: KeyLines) -> None:
         self.lines = lines
         self.items: list[tuple[int | None, str]] = []
@@ -517,7 +492,7 @@ def _where(path: tuple[Any, ...]) -> str:
 
 
 class _Table:
-    def __init__(self, data: dict[str, Any], path: tuple[Any, ...], problems: _Problems) -> None:
+    def __init__(self, data: dict[str, Any], path: tuple[Any, ...], problems: Problems) -> None:
         self.data = data
         self.path = path
         self.problems = problems
@@ -682,12 +657,19 @@ def read_text(path: str | Path) -> str:
         raise ExperimentError(str(p), [(None, "the file is not UTF-8 text")]) from None
 
 
-def load(path: str | Path) -> Experiment:
+def load(path: str | Path, extensions: Sequence[TableExtension] = ()) -> Experiment:
     p = Path(path)
-    return parse(read_text(p), source=str(p), default_name=p.stem)
+    return parse(read_text(p), source=str(p), default_name=p.stem, extensions=extensions)
 
 
-def parse(text: str, source: str = "<experiment>", default_name: str = "experiment") -> Experiment:
+def parse(
+    text: str,
+    source: str = "<experiment>",
+    default_name: str = "experiment",
+    extensions: Sequence[TableExtension] = (),
+) -> Experiment:
+    """The checked experiment of a TOML text; ``extensions`` check the tables of the backend that is to
+    run it (a table of no extension given is an unknown key)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -696,18 +678,23 @@ def parse(text: str, source: str = "<experiment>", default_name: str = "experime
         line = int(m.group(1)) if m else None
         col = f" (column {m.group(2)})" if m else ""
         raise ExperimentError(source, [(line, f"not valid TOML: {msg}{col}")]) from None
-    problems = _Problems(KeyLines(text))
-    exp = _build(data, text, source, default_name, problems)
+    problems = Problems(KeyLines(text))
+    exp = _build(data, text, source, default_name, problems, extensions)
     if problems.items or exp is None:
         raise ExperimentError(source, problems.items or [(None, "invalid experiment")])
-    # Expanding the schedule checks what depends on several keys at once.
     return exp
 
 
 def _build(
-    data: dict[str, Any], text: str, source: str, default_name: str, pr: _Problems
+    data: dict[str, Any],
+    text: str,
+    source: str,
+    default_name: str,
+    pr: Problems,
+    extensions: Sequence[TableExtension],
 ) -> Experiment | None:
     root = _Table(data, (), pr)
+    root.used.update(ext.name for ext in extensions)
     name = root.get("name", "str", default_name, _name)
     question = root.get("question", "str", "")
     time_scale = root.get("time_scale", "number", 1.0, _positive)
@@ -757,7 +744,13 @@ def _build(
     if acl is not None and exp.real_clients():
         root.err("acl", "the lab runs real clients without credentials: remove [acl] or the real clients")
     _check_nemeses(exp, pr)
-    return None if pr.items else exp
+    if pr.items:
+        return None
+    # A backend's own table is checked against the experiment it belongs to (once that is sound).
+    settings = {ext.name: ext.parse(data.get(ext.name), exp, pr) for ext in extensions}
+    if pr.items:
+        return None
+    return replace(exp, extensions=settings) if settings else exp
 
 
 def _cluster(cluster: _Table | None) -> tuple[int, bool, int]:
@@ -896,7 +889,7 @@ def _check_time_scale(root: _Table, time_scale: float | None, consumers: list[Co
         )
 
 
-def _check_consumer_starts(pr: _Problems, consumers: list[ConsumerSpec], duration: float | None) -> None:
+def _check_consumer_starts(pr: Problems, consumers: list[ConsumerSpec], duration: float | None) -> None:
     for i, c in enumerate(consumers):
         if duration is not None and c.start >= duration:
             pr.add(
@@ -960,7 +953,7 @@ def _check_real_client(c: _Table, client: str) -> None:
 _SCHEDULE_KEYS = ("at", "every", "random")
 
 
-def _nemesis(n: _Table, index: int, pr: _Problems) -> NemesisSpec | None:
+def _nemesis(n: _Table, index: int, pr: Problems) -> NemesisSpec | None:
     action = n.get("action", "str", _REQUIRED, _one_of(ACTIONS))
     target = n.get("target", "str", _REQUIRED)
     group = n.get("group", "str", None)
@@ -1031,8 +1024,8 @@ def _nemesis(n: _Table, index: int, pr: _Problems) -> NemesisSpec | None:
                 n.err(k, f"'{k}' only goes with 'every' or 'random'")
     if "times" in n.data and "every" not in n.data:
         n.err("times", "'times' only goes with 'every'")
-    if for_s is not None and action not in (*_UNDO, "fault"):
-        n.err("for", f"'for' is not supported by {action!r} (only by {', '.join((*_UNDO, 'fault'))})")
+    if for_s is not None and action not in (*UNDO, "fault"):
+        n.err("for", f"'for' is not supported by {action!r} (only by {', '.join((*UNDO, 'fault'))})")
     if action is None or target is None:
         return None
     return NemesisSpec(
@@ -1053,25 +1046,7 @@ def _nemesis(n: _Table, index: int, pr: _Problems) -> NemesisSpec | None:
     )
 
 
-def candidates(target: str, group: str | None, nodes: dict[str, NodeInfo]) -> list[str]:
-    """The nodes a target (a node name or ROLE:SELECTOR) may name, in node order."""
-    if ":" not in target:
-        return [target] if target in nodes else []
-    role, _, _sel = target.partition(":")
-    out = [
-        n
-        for n, info in nodes.items()
-        if info.role == role and (group is None or role != "consumer" or info.group == group)
-    ]
-    return sorted(out, key=_node_order)
-
-
-def _node_order(node: str) -> tuple[str, int]:
-    m = re.fullmatch(r"(.*?)-(\d+)", node)
-    return (m.group(1), int(m.group(2))) if m else (node, 0)
-
-
-def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
+def _check_nemeses(exp: Experiment, pr: Problems) -> None:
     nodes = exp.nodes()
     groups = {c.group for c in exp.consumers}
     for n in exp.nemeses:
@@ -1100,7 +1075,7 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
             roles = {role}
         else:
             if n.target not in nodes:
-                known = ", ".join(sorted(nodes, key=_node_order))
+                known = ", ".join(sorted(nodes, key=node_order))
                 err("target", f"unknown node {n.target!r} (nodes of this experiment: {known})")
                 continue
             roles = {nodes[n.target].role}
@@ -1115,7 +1090,7 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
             if real:
                 err(
                     "target",
-                    f"{n.action!r} needs the lab's fault proxy, which speaks only the lab's own protocol: "
+                    f"{n.action!r} needs the lab's fault relay, which speaks only the lab's own protocol: "
                     f"it cannot sit in front of real clients ({', '.join(real)})",
                 )
         if n.action in ("hang", "unhang"):
@@ -1138,7 +1113,7 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
             err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")
         if n.action in NETWORK_ACTIONS and n.peer_given:
             if other != "all" and other not in nodes:
-                known = ", ".join(sorted(nodes, key=_node_order))
+                known = ", ".join(sorted(nodes, key=node_order))
                 err("peer", f'unknown node {other!r} (nodes of this experiment: {known}, or "all")')
             elif other == n.target:
                 err("peer", "a link has two ends: the peer is the target itself")
@@ -1155,160 +1130,3 @@ def _check_nemeses(exp: Experiment, pr: _Problems) -> None:
             err("until", "'until' must be after 'from'")
         if n.every is not None and (n.start if n.start is not None else n.every) >= exp.duration:
             err("every", "the first occurrence is not before the end of the experiment")
-
-
-# --------------------------------------------------------------------------------------------
-# Schedule expansion
-
-
-def nemesis_times(n: NemesisSpec, exp: Experiment) -> list[float]:
-    """When a [[nemesis]] entry acts (lab seconds); ``random`` times are drawn from the seed."""
-    if n.at:
-        return sorted(n.at)
-    end = min(n.until if n.until is not None else exp.duration, exp.duration)
-    if n.every is not None:
-        out = []
-        t = n.start if n.start is not None else n.every
-        while t < end - 1e-9 and (n.times is None or len(out) < n.times):
-            out.append(round(t, 6))
-            t += n.every
-        return out
-    if n.random_count is not None:
-        lo = n.start if n.start is not None else 0.0
-        rng = random.Random(f"{exp.seed}:nemesis:{n.index}:times")
-        return sorted(round(rng.uniform(lo, end), 3) for _ in range(n.random_count))
-    return []
-
-
-def pick_targets(target: str, nodes: list[str], k: int, rng: random.Random) -> list[str]:
-    """The node(s) the k-th occurrence acts on: ``random`` draws one of ``nodes``, ``next`` takes them
-    in turn, ``all`` (or a node name) all of them."""
-    selector = target.partition(":")[2] if ":" in target else None
-    if selector == "random":
-        return [rng.choice(nodes)]
-    if selector == "next":
-        return [nodes[k % len(nodes)]]
-    return nodes
-
-
-def expand_schedule(exp: Experiment) -> list[Step]:
-    """The experiment's nemesis actions in time order; deterministic for a given seed."""
-    nodes = exp.nodes()
-    steps: list[Step] = []
-    for n in exp.nemeses:
-        rng = random.Random(f"{exp.seed}:nemesis:{n.index}:targets")
-        matching = candidates(n.target, n.group, nodes)
-        drawn = tuple(matching) if n.target.endswith(":random") else ()
-        for k, t in enumerate(nemesis_times(n, exp)):
-            for target in pick_targets(n.target, matching, k, rng):
-                info = nodes[target]
-                group = info.group if info.role == "consumer" else None
-                params = dict(n.params)
-                if n.action == "fault":
-                    if n.group is not None:
-                        params["group"] = n.group
-                    if n.for_s is not None:
-                        params["for"] = n.for_s
-                steps.append(Step(t, n.action, target, info.role, group, params, n.index, drawn, k))
-                undo = _UNDO.get(n.action)
-                if n.for_s is not None and undo:
-                    undo_params = {"broker": params["broker"]} if "broker" in params else {}
-                    steps.append(
-                        Step(t + n.for_s, undo, target, info.role, group, undo_params, n.index, (), k)
-                    )
-    steps.sort(key=lambda s: (s.t, s.source))
-    return live_random_targets(steps, exp)
-
-
-# What a process action needs of its target (the supervisor refuses it otherwise, and the runner skips
-# it): a node is running, paused or down, and a running one may have a hung listener. A restart takes
-# a node in any state, and any other action any node.
-_NEEDS = {
-    "kill": ("running", "paused"),
-    "stop": ("running", "paused"),
-    "pause": ("running",),
-    "hang": ("running",),
-    "unhang": ("hung",),
-    "start": ("down",),
-    "resume": ("paused",),
-}
-
-
-class NodeStates:
-    """What the schedule so far has done to each node, fed its steps in time order."""
-
-    def __init__(self) -> None:
-        self._state: dict[str, str] = {}
-        self._hung: set[str] = set()
-        self._back_at: dict[str, float] = {}  # restarted nodes: running again from then
-
-    def at(self, node: str, t: float) -> str:
-        """running, hung (running with a hung listener), paused or down."""
-        if t < self._back_at.get(node, -math.inf):
-            return "down"
-        state = self._state.get(node, "running")
-        return "hung" if state == "running" and node in self._hung else state
-
-    def fits(self, step: Step, node: str | None = None) -> bool:
-        needs = _NEEDS.get(step.action)
-        state = self.at(node or step.target, step.t)
-        # a hung listener's process runs: what a running node takes, a hung one takes too
-        return needs is None or state in needs or (state == "hung" and "running" in needs)
-
-    def apply(self, step: Step) -> None:
-        a, node = step.action, step.target
-        if a in ("kill", "stop", "restart"):
-            self._state[node] = "down" if a != "restart" else "running"
-            self._hung.discard(node)
-            if a == "restart":
-                self._back_at[node] = step.t + float(step.params.get("down", 0.0))
-        elif a in ("start", "resume"):
-            self._state[node] = "running"
-        elif a == "pause":
-            self._state[node] = "paused"
-        elif a == "hang":
-            self._hung.add(node)
-        elif a == "unhang":
-            self._hung.discard(node)
-
-
-def live_random_targets(steps: list[Step], exp: Experiment) -> list[Step]:
-    """``random`` means a node the action can act on: a random pick that the schedule before it has
-    left in the wrong state (killed and not started again, already paused, ...) is drawn again from
-    the nodes in the right state, with its undo; a pick that was fine is kept, so a schedule without
-    such a pick is unchanged. With no node in the right state the pick stays (the runner skips it).
-    ``steps`` in time order."""
-    states = NodeStates()
-    moved: dict[tuple[int, int], str] = {}  # (entry, occurrence) -> the target drawn again
-    nodes = exp.nodes()
-    out = []
-    for step in steps:
-        key = (step.source, step.occurrence)
-        if key in moved and not step.choices:  # the undo of a pick drawn again follows it
-            step = replace(step, target=moved[key])
-        elif step.choices and not states.fits(step):
-            live = [n for n in step.choices if states.fits(step, n)]
-            if live:
-                rng = random.Random(f"{exp.seed}:nemesis:{step.source}:{step.occurrence}:again")
-                target = rng.choice(live)
-                info = nodes[target]
-                group = info.group if info.role == "consumer" else None
-                moved[key] = target
-                step = replace(step, target=target, target_role=info.role, group=group)
-        if states.fits(step):  # the runner skips what does not: it changes nothing
-            states.apply(step)
-        out.append(step)
-    return out
-
-
-def unfit_steps(steps: list[Step]) -> list[tuple[Step, str]]:
-    """The actions the schedule before them leaves unable to act on their target (the runner will skip
-    them), each with the state its target will be in."""
-    states = NodeStates()
-    out = []
-    for step in steps:
-        if states.fits(step):
-            states.apply(step)
-        else:
-            out.append((step, states.at(step.target, step.t)))
-    return out

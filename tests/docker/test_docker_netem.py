@@ -16,8 +16,8 @@ from rmqlab.chaos.container import ContainerCluster, ContainerMember, ImageInfo,
 from rmqlab.chaos.netem import NetemFull, NetemTable, Shape
 
 
-def test_shape_arguments_follow_the_proxys_delay_window() -> None:
-    # the proxy holds a chunk ms + uniform(0, jitter): netem's +- jitter is centred on ms + jitter/2
+def test_shape_arguments_follow_the_relays_delay_window() -> None:
+    # the relay holds a chunk ms + uniform(0, jitter): netem's +- jitter is centred on ms + jitter/2
     assert Shape(delay_ms=5, jitter_ms=2).netem_args() == ["netem", "delay", "6000us", "1000us"]
     assert Shape(delay_ms=0.25).netem_args() == ["netem", "delay", "250us"]
     assert Shape(loss_percent=30).netem_args() == ["netem", "loss", "random", "30%"]
@@ -144,7 +144,7 @@ def cluster_of(tmp_path: Path, *, netem: bool) -> tuple[ContainerCluster, dict[s
     return cluster, ip
 
 
-async def test_the_kernel_without_netem_takes_the_proxy_and_iptables(
+async def test_the_kernel_without_netem_takes_the_relay_and_iptables(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def no() -> str:
@@ -157,16 +157,16 @@ async def test_the_kernel_without_netem_takes_the_proxy_and_iptables(
     try:
         monkeypatch.setattr(container, "probe_netem", no)
         await cluster.probe()
-        assert not cluster.netem and cluster.proxied_actions == ("latency", "reset")
+        assert not cluster.netem and cluster.relayed_actions == ("latency", "reset")
         assert [cluster.network_via(a, "consumer-1") for a in ("latency", "loss", "blackhole", "reset")] == [
-            "proxy", "iptables", "iptables", "proxy",
+            "relay", "iptables", "iptables", "relay",
         ]  # fmt: skip
         assert "no netem (this kernel refuses" in cluster.network_note()
         monkeypatch.setattr(container, "probe_netem", yes)
         await cluster.probe()
-        assert cluster.netem and cluster.proxied_actions == ("reset",)
+        assert cluster.netem and cluster.relayed_actions == ("reset",)
         assert [cluster.network_via(a, "consumer-1") for a in ("latency", "loss", "blackhole", "reset")] == [
-            "netem", "netem", "iptables", "proxy",
+            "netem", "netem", "iptables", "relay",
         ]  # fmt: skip
     finally:
         cluster.sup.close()

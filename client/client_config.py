@@ -18,8 +18,8 @@ import tomllib
 from dataclasses import dataclass, fields
 from typing import Any, Self
 
+from rmqlab.protocol.clock import TimeScale
 from rmqlab.protocol.model import ConsumeFromWhere, MessageModel
-from rmqlab.protocol.runtime import TimeScale
 
 
 class ConfigError(ValueError):

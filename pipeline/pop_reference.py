@@ -2,8 +2,8 @@
 redeliveries and idle consumers, from the events alone (plain Python; definitions in EVENTS.md,
 "RocketMQ 5: POP (proposed)").
 
-``python -m rmqlab.pipeline.pop_metrics RUN_DIR`` writes ``modes.json`` into the run directory and prints the
-table (RocketMQ seconds: wall time divided by the run's time scale).
+``python -m rmqlab.pipeline.pop_reference RUN_DIR`` writes ``modes.json`` into the run directory and
+prints the table (RocketMQ seconds: wall time divided by the run's time scale).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from rmqlab.pipeline.reference import load_run
+from rmqlab.pipeline.metrics_reference import load_run
 
 MODES = ("client", "server-pull", "server-pop")
 _END_EVENTS = ("consumer_stopped",)
@@ -241,7 +241,7 @@ def table(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m rmqlab.pipeline.pop_metrics",
+        prog="python -m rmqlab.pipeline.pop_reference",
         description="Message waits, revives and idle consumers per group, client-side balancing and POP "
         "side by side; writes modes.json into the run directory.",
     )

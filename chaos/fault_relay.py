@@ -1,8 +1,8 @@
-"""Fault proxy: a TCP relay between a client and a broker that can add latency, black-hole or reset.
+"""Fault relay: a TCP relay between a client and a broker that can add latency, black-hole or reset.
 
-The lab gives a client that network nemeses may target its own set of proxies (``ClientLinks``): one
+The lab gives a client that network nemeses may target its own set of relays (``ClientLinks``): one
 per broker, and one in front of the name server that rewrites broker addresses in route answers so
-that the client reaches every broker through its proxy. Faults then hit one client's links only,
+that the client reaches every broker through its relay. Faults then hit one client's links only,
 which is what "a network fault between a client and a broker" means.
 
 - latency: every chunk is held for ``ms`` (+ uniform jitter) before it is written on, in order;
@@ -43,7 +43,7 @@ class RouteRewriter:
 
     Sans-IO: ``feed`` takes bytes as they arrive and returns the bytes to pass on. Frames are
     PROTOCOL.md's (4-byte big-endian length, msgpack map). Anything it cannot parse is passed on
-    unchanged from then on, so the proxy never corrupts a stream it does not understand.
+    unchanged from then on, so the relay never corrupts a stream it does not understand.
     """
 
     def __init__(
@@ -108,7 +108,7 @@ class _Conn:
     tasks: tuple[asyncio.Task[None], ...] = ()
 
 
-class FaultProxy:
+class FaultRelay:
     """One listening socket relaying to one upstream address, with faults switchable at run time."""
 
     def __init__(
@@ -187,7 +187,7 @@ class FaultProxy:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    async def start(self) -> FaultProxy:
+    async def start(self) -> FaultRelay:
         self._server = await asyncio.start_server(self._accept, self.host, self._port)
         self._port = self._server.sockets[0].getsockname()[1]
         return self
@@ -215,7 +215,7 @@ class FaultProxy:
                 async with asyncio.timeout(2):
                     await self._server.wait_closed()
 
-    async def __aenter__(self) -> FaultProxy:
+    async def __aenter__(self) -> FaultRelay:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -335,7 +335,7 @@ def _port_of(addr: str) -> str:
 
 
 class ClientLinks:
-    """A client's proxied view of the cluster: a rewriting name-server proxy plus one proxy per broker."""
+    """A client's relayed view of the cluster: a rewriting name-server relay plus one relay per broker."""
 
     def __init__(
         self, node: str, namesrv: str, brokers: dict[str, str], seed: int = 0, host: str = "127.0.0.1"
@@ -343,11 +343,11 @@ class ClientLinks:
         self.node = node
         self.namesrv_upstream = namesrv
         self.broker_upstreams = dict(brokers)  # broker name -> real address
-        self.brokers: dict[str, FaultProxy] = {
-            name: FaultProxy(addr, name=f"{node}->{name}", seed=seed, host=host)
+        self.brokers: dict[str, FaultRelay] = {
+            name: FaultRelay(addr, name=f"{node}->{name}", seed=seed, host=host)
             for name, addr in brokers.items()
         }
-        self.namesrv = FaultProxy(
+        self.namesrv = FaultRelay(
             namesrv,
             name=f"{node}->namesrv",
             rewriter_factory=lambda: RouteRewriter(self.map_addr),
@@ -371,7 +371,7 @@ class ClientLinks:
     def namesrv_address(self) -> str:
         return self.namesrv.address
 
-    def select(self, broker: str = "all") -> list[FaultProxy]:
+    def select(self, broker: str = "all") -> list[FaultRelay]:
         if broker == "all":
             return list(self.brokers.values())
         if broker == "namesrv":
@@ -414,7 +414,7 @@ def _is_local(addr: str) -> bool:
     if host.startswith("127.") or host in ("localhost", "0.0.0.0", "::1"):
         return True
     try:
-        from rmqlab.protocol.runtime import local_ip
+        from rmqlab.protocol.client_id import local_ip
 
         return host == local_ip()
     except ImportError:  # pragma: no cover

@@ -9,7 +9,7 @@ import pytest
 from rmqlab.broker.sqlite_store import SqliteMessageStore
 from rmqlab.broker.store import GetMessageStatus, MemoryMessageStore, MessageDraft, MessageIdFactory
 from rmqlab.broker.topic_config import TopicConfig
-from rmqlab.protocol.runtime import ManualClock
+from rmqlab.protocol.clock import ManualClock
 
 
 def draft(i: int, tags: str | None = None, topic: str = "T", qid: int = 0, size: int = 8) -> MessageDraft:

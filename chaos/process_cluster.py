@@ -1,7 +1,9 @@
 """A local cluster built from the roles' command lines: name server, brokers, producers, consumers.
 
-This is where the lab knows the CLIs of CONVENTIONS.md; the supervisor below it only knows processes.
-Consumers (and producers) that network nemeses may target get their own fault proxies (``ClientLinks``)
+``LocalCluster`` is the lab's Backend (``lab.backend``) on local processes: the Runner declares an
+experiment's nodes on it and drives them through it. This is where the lab knows the CLIs of
+CONVENTIONS.md; the supervisor below it only knows processes.
+Consumers (and producers) that network nemeses may target get their own fault relays (``ClientLinks``)
 and reach the name server and every broker through them. Real RocketMQ clients (``add_real_consumer``)
 need the servers' native ports (``native=True``) and reach the name server's directly.
 """
@@ -10,15 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rmqlab.chaos.admin import AdminClient
-from rmqlab.chaos.experiment import NETWORK_ACTIONS, V5_CLIENTS
-from rmqlab.chaos.proxy import ClientLinks
-from rmqlab.chaos.realclients import RealClients
-from rmqlab.chaos.supervisor import EventSink, Member, Supervisor
-from rmqlab.protocol.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
+from rmqlab.chaos.fault_relay import ClientLinks
+from rmqlab.chaos.realclients import RealClients, check_environment
+from rmqlab.chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
+from rmqlab.lab.admin_client import AdminClient, route_brokers
+from rmqlab.lab.experiment import NETWORK_ACTIONS, V5_CLIENTS, Experiment
+from rmqlab.protocol.acl_signing import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
 
 NAMESRV_MODULE = "rmqlab.broker.namesrv_main"
 BROKER_MODULE = "rmqlab.broker"
@@ -31,8 +34,9 @@ PROXY_NODE = "proxy"
 class LocalCluster:
     """A name server, brokers and their admin client, as local processes."""
 
-    # Network actions done through a client's fault proxy: here, all of them.
-    proxied_actions: tuple[str, ...] = NETWORK_ACTIONS
+    kind = "local"
+    # Network actions done through a client's fault relay: here, all of them.
+    relayed_actions: tuple[str, ...] = NETWORK_ACTIONS
 
     def __init__(
         self,
@@ -45,9 +49,12 @@ class LocalCluster:
         stop_timeout_s: float = 10.0,
         env: dict[str, str] | None = None,
         credentials: SessionCredentials | None = None,
+        clients: RealClients | None = None,
         metrics: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir).resolve()  # paths given to children must not depend on their cwd
+        self.clients = clients or RealClients()  # where the real clients' drivers are
+        self.exp: Experiment | None = None  # the experiment declared on it
         if credentials is not None:
             # the lab's clients read these (RMQ_ACCESS_KEY / RMQ_SECRET_KEY) and sign every request
             env = {
@@ -80,7 +87,7 @@ class LocalCluster:
     # -- declaring and starting -------------------------------------------------------------------
     # Servers listen on port 0 and keep the port they got (from their READY line) across restarts, so
     # nothing can take a port between choosing and binding it. Clients name the name server as
-    # "{namesrv}" (or "{namesrv@NODE}" through their fault proxies), filled in once it is known.
+    # "{namesrv}" (or "{namesrv@NODE}" through their fault relays), filled in once it is known.
 
     # Servers declared with native=True also open RocketMQ's native remoting port (--remoting-port 0);
     # a stand-alone name server then routes real clients to the brokers' native ports.
@@ -218,10 +225,12 @@ class LocalCluster:
             args += ["--group", group]
         return self.sup.add(node, "producer", PRODUCER_MODULE, args, expect_exit=True)
 
-    async def start_all(self, nodes: list[str], timeout_s: float | None = None) -> None:
+    async def start_all(
+        self, nodes: list[str], timeout_s: float | None = None, *, nemesis: bool = False
+    ) -> None:
         """Spawn the nodes together, then wait until each is ready (startup overlaps on several cores)."""
         for n in nodes:
-            self.sup.spawn(n)
+            self.sup.spawn(n, nemesis=nemesis)
         for n in nodes:
             await self.sup.await_ready(n, timeout_s)
             m = self.sup.member(n)
@@ -242,7 +251,7 @@ class LocalCluster:
                     )
 
     async def start_links(self) -> None:
-        """Start the fault proxies of the clients that need them (after the brokers are up)."""
+        """Start the fault relays of the clients that need them (after the brokers are up)."""
         if self.namesrv is None:
             raise RuntimeError("start the name server and brokers first")
         for node in sorted(self._proxied - set(self.links)):
@@ -268,23 +277,163 @@ class LocalCluster:
                 )
             await asyncio.sleep(0.1)
 
-    async def prepare(self) -> None:
+    async def prepare(self) -> list[str]:
         """Anything the backend needs before nodes are declared (local processes need nothing)."""
+        return []
+
+    # -- the Backend seam: an experiment's nodes --------------------------------------------------------
+
+    def declare(self, exp: Experiment) -> None:
+        """Every node of the experiment, with the command line of its role. Real 4.x clients speak
+        RocketMQ's own protocol: the servers open their native ports for them. Apache's v5 clients speak
+        gRPC to rmq-proxy, which talks to the brokers as our clients do."""
+        self.exp = exp
+        real = exp.real_clients()
+        if real:
+            check_environment(exp, self.clients)
+        native = bool(real - set(V5_CLIENTS))
+        self.add_namesrv(native=native)
+        for b in exp.brokers:
+            flags = exp.broker_flags() + (["--acl", exp.acl.file] if exp.acl else [])
+            self.add_broker(b, durable=exp.durable, flags=flags, native=native)
+        if real & set(V5_CLIENTS):
+            self.add_proxy()
+        proxied = exp.network_targets(self.relayed_actions)
+        for c in exp.consumers:
+            for node in c.nodes:
+                if c.real:
+                    self.add_real_consumer(
+                        node,
+                        client=c.client,
+                        group=c.group,
+                        topic=c.topic,
+                        orderly=c.orderly,
+                        consume_ms=c.consume_ms,
+                        clients=self.clients,
+                    )
+                    continue
+                self.add_consumer(
+                    node,
+                    group=c.group,
+                    topic=c.topic,
+                    strategy=c.strategy,
+                    orderly=c.orderly,
+                    broadcast=c.broadcast,
+                    consume_ms=c.consume_ms,
+                    consume_from=c.consume_from,
+                    proxied=node in proxied,
+                    extra=c.client_args(),
+                )
+        if exp.workload:
+            w = exp.workload
+            for node, topic in w.nodes:
+                self.add_producer(
+                    node, topic=topic, rate=w.rate, count=w.count, size=w.size, proxied=node in proxied
+                )
+
+    async def start_servers(self) -> None:
+        """The name server, the brokers, the topics (routed to every broker), then what the clients reach
+        the servers through: their fault relays and rmq-proxy."""
+        exp = self.exp
+        assert exp is not None, "declare the experiment first"
+        await self.start_all(["namesrv"])
+        await self.start_all(list(exp.brokers))
+        for t in exp.topics:
+            per_broker = exp.topic_queues_per_broker(t.name)
+            await self.create_topic(t.name, per_broker, timeout_s=self.sup.ready_timeout_s)
+        await self.start_links()
+        if PROXY_NODE in self.sup.members:
+            await self.start_all([PROXY_NODE])
+
+    async def set_message_request_mode(self, topic: str, group: str, mode: str) -> None:
+        for addr in self.brokers.values():
+            await self.admin.set_message_request_mode(addr, topic, group, mode, -1)
+
+    def member(self, node: str) -> Member:
+        m = self.sup.member(node)
+        self.sup.refresh(m)
+        return m
+
+    def members(self) -> Iterator[Member]:
+        for m in self.sup:
+            self.sup.refresh(m)
+            yield m
+
+    async def start(self, nodes: Sequence[str], *, nemesis: bool = False) -> None:
+        await self.start_all(list(nodes), nemesis=nemesis)
+
+    async def stop(self, node: str) -> None:
+        await self.sup.astop(node)
+
+    async def kill(self, node: str) -> None:
+        await self.sup.akill(node)
+
+    async def restart(self, node: str, *, mode: str, down_s: float) -> None:
+        await self.sup.arestart(node, mode=mode, down_s=down_s)
+
+    async def pause(self, node: str, *, gc: bool = False) -> None:
+        self.sup.pause(node, **({"gc": True} if gc else {}))
+
+    async def resume(self, node: str, *, gc: bool = False) -> None:
+        self.sup.resume(node, **({"gc": True} if gc else {}))
+
+    async def hang(self, node: str) -> None:
+        self.sup.hang(node)
+
+    async def unhang(self, node: str) -> None:
+        self.sup.unhang(node)
+
+    def faulty_links(self) -> Iterator[str]:
+        for m in sorted(self.sup, key=lambda m: m.node):
+            if self.network_faulty(m.node):
+                yield m.node
+
+    def _running_broker(self, broker: str) -> str:
+        """The broker's address, refused at once when it is not running, as a refused connect would be:
+        a killed broker's container takes its address along, and the admin connect would wait for its
+        timeout instead."""
+        m = self.member(broker)
+        if m.state not in ("running", "paused"):
+            raise SupervisorError(f"{broker} is not running ({m.state})")
+        return self.brokers[broker]
+
+    async def fault_add(self, broker: str, request: dict[str, Any]) -> int:
+        return await self.admin.fault_add(self._running_broker(broker), **request)
+
+    async def fault_clear(self, broker: str) -> None:
+        await self.admin.fault_clear(self._running_broker(broker))
+
+    async def policy_set(
+        self,
+        broker: str,
+        *,
+        notify_on_channel_expired: bool | None = None,
+        release_locks_on_close: bool | None = None,
+    ) -> None:
+        await self.admin.policy_set(
+            self._running_broker(broker),
+            notify_on_channel_expired=notify_on_channel_expired,
+            release_locks_on_close=release_locks_on_close,
+        )
+
+    async def kill_clients(self) -> list[str]:
+        killed = await self.kill_role("consumer")
+        return killed + await self.kill_role("producer")
 
     async def apply_network(self, node: str, action: str, broker: str = "all", **params: Any) -> list[str]:
-        """A network nemesis on the node's links (KeyError when the node has no fault proxy)."""
+        """A network nemesis on the node's links (KeyError when the node has no fault relay)."""
         if params.pop("direction", "both") != "both":
-            raise ValueError("a one-way partition needs the docker backend (the fault proxy cuts both ways)")
+            raise ValueError("a one-way partition needs the docker backend (the fault relay cuts both ways)")
         if action == "loss":
-            raise ValueError("packet loss needs the docker backend (the fault proxy relays a byte stream)")
+            raise ValueError("packet loss needs the docker backend (the fault relay relays a byte stream)")
         if node not in self.links:
-            raise ValueError(f"{node} has no fault proxy: a link of a server needs the docker backend")
+            raise ValueError(f"{node} has no fault relay: a link of a server needs the docker backend")
         params.pop("percent", None)
         return self.links[node].apply(action, broker, **params)
 
     def network_via(self, action: str, node: str, other: str = "all") -> str:
-        """The mechanism that does a network fault on the node's link (here always the fault proxy)."""
-        return "proxy"
+        """The mechanism that does a network fault on the node's link (here always the fault relay)."""
+        return "relay"
 
     def network_faulty(self, node: str) -> bool:
         """Whether a network fault is in force on one of the node's links."""
@@ -332,7 +481,7 @@ class LocalCluster:
             info["log_files"] = [str(Path(p).relative_to(self.run_dir)) for p in info["log_files"]]
             info["out_file"] = str(Path(info["out_file"]).relative_to(self.run_dir))
             if node in self.links:
-                info["proxies"] = self.links[node].state()
+                info["relays"] = self.links[node].state()
             nodes[node] = info
         return {
             "namesrv": self.namesrv,
@@ -341,14 +490,3 @@ class LocalCluster:
             "ports": {n: m.port for n, m in self.sup.members.items() if m.port is not None},
             "nodes": nodes,
         }
-
-
-def route_brokers(route: dict[str, Any] | None) -> set[str]:
-    """Broker names that a route answer gives queues for."""
-    if not route:
-        return set()
-    names = set()
-    for qd in route.get("queueDatas") or []:
-        if isinstance(qd, dict) and isinstance(qd.get("brokerName"), str):
-            names.add(qd["brokerName"])
-    return names

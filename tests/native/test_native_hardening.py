@@ -8,8 +8,8 @@ import zlib
 import pytest
 from kit.native_wire import NativePeer, json_frame
 
-from rmqlab.broker.config import BrokerConfig
 from rmqlab.broker.controller import BrokerController
+from rmqlab.broker.server_config import BrokerConfig
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.native.codec import NativeCodec
 from rmqlab.protocol.native.translate import MAX_INFLATED_BODY

@@ -9,10 +9,10 @@ from rmqlab.broker.long_polling import HeldPull, PullRequestHoldService
 from rmqlab.broker.route_info import RouteInfoManager, parse_topic_config_table
 from rmqlab.broker.schedule import ScheduleMessageService
 from rmqlab.broker.store import SCHEDULE_TOPIC, MemoryMessageStore
+from rmqlab.protocol.clock import ManualClock
 from rmqlab.protocol.command import InvalidParameter
 from rmqlab.protocol.model import MessageQueue
 from rmqlab.protocol.route import QueueData, TopicRouteData
-from rmqlab.protocol.runtime import ManualClock
 
 # -- long polling ---------------------------------------------------------------------------------
 

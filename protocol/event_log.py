@@ -1,121 +1,18 @@
-"""What every role's process shares: event log, clocks, the time scale, CLI flags and the loop runner."""
+"""The event log every role writes (EVENTS.md): structlog-rendered JSON lines, written by a background
+thread so the event loop never blocks."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import json.encoder as json_encoder
 import os
 import queue
-import signal
-import socket
 import sys
 import threading
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
-# --------------------------------------------------------------------------------------------------
-# Clocks: wall time for event timestamps, monotonic time for durations inside a process.
-
-
-class Clock(Protocol):
-    """Wall time for event timestamps and monotonic time for durations, both in milliseconds."""
-
-    def now_ms(self) -> int: ...
-
-    def monotonic_ms(self) -> int: ...
-
-
-class SystemClock:
-    """The real clocks."""
-
-    def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
-
-    def monotonic_ms(self) -> int:
-        return time.monotonic_ns() // 1_000_000
-
-
-class ManualClock:
-    """A clock tests move by hand."""
-
-    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
-        self._now = start_ms
-        self._mono = 0
-
-    def now_ms(self) -> int:
-        return self._now
-
-    def monotonic_ms(self) -> int:
-        return self._mono
-
-    def advance(self, ms: int) -> None:
-        self._now += ms
-        self._mono += ms
-
-
-class TimeScale:
-    """Multiplies every interval and timeout of a process (0.05 runs the 20 s rebalance every second).
-
-    The broker, name-server and client configurations all scale through it: ``ms`` and ``seconds`` keep
-    fractions (client timers), ``whole_ms`` rounds to a whole, positive millisecond (broker timers and
-    expiry ages, compared with integer timestamps)."""
-
-    __slots__ = ("factor",)
-
-    def __init__(self, factor: float = 1.0) -> None:
-        if not factor > 0:
-            raise ValueError(f"time scale must be > 0, got {factor}")
-        self.factor = float(factor)
-
-    def ms(self, ms: float) -> float:
-        return ms * self.factor
-
-    def seconds(self, ms: float) -> float:
-        return ms * self.factor / 1000.0
-
-    def whole_ms(self, ms: float) -> int:
-        return max(1, round(ms * self.factor))
-
-    def __repr__(self) -> str:
-        return f"TimeScale({self.factor})"
-
-
-class TimerSet:
-    """Callbacks a service schedules on the running loop, all cancelled by one ``cancel_all`` (its stop):
-    a callback never runs after that, and nothing can be scheduled any more."""
-
-    def __init__(self) -> None:
-        self._handles: set[asyncio.TimerHandle] = set()
-        self._closed = False
-
-    def call_later(self, delay_ms: float, fn: Callable[[], object]) -> None:
-        """Run ``fn`` after ``delay_ms`` real (already scaled) milliseconds."""
-        if self._closed:
-            return
-        handle: asyncio.TimerHandle
-
-        def fire() -> None:
-            self._handles.discard(handle)
-            if not self._closed:
-                fn()
-
-        handle = asyncio.get_running_loop().call_later(max(0.0, delay_ms) / 1000.0, fire)
-        self._handles.add(handle)
-
-    def cancel_all(self) -> None:
-        self._closed = True
-        for handle in list(self._handles):
-            handle.cancel()
-        self._handles.clear()
-
-    def __len__(self) -> int:
-        return len(self._handles)
-
-
-# --------------------------------------------------------------------------------------------------
-# Event log: structlog-rendered JSON lines, written by a background thread so the loop never blocks.
+from rmqlab.protocol.clock import Clock, SystemClock
 
 
 class _LineWriter:
@@ -332,68 +229,3 @@ class EventLog:
             self._closed = True
             if self._writer is not None:
                 self._writer.close()
-
-
-def run_async_main(main: Callable[[], Awaitable[int | None]]) -> int:
-    """Run ``main`` on uvloop when available; SIGTERM/SIGINT cancel it so it can shut down gracefully."""
-    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
-    try:
-        import uvloop
-
-        loop_factory = uvloop.new_event_loop
-    except ImportError:  # uvloop is optional at run time
-        loop_factory = None
-
-    async def wrapper() -> int:
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(sig, task.cancel)
-            except (NotImplementedError, RuntimeError):
-                pass
-        try:
-            rc = await main()
-        except asyncio.CancelledError:
-            return 0
-        return int(rc or 0)
-
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        try:
-            return runner.run(wrapper())
-        except KeyboardInterrupt:
-            return 130
-
-
-# --------------------------------------------------------------------------------------------------
-# Client identity (RocketMQ's format: ip@instanceName).
-
-
-def new_instance_name() -> str:
-    """``pid#monotonic-ns``: unique per process even when every container's pid is 1."""
-    return f"{os.getpid()}#{time.monotonic_ns()}{time.time_ns() % 1_000_000:06d}"
-
-
-_local_ip: str | None = None
-
-
-def local_ip() -> str:
-    global _local_ip
-    if _local_ip is None:
-        ip = "127.0.0.1"
-        try:
-            for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
-                cand = str(info[4][0])
-                if not cand.startswith("127."):
-                    ip = cand
-                    break
-        except OSError:
-            pass
-        _local_ip = ip
-    return _local_ip
-
-
-def build_client_id(instance_name: str | None = None, client_ip: str | None = None) -> str:
-    """RocketMQ's ``clientIP@instanceName`` (ClientConfig.buildMQClientId); the IP defaults to this host's."""
-    return f"{client_ip or local_ip()}@{instance_name or new_instance_name()}"

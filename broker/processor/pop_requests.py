@@ -2,7 +2,7 @@
 (RocketMQ 5's PopMessageProcessor, AckMessageProcessor and ChangeInvisibleTimeProcessor), and the revive
 of checkpoints whose invisible time ran out (PopReviveService).
 
-The state lives in ``broker.pop.PopState``; this module reads requests, moves messages between the store
+The state lives in ``broker.pop_state.PopState``; this module reads requests, moves messages between the store
 and that state, and holds pops that found nothing until a message arrives or their poll time ends.
 PROTOCOL.md ("POP") gives the rules and the receipt format.
 """
@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from rmqlab.broker.pop import (
+from rmqlab.broker.pop_state import (
     MAX_POP_BATCH,
     POP_FROM_RETRY_PROBABILITY,
     POP_POLLING_SIZE,
@@ -44,7 +44,7 @@ from rmqlab.protocol.command import (
     field_str,
 )
 from rmqlab.protocol.model import parse_tags
-from rmqlab.protocol.pop import (
+from rmqlab.protocol.pop_receipt import (
     POP_ORDER_REVIVE_QUEUE,
     PROPERTY_FIRST_POP_TIME,
     PROPERTY_POP_CK,

@@ -1,5 +1,10 @@
 """A whole experiment in one process: the real name server, brokers, consumers and producers as virtual
-processes on the virtual loop and the in-memory network, driven by the chaos lab's schedule.
+processes on the virtual loop and the in-memory network, driven by the lab's one Runner.
+
+``SimBackend`` is the simulator's implementation of the lab's Backend (``lab.backend``): it keeps the
+nodes' lifecycle (spawn, SIGTERM, SIGKILL, SIGSTOP as virtual processes), the network's faults (rules on
+the in-memory links) and the GC pauses (the pause and resume steps ``[sim]`` adds to the schedule).
+``SimCluster`` runs an experiment on it: the Runner on the virtual loop, then the run directory.
 
 The run directory is the one ``rmq-chaos`` writes (``NODE.jsonl`` per process, ``NODE.2.jsonl`` after a
 restart, ``chaos.jsonl``, ``experiment.toml``, ``manifest.json`` with ``"mode": "sim"`` and the seed), so
@@ -17,22 +22,17 @@ import random
 import re
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from rmqlab.broker.config import BrokerConfig, NamesrvConfig
 from rmqlab.broker.controller import BrokerController
 from rmqlab.broker.namesrv import NamesrvController
+from rmqlab.broker.server_config import BrokerConfig, NamesrvConfig
 from rmqlab.broker.topic_config import PERM_READ_WRITE, TopicConfig
-from rmqlab.chaos.admin import AdminClient, AdminError
-from rmqlab.chaos.cluster import route_brokers
-from rmqlab.chaos.experiment import NETWORK_ACTIONS, Step
-from rmqlab.chaos.runner import fault_request, versions
-from rmqlab.chaos.tally import RunTally, progress_line
 from rmqlab.cli import Progress
-from rmqlab.client.config import ConsumerConfig, ProducerConfig
+from rmqlab.client.client_config import ConsumerConfig, ProducerConfig
 from rmqlab.client.consumer_base import normalize_enums
 from rmqlab.client.consumer_main import ListenerGate
 from rmqlab.client.errors import MQClientError
@@ -40,13 +40,18 @@ from rmqlab.client.instance import MQClientManager
 from rmqlab.client.producer import DEFAULT_PRODUCER_GROUP, Producer
 from rmqlab.client.producer_main import make_body
 from rmqlab.client.push_consumer import PushConsumer
+from rmqlab.lab.admin_client import AdminClient, route_brokers
+from rmqlab.lab.backend import NodeError, NodeFailed, nemesis_fields
+from rmqlab.lab.experiment import Experiment
+from rmqlab.lab.runner import Console, Runner, RunResult, versions
+from rmqlab.lab.schedule import Step
+from rmqlab.lab.tally import RunTally, progress_line
+from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import Message, MessageModel
-from rmqlab.protocol.remoting import RemotingError
-from rmqlab.protocol.runtime import EventLog
 from rmqlab.sim.dist import Distribution
-from rmqlab.sim.experiment import SimExperiment
 from rmqlab.sim.loop import CURRENT, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
 from rmqlab.sim.network import Network
+from rmqlab.sim.sim_table import SimExperiment
 
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
@@ -185,6 +190,7 @@ class SimNode:
     returncode: int | None = None
     server: Any = None  # the live NamesrvController / BrokerController
     gate: ListenerGate | None = None  # a consumer's listener gate (the hang nemesis), per incarnation
+    out_file: str = ""  # a virtual process has no output file of its own
     hung: bool = False
 
     def info(self) -> dict[str, Any]:
@@ -201,17 +207,16 @@ class SimNode:
         }
 
 
-class SimError(RuntimeError):
-    """The simulated cluster could not do what the experiment asks (a node never became ready, ...)."""
+class SimError(NodeError):
+    """The simulated cluster could not do what the experiment asks of a node (its state does not allow
+    it, or it is not one the action can act on)."""
 
 
 @dataclass
-class SimResult:
-    run_dir: Path
-    drained: bool = False
-    quick_verdict: str = "fail"
-    errors: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
+class SimResult(RunResult):
+    """What a simulated run produced: the Runner's result, the simulated and wall seconds it took and
+    the events it wrote."""
+
     sim_seconds: float = 0.0
     wall_seconds: float = 0.0
     events: int = 0
@@ -229,41 +234,24 @@ def consumer_flags(spec: Any) -> dict[str, Any]:
     return flags
 
 
-class SimCluster:
-    def __init__(
-        self,
-        sx: SimExperiment,
-        run_dir: str | Path,
-        *,
-        seed: int | None = None,
-        out: TextIO | None = None,
-        progress: bool = True,
-        manifest_extra: dict[str, Any] | None = None,
-    ) -> None:
-        self.seed = sx.exp.seed if seed is None else seed
-        self.sx = sx.with_seed(self.seed)  # --seed draws the chaos schedule too, not only the network's
-        # keys a caller adds to manifest.json (a sweep: its point and the varied parameters)
-        self.manifest_extra = dict(manifest_extra or {})
-        self.exp = self.sx.exp
-        self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.out = out or sys.stdout
-        self.printer = Progress(self.out)
-        self.progress = progress
+class SimBackend:
+    """The lab's Backend as virtual processes on the virtual loop and the in-memory network."""
+
+    kind = "sim"
+
+    def __init__(self, sx: SimExperiment, run_dir: Path, seed: int, tally: RunTally) -> None:
+        self.sx = sx
+        self.exp = sx.exp
+        self.seed = seed
+        self.run_dir = run_dir
+        self.tally = tally  # fed by the event logs' sinks as lines are written
         self.loop = VirtualLoop()
         self.net = Network(self.loop, self.seed, sx.sim.latency_ms, sx.sim.wire)
         self.clock = VirtualClock(self.loop)
         self.files = LogFiles()
-        self.tally = RunTally({c.group: {c.topic} for c in self.exp.consumers})
-        self.result = SimResult(self.run_dir)
         self.nodes: dict[str, SimNode] = {}
         self._pids = 0
-        self._locks: dict[str, asyncio.Lock] = {}
         self._faulty: dict[str, set[str]] = {}  # network nemesis target -> the nodes at the links' other end
-        self._end_now: asyncio.Event | None = None
-        self._t0 = 0.0
-        self._wall0 = 0.0
-        self.executed = 0
         self.namesrv_addr = ""
         self.brokers: dict[str, str] = {}
         self._client_ids: list[str] = []
@@ -306,40 +294,7 @@ class SimCluster:
     def rng(self, *parts: object) -> random.Random:
         return random.Random(":".join(str(p) for p in (self.seed, *parts)))
 
-    def say(self, text: str) -> None:
-        self.printer.note(text)
-
-    def _elapsed(self) -> float:
-        return self.loop.time() - self._t0
-
-    def _stamp(self) -> str:
-        return f"[sim {self._elapsed():7.1f}s | wall {time.monotonic() - self._wall0:6.1f}s]"
-
-    # -- the run -------------------------------------------------------------------------------------
-    def run(self) -> SimResult:
-        """Run the whole experiment; returns when the virtual cluster is down and the files are written."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "experiment.toml").write_text(self.exp.text, encoding="utf-8")
-        self._wall0 = time.monotonic()
-        started_ms = self.clock.now_ms()
-        main = self.loop.create_task(self._main(), context=self.chaos.context)
-        collector = GarbageCollector()
-        collector.start()
-        self.loop.housekeeping = collector.check
-        try:
-            self.loop.run_until_complete(main)
-        except SimDeadlock as e:
-            self.result.errors.append(f"the simulation stalled: {e}")
-        finally:
-            self.loop.housekeeping = None
-            collector.stop()
-            self._cleanup()
-        self.result.sim_seconds = self.loop.time()
-        self.result.wall_seconds = time.monotonic() - self._wall0
-        self._finish(started_ms)
-        return self.result
-
-    def _cleanup(self) -> None:
+    def cleanup(self) -> None:
         for cid in self._client_ids:  # the process-wide table of client instances outlives no run
             MQClientManager.remove(cid)
         left = asyncio.all_tasks(self.loop)
@@ -353,69 +308,6 @@ class SimCluster:
                 task.get_coro().close()  # type: ignore[union-attr]
         self._graveyard.clear()
 
-    async def _main(self) -> None:
-        exp = self.exp
-        self.log.emit(
-            "experiment_started",
-            name=exp.name,
-            seed=self.seed,
-            time_scale=exp.time_scale,
-            duration_s=exp.duration,
-            source=exp.source,
-            mode="sim",
-        )
-        self.admin = AdminClient(timeout_s=max(2.0, 5.0 * exp.time_scale))
-        try:
-            self.say(f"simulate {exp.name} (seed {self.seed}): {exp.question or '(no question given)'}")
-            self.say(f"run directory: {self.run_dir}")
-            await self._setup()
-            progress = asyncio.create_task(self._progress_loop())
-            await self._execute()
-            await self._drain()
-            self.log.emit("teardown", mode="kill")
-            killed = [
-                n.node for n in self.nodes.values() if n.role in ("consumer", "producer") and self._alive(n)
-            ]
-            for node in killed:
-                self._kill(self.nodes[node])
-            self.log.emit("teardown_clients_killed", nodes=killed)
-            progress.cancel()
-            for role in ("broker", "namesrv"):
-                for n in list(self.nodes.values()):
-                    if n.role == role and self._alive(n):
-                        await self._stop(n)
-        except (SimError, AdminError, RemotingError, TimeoutError) as e:
-            self.result.errors.append(str(e))
-            self.say(f"run failed: {e}")
-        finally:
-            await self.admin.close()
-
-    async def _setup(self) -> None:
-        exp = self.exp
-        self._declare()
-        self.say(f"starting name server and {len(exp.brokers)} broker(s)")
-        await self._start(self.nodes["namesrv"])
-        for b in exp.brokers:
-            await self._start(self.nodes[b])
-        assert self.admin is not None
-        for t in exp.topics:
-            deadline = self.loop.time() + 30
-            while True:
-                route = await self.admin.route(self.namesrv_addr, t.name)
-                if route_brokers(route) >= set(exp.brokers):
-                    break
-                if self.loop.time() > deadline:
-                    raise SimError(f"the name server does not route {t.name} to every broker")
-                await asyncio.sleep(0.1)
-        for c in exp.consumers:
-            if c.request_mode is not None:  # RocketMQ 5 server-side assignment: the brokers keep the mode
-                for addr in self.brokers.values():
-                    await self.admin.set_message_request_mode(addr, c.topic, c.group, c.request_mode, -1)
-        first = [n for c in exp.consumers if c.start <= 0 for n in c.nodes]
-        self.say(f"starting {len(first)} consumer(s)")
-        await self._start_all([self.nodes[node] for node in first])
-        self.log.emit("cluster_ready", nodes=sum(1 for n in self.nodes.values() if self._alive(n)))
-
     def _declare(self) -> None:
         exp = self.exp
         self.nodes["namesrv"] = SimNode("namesrv", "namesrv")
@@ -427,133 +319,6 @@ class SimCluster:
         if exp.workload:
             for node, topic in exp.workload.nodes:
                 self.nodes[node] = SimNode(node, "producer", None, topic, exp.workload)
-
-    async def _execute(self) -> None:
-        exp = self.exp
-        self._t0 = self.loop.time()
-        self._end_now = asyncio.Event()
-        # The experiment's t = 0, as the process lab writes it: reports count from here.
-        self.log.emit("schedule_started", time_scale=exp.time_scale, duration_s=exp.duration)
-        schedule = self.sx.schedule()
-        total = exp.wall(exp.duration)
-        self.say(
-            f"simulating {exp.duration:g}s of lab time ({total:g}s at time scale {exp.time_scale:g}), "
-            f"{len(schedule)} nemesis action(s)"
-        )
-        async with asyncio.TaskGroup() as tg:
-            if exp.workload:
-                tg.create_task(self._start_producers())
-            for c in exp.consumers:
-                if c.start > 0:
-                    tg.create_task(self._join(c.start, list(c.nodes)))
-            for step in schedule:
-                tg.create_task(self._step(step))
-            await asyncio.sleep(total)
-            self._end_now.set()
-        await self._heal()
-
-    async def _wait_until(self, lab_s: float) -> None:
-        assert self._end_now is not None
-        delay = self._t0 + self.exp.wall(lab_s) - self.loop.time()
-        if delay > 0:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await self._end_now.wait()
-
-    async def _start_producers(self) -> None:
-        w = self.exp.workload
-        assert w is not None
-        await self._wait_until(w.start)
-        await self._start_all([self.nodes[node] for node, _ in w.nodes])
-
-    async def _join(self, at: float, nodes: list[str]) -> None:
-        await self._wait_until(at)
-        assert self._end_now is not None
-        if self._end_now.is_set():
-            return
-        self.say(f"{self._stamp()} joining: {', '.join(nodes)}")
-        self.log.emit("consumers_joining", nodes=nodes, at=at)
-        for node in nodes:
-            async with self._locks.setdefault(node, asyncio.Lock()):
-                n = self.nodes[node]
-                if self._alive(n):
-                    self.result.skipped.append(f"join {node}: already {n.state}")
-                    self.log.emit("join_skipped", target=node, reason=f"{node} is already {n.state}")
-                    continue
-                await self._start(n)
-
-    async def _step(self, step: Step) -> None:
-        await self._wait_until(step.t)
-        async with self._locks.setdefault(step.target, asyncio.Lock()):
-            await self.execute(step)
-
-    async def execute(self, step: Step) -> None:
-        """One nemesis action; one that cannot apply now is logged and skipped, as in rmq-chaos."""
-        exp = self.exp
-        a, target, p = step.action, step.target, step.params
-        if self.progress:
-            self.say(f"{self._stamp()} {step.describe()}")
-        try:
-            n = self.nodes[target]
-            if a == "kill":
-                self._require(n, "running", "paused", "stopping")
-                self._nemesis("kill", n)
-                self._kill(n)
-            elif a == "stop":
-                self._require(n, "running", "paused")
-                self._nemesis("stop", n)
-                await self._stop(n)
-            elif a == "start":
-                self._require(n, "new", "stopped", "exited")
-                await self._start(n, nemesis=True)
-            elif a == "restart":
-                if self._alive(n):
-                    if p.get("mode", "stop") == "kill":
-                        self._nemesis("kill", n)
-                        self._kill(n)
-                    else:
-                        self._nemesis("stop", n)
-                        await self._stop(n)
-                down = exp.wall(p.get("down", 0.0))
-                if down > 0:
-                    await asyncio.sleep(down)
-                await self._start(n, nemesis=True)
-            elif a == "pause":
-                self._require(n, "running")
-                self._nemesis("pause", n, **({"gc": True} if p.get("gc") else {}))
-                assert n.proc is not None
-                n.proc.state = "paused"
-                n.state = "paused"
-            elif a == "resume":
-                self._require(n, "paused")
-                self._nemesis("resume", n, **({"gc": True} if p.get("gc") else {}))
-                assert n.proc is not None
-                self.loop.resume_process(n.proc)
-                n.state = "running"
-            elif a in ("hang", "unhang"):
-                self._hang(n, a)
-            elif a in NETWORK_ACTIONS:
-                self._network(step)
-            elif a == "fault":
-                await self._fault(step)
-            elif a == "fault-clear":
-                assert self.admin is not None
-                await self.admin.fault_clear(self.brokers[target])
-                self._nemesis(a, n)
-            elif a == "policy":
-                assert self.admin is not None
-                await self.admin.policy_set(
-                    self.brokers[target],
-                    notify_on_channel_expired=p.get("notify_on_channel_expired"),
-                    release_locks_on_close=p.get("release_locks_on_close"),
-                )
-                self._nemesis(a, n, **p)
-            self.executed += 1
-        except (SimError, AdminError, RemotingError, KeyError, ValueError) as e:
-            reason = str(e)
-            self.result.skipped.append(f"{step.describe()}: {reason}")
-            self.log.emit("nemesis_skipped", action=a, target=target, reason=reason)
-            self.say(f"{self._stamp()} skipped {step.describe()}: {reason.splitlines()[0]}")
 
     def _hang(self, n: SimNode, action: str) -> None:
         """The listener stops returning (SIGUSR1 to rmq-consumer) or its blocked calls return (SIGUSR2).
@@ -567,129 +332,198 @@ class SimCluster:
         self.loop.call_soon(n.gate.hang if action == "hang" else n.gate.release, context=n.proc.context)
         n.hung = action == "hang"
 
-    def _network(self, step: Step) -> None:
-        a, target, p = step.action, step.target, step.params
-        # "broker" names the other end: a broker, the name server, or (``peer``) any node
-        other = p.get("broker", "all")
-        if other != "all" and (other not in self.nodes or other == target):
-            raise ValueError(f"{target} has no link to {other!r}")
-        peers = list(self.exp.brokers) if other == "all" else [other]
-        if a == "heal" and other == "all":  # every link of the target's faults (the kernel's heal too)
-            peers += sorted(self._faulty.get(target, set()) - set(peers))
-        extra: dict[str, Any] = {"broker": other}
-        if a == "latency":
-            extra["latency_ms"] = round(p["ms"] * self.exp.time_scale, 3)
-            extra["jitter_ms"] = round(p.get("jitter_ms", 0) * self.exp.time_scale, 3)
-        if a == "loss":
-            extra["percent"] = p["percent"]
-        direction = p.get("direction", "both")
-        if p.get("direction"):
-            extra["direction"] = direction
-        if a != "heal":
-            extra["via"] = "sim"
-        self._nemesis(a, self.nodes[target], **extra)
+    # -- the Backend seam ----------------------------------------------------------------------------
+    async def prepare(self) -> list[str]:
+        self.admin = AdminClient(timeout_s=max(2.0, 5.0 * self.exp.time_scale))
+        return []
+
+    def declare(self, exp: Experiment) -> None:
+        self._declare()
+
+    async def start_servers(self) -> None:
+        """The name server, then each broker (which creates the experiment's topics as it starts), then
+        until the name server routes every topic to every broker."""
+        exp = self.exp
+        await self._start(self.nodes["namesrv"])
+        for b in exp.brokers:
+            await self._start(self.nodes[b])
+        assert self.admin is not None
+        for t in exp.topics:
+            deadline = self.loop.time() + 30
+            while True:
+                route = await self.admin.route(self.namesrv_addr, t.name)
+                if route_brokers(route) >= set(exp.brokers):
+                    break
+                if self.loop.time() > deadline:
+                    raise SimError(f"the name server does not route {t.name} to every broker")
+                await asyncio.sleep(0.1)
+
+    async def set_message_request_mode(self, topic: str, group: str, mode: str) -> None:
+        assert self.admin is not None
+        for addr in self.brokers.values():
+            await self.admin.set_message_request_mode(addr, topic, group, mode, -1)
+
+    def member(self, node: str) -> SimNode:
+        return self.nodes[node]
+
+    def members(self) -> Iterator[SimNode]:
+        yield from self.nodes.values()
+
+    async def start(self, nodes: Sequence[str], *, nemesis: bool = False) -> None:
+        if not nemesis:
+            await self._start_all([self.nodes[node] for node in nodes])
+            return
+        for node in nodes:
+            n = self.nodes[node]
+            self._require(n, "new", "stopped", "exited")
+            await self._start(n, nemesis=True)
+
+    async def stop(self, node: str) -> None:
+        n = self.nodes[node]
+        self._require(n, "running", "paused")
+        self._nemesis("stop", n)
+        await self._stop(n)
+
+    async def kill(self, node: str) -> None:
+        n = self.nodes[node]
+        self._require(n, "running", "paused", "stopping")
+        self._nemesis("kill", n)
+        self._kill(n)
+
+    async def restart(self, node: str, *, mode: str, down_s: float) -> None:
+        n = self.nodes[node]
+        if self._alive(n):
+            if mode == "kill":
+                self._nemesis("kill", n)
+                self._kill(n)
+            else:
+                self._nemesis("stop", n)
+                await self._stop(n)
+        if down_s > 0:
+            await asyncio.sleep(down_s)
+        await self._start(n, nemesis=True)
+
+    async def pause(self, node: str, *, gc: bool = False) -> None:
+        n = self.nodes[node]
+        self._require(n, "running")
+        self._nemesis("pause", n, **({"gc": True} if gc else {}))
+        assert n.proc is not None
+        n.proc.state = "paused"
+        n.state = "paused"
+
+    async def resume(self, node: str, *, gc: bool = False) -> None:
+        n = self.nodes[node]
+        self._require(n, "paused")
+        self._nemesis("resume", n, **({"gc": True} if gc else {}))
+        assert n.proc is not None
+        self.loop.resume_process(n.proc)
+        n.state = "running"
+
+    async def hang(self, node: str) -> None:
+        self._hang(self.nodes[node], "hang")
+
+    async def unhang(self, node: str) -> None:
+        self._hang(self.nodes[node], "unhang")
+
+    def network_via(self, action: str, node: str, other: str) -> str:
+        return "sim"
+
+    async def apply_network(
+        self,
+        node: str,
+        action: str,
+        broker: str = "all",
+        *,
+        ms: float = 0,
+        jitter_ms: float = 0,
+        direction: str = "both",
+        percent: float = 0,
+    ) -> None:
+        """Rules on the links between ``node`` and ``broker`` (every broker for "all"), both ways."""
+        peers = list(self.exp.brokers) if broker == "all" else [broker]
+        if action == "heal" and broker == "all":  # every link of the target's faults (the kernel's heal too)
+            peers += sorted(self._faulty.get(node, set()) - set(peers))
         for b in peers:
-            for src, dst in ((target, b), (b, target)):
-                if a == "latency":
+            for src, dst in ((node, b), (b, node)):
+                if action == "latency":
                     r = self.net.rule(src, dst)
-                    r.latency_ms, r.jitter_ms = extra["latency_ms"], extra["jitter_ms"]
-                elif a in ("blackhole", "loss") and direction in ("both", "out" if src == target else "in"):
-                    if a == "blackhole":
+                    r.latency_ms, r.jitter_ms = ms, jitter_ms
+                elif action in ("blackhole", "loss") and direction in (
+                    "both",
+                    "out" if src == node else "in",
+                ):
+                    if action == "blackhole":
                         # a cut link holds the frames, as TCP retransmits them until the heal
                         self.net.rule(src, dst).blackhole = True
                     else:
-                        self.net.rule(src, dst).loss = p["percent"] / 100.0
-            if a in ("latency", "blackhole", "loss"):
-                self._faulty.setdefault(target, set()).add(b)
-            if a == "reset":
-                self.net.reset(target, b)
-            elif a == "heal":
-                self.net.heal(target, b)
-                self._faulty.get(target, set()).discard(b)
+                        self.net.rule(src, dst).loss = percent / 100.0
+            if action in ("latency", "blackhole", "loss"):
+                self._faulty.setdefault(node, set()).add(b)
+            if action == "reset":
+                self.net.reset(node, b)
+            elif action == "heal":
+                self.net.heal(node, b)
+                self._faulty.get(node, set()).discard(b)
 
-    async def _fault(self, step: Step) -> None:
-        p = step.params
-        assert self.admin is not None
-        client_id = None
-        if p.get("client"):
-            c = self.nodes[p["client"]]
-            if not c.client_ids:
-                raise SimError(f"{p['client']} has no client id yet")
-            client_id = c.client_ids[-1]
-        request, fields = fault_request(self.exp, step, client_id)
-        fault_id = await self.admin.fault_add(self.brokers[step.target], **request)
-        self._nemesis("fault", self.nodes[step.target], fault_id=fault_id, **fields)
-
-    async def _heal(self) -> None:
-        """What rmq-chaos undoes before draining: resume paused nodes, heal links, clear faults."""
-        for n in self.nodes.values():
-            if n.state == "paused":
-                await self.execute(Step(self.exp.duration, "resume", n.node, n.role, n.group, {}, 0))
-            if n.hung and n.state == "running":
-                await self.execute(Step(self.exp.duration, "unhang", n.node, n.role, n.group, {}, 0))
+    def faulty_links(self) -> Iterator[str]:
+        """Clients whose links to the servers have a rule in force, then the faults that does not see: a
+        server's links (``peer``), one-way cuts into a client (those the heals before left)."""
         touched = sorted(
             {a for (a, b) in self.net.rules if a in self.nodes and self.nodes[a].role != "broker"}
         )
         for node in touched:
             if any(not r.idle for (a, _b), r in self.net.rules.items() if a == node):
-                await self.execute(
-                    Step(self.exp.duration, "heal", node, "consumer", None, {"broker": "all"}, 0)
-                )
-        # faults the loop above does not see: a server's links (``peer``), one-way cuts into a client
+                yield node
         for node in sorted(t for t, peers in self._faulty.items() if peers):
-            n = self.nodes[node]
-            await self.execute(Step(self.exp.duration, "heal", node, n.role, n.group, {"broker": "all"}, 0))
-        for b in sorted({s.target for s in self.sx.schedule() if s.action == "fault"}):
-            if self.nodes[b].state == "running":
-                await self.execute(Step(self.exp.duration, "fault-clear", b, "broker", None, {}, 0))
+            yield node
 
-    async def _drain(self) -> None:
-        exp = self.exp
-        deadline = self.loop.time() + exp.wall(exp.drain_timeout)
-        producers = [n for n in self.nodes.values() if n.role == "producer"]
-        while True:
-            done = all(n.state in ("exited", "stopped") for n in producers)
-            if done and self.tally.drained():
-                self.result.drained = True
-                break
-            if self.loop.time() > deadline:
-                break
-            await asyncio.sleep(0.2)
-        for n in producers:
-            if n.state == "exited" and n.returncode not in (0, None):
-                self.result.errors.append(f"{n.node} exited with code {n.returncode}")
-            if n.state == "new":
-                self.result.errors.append(f"{n.node} never started")
-        self._show_progress("drain")
-        if self.result.drained:
-            self.say(f"drained: every group consumed all {self.tally.sent_total} sent message(s)")
-        else:
-            parts = [f"{g}: {k} missing" for g, k in sorted(self.tally.missing().items())]
-            self.say(f"not drained: {'; '.join(parts) or 'nothing consumed'}")
-        self.result.quick_verdict = "ok" if self.result.drained and not self.result.errors else "fail"
+    async def fault_add(self, broker: str, request: dict[str, Any]) -> int:
+        assert self.admin is not None
+        return await self.admin.fault_add(self.brokers[broker], **request)
 
-    async def _progress_loop(self) -> None:
-        step = max(self.exp.wall(self.exp.duration) / 10, 0.5)
-        while True:
-            await asyncio.sleep(step)
-            self._show_progress(
-                "run" if self._end_now is not None and not self._end_now.is_set() else "drain"
-            )
+    async def fault_clear(self, broker: str) -> None:
+        assert self.admin is not None
+        await self.admin.fault_clear(self.brokers[broker])
 
-    def _show_progress(self, phase: str) -> None:
-        if not self.progress:
-            return
-        consumers = [n for n in self.nodes.values() if n.role == "consumer"]
-        live = sum(1 for n in consumers if self._alive(n))
-        paused = sum(1 for n in consumers if n.state == "paused")
-        line = progress_line(
-            self._elapsed(),
-            self.exp.wall(self.exp.duration),
-            self.tally,
-            (live, paused, len(consumers)),
-            phase,
+    async def policy_set(
+        self,
+        broker: str,
+        *,
+        notify_on_channel_expired: bool | None = None,
+        release_locks_on_close: bool | None = None,
+    ) -> None:
+        assert self.admin is not None
+        await self.admin.policy_set(
+            self.brokers[broker],
+            notify_on_channel_expired=notify_on_channel_expired,
+            release_locks_on_close=release_locks_on_close,
         )
-        self.say(f"{line} | wall {time.monotonic() - self._wall0:.1f}s")
+
+    async def kill_clients(self) -> list[str]:
+        killed = [
+            n.node for n in self.nodes.values() if n.role in ("consumer", "producer") and self._alive(n)
+        ]
+        for node in killed:
+            self._kill(self.nodes[node])
+        return killed
+
+    async def close(self) -> None:
+        """The brokers, then the name server, stop gracefully; the lab's admin connections close."""
+        try:
+            for role in ("broker", "namesrv"):
+                for n in list(self.nodes.values()):
+                    if n.role == role and self._alive(n):
+                        await self._stop(n)
+        finally:
+            if self.admin is not None:
+                await self.admin.close()
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "namesrv": self.namesrv_addr,
+            "brokers": dict(self.brokers),
+            "nodes": {name: n.info() for name, n in self.nodes.items()},
+        }
 
     # -- processes -----------------------------------------------------------------------------------
     @staticmethod
@@ -702,12 +536,7 @@ class SimCluster:
             raise SimError(f"{n.node} is {n.state}, not {' or '.join(states)}")
 
     def _nemesis(self, action: str, n: SimNode, **extra: Any) -> None:
-        fields: dict[str, Any] = {"action": action, "target": n.node, "target_role": n.role}
-        if n.role == "consumer" and n.group is not None:
-            fields["group"] = n.group
-        if n.client_ids:
-            fields["client_id"] = n.client_ids[-1]
-        self.log.emit("nemesis", **fields, **extra)
+        self.log.emit("nemesis", **nemesis_fields(action, n), **extra)
 
     async def _start(self, n: SimNode, *, nemesis: bool = False) -> None:
         await self._await_ready(n, self._spawn(n, nemesis=nemesis))
@@ -747,9 +576,9 @@ class SimCluster:
                 info = await ready
         except TimeoutError:
             self._kill(n)
-            raise SimError(f"{n.node} did not become ready") from None
+            raise NodeFailed(f"{n.node} did not become ready") from None
         except Exception as exc:
-            raise SimError(f"{n.node} failed to start: {exc}") from exc
+            raise NodeFailed(f"{n.node} failed to start: {exc}") from exc
         if n.role == "consumer":
             n.client_ids.append(info)
             self._client_ids.append(info)
@@ -963,9 +792,141 @@ class SimCluster:
         return 1 if failed else 0
 
     # -- the end -------------------------------------------------------------------------------------
+
+
+class SimConsole(Console):
+    """What rmq-sim says as it goes: simulated and wall seconds side by side; the step and progress lines
+    only with ``progress``, the others always."""
+
+    def __init__(self, out: TextIO, *, progress: bool) -> None:
+        self.lines = Progress(out)
+        self.show_steps = progress
+        self.wall0 = time.monotonic()
+
+    @property
+    def shows_progress(self) -> bool:
+        return self.show_steps
+
+    def opening(self, exp: Experiment, run_dir: Path) -> None:
+        self.say(f"simulate {exp.name} (seed {exp.seed}): {exp.question or '(no question given)'}")
+        self.say(f"run directory: {run_dir}")
+
+    def stamp(self, exp: Experiment, elapsed_s: float) -> str:
+        return f"[sim {elapsed_s:7.1f}s | wall {time.monotonic() - self.wall0:6.1f}s]"
+
+    def step(self, stamp: str, step: Step) -> None:
+        if self.show_steps:
+            self.say(f"{stamp} {step.describe()}")
+
+    def starting_consumers(self, nodes: list[str], kinds: list[str]) -> None:
+        self.say(f"starting {len(nodes)} consumer(s)")
+
+    def running(self, exp: Experiment, actions: int) -> None:
+        self.say(
+            f"simulating {exp.duration:g}s of lab time ({exp.wall(exp.duration):g}s at time scale "
+            f"{exp.time_scale:g}), {actions} nemesis action(s)"
+        )
+
+    def progress(
+        self,
+        exp: Experiment,
+        elapsed_s: float,
+        tally: RunTally,
+        consumers: tuple[int, int, int],
+        phase: str,
+        *,
+        force: bool = False,
+    ) -> None:
+        if self.show_steps:
+            line = progress_line(elapsed_s, exp.wall(exp.duration), tally, consumers, phase)
+            self.say(f"{line} | wall {time.monotonic() - self.wall0:.1f}s")
+
+    def not_drained(self, tally: RunTally, timeout_s: float, busy: list[str]) -> None:
+        parts = [f"{g}: {k} missing" for g, k in sorted(tally.missing().items())]
+        self.say(f"not drained: {'; '.join(parts) or 'nothing consumed'}")
+
+
+class SimCluster:
+    """One experiment simulated: the lab's Runner on a SimBackend, on the virtual loop, and the run
+    directory it leaves (``run`` returns when the virtual cluster is down and the files are written)."""
+
+    def __init__(
+        self,
+        sx: SimExperiment,
+        run_dir: str | Path,
+        *,
+        seed: int | None = None,
+        out: TextIO | None = None,
+        progress: bool = True,
+        manifest_extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.seed = sx.exp.seed if seed is None else seed
+        self.sx = sx.with_seed(self.seed)  # --seed draws the chaos schedule too, not only the network's
+        # keys a caller adds to manifest.json (a sweep: its point and the varied parameters)
+        self.manifest_extra = dict(manifest_extra or {})
+        self.exp = self.sx.exp
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.out = out or sys.stdout
+        self.console = SimConsole(self.out, progress=progress)
+        self.tally = RunTally({c.group: {c.topic} for c in self.exp.consumers})
+        self.result = SimResult(self.run_dir)
+        self.backend = SimBackend(self.sx, self.run_dir, self.seed, self.tally)
+        self.loop, self.net, self.clock, self.log = (
+            self.backend.loop,
+            self.backend.net,
+            self.backend.clock,
+            self.backend.log,
+        )
+        self.runner = Runner(
+            self.exp,
+            self.backend,
+            self.log,
+            self.result,
+            console=self.console,
+            tally=self.tally,
+            progress_interval_s=max(self.exp.wall(self.exp.duration) / 10, 0.5),
+        )
+
+    def run(self) -> SimResult:
+        """Run the whole experiment; returns when the virtual cluster is down and the files are written."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "experiment.toml").write_text(self.exp.text, encoding="utf-8")
+        self.console.wall0 = time.monotonic()
+        started_ms = self.clock.now_ms()
+        main = self.loop.create_task(self._main(), context=self.backend.chaos.context)
+        collector = GarbageCollector()
+        collector.start()
+        self.loop.housekeeping = collector.check
+        try:
+            self.loop.run_until_complete(main)
+        except SimDeadlock as e:
+            self.result.errors.append(f"the simulation stalled: {e}")
+        finally:
+            self.loop.housekeeping = None
+            collector.stop()
+            self.backend.cleanup()
+        self.result.sim_seconds = self.loop.time()
+        self.result.wall_seconds = time.monotonic() - self.console.wall0
+        self._finish(started_ms)
+        return self.result
+
+    async def _main(self) -> None:
+        exp = self.exp
+        self.log.emit(
+            "experiment_started",
+            name=exp.name,
+            seed=self.seed,
+            time_scale=exp.time_scale,
+            duration_s=exp.duration,
+            source=exp.source,
+            mode="sim",
+        )
+        await self.runner.run()
+
     def _finish(self, started_ms: int) -> None:
         exp = self.exp
-        self.result.events = self.files.lines
+        self.result.events = self.backend.files.lines
         manifest = {
             "mode": "sim",
             "seed": self.seed,
@@ -979,10 +940,8 @@ class SimCluster:
             "clients": {node: "python" for c in exp.consumers for node in c.nodes},
             "started_ms": started_ms,
             "ended_ms": self.clock.now_ms(),
-            "namesrv": self.namesrv_addr,
-            "brokers": dict(self.brokers),
-            "nodes": {name: n.info() for name, n in self.nodes.items()},
-            "nemesis_executed": self.executed,
+            **self.backend.manifest(),
+            "nemesis_executed": self.runner.executed,
             "nemesis_skipped": self.result.skipped,
             "drained": self.result.drained,
             "live_counts": self.tally.summary(),
@@ -997,7 +956,7 @@ class SimCluster:
             errors=len(self.result.errors),
             interrupted=False,
         )
-        self.files.flush()
+        self.backend.files.flush()
         (self.run_dir / "manifest.json").write_text(
             json.dumps(manifest, indent=2, sort_keys=True, default=str)
         )

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rmqlab.protocol.model import Message, MessageQueue
-from rmqlab.protocol.pop import PROPERTY_POP_CK, ExtraInfo
+from rmqlab.protocol.pop_receipt import PROPERTY_POP_CK, ExtraInfo
 
 MODE_POP = "POP"
 MODE_PULL = "PULL"

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from rmqlab.cli import add_common_args
-from rmqlab.protocol.runtime import EventLog, ManualClock, TimerSet, TimeScale, build_client_id
+from rmqlab.protocol.client_id import build_client_id
+from rmqlab.protocol.clock import ManualClock, TimerSet, TimeScale
+from rmqlab.protocol.event_log import EventLog
 
 
 def test_event_lines_have_required_fields(tmp_path: Path) -> None:

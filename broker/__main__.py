@@ -61,6 +61,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cluster", default="DefaultCluster", help="cluster name registered with the name server")
     p.add_argument(
+        "--broker-id",
+        type=non_negative_int,
+        default=0,
+        help="brokerId: 0 for the master (default), 1 or more for a slave (needs --broker-role SLAVE)",
+    )
+    p.add_argument(
+        "--broker-role",
+        type=str.upper,
+        choices=("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+        default="ASYNC_MASTER",
+        help="brokerRole (default ASYNC_MASTER); a SYNC_MASTER answers a send once a slave holds it",
+    )
+    p.add_argument(
+        "--ha-master-address",
+        default=None,
+        help="HOST:PORT a slave copies messages from; default: the master its registration names",
+    )
+    p.add_argument(
+        "--ha-replication-lag-ms",
+        type=non_negative_int,
+        default=0,
+        help="a slave holds each copied batch this long before storing it (unscaled ms; default 0)",
+    )
+    p.add_argument(
+        "--slave-read-enable",
+        action="store_true",
+        help="slaveReadEnable: pull answers suggest the slave to consumers far behind",
+    )
+    p.add_argument(
+        "--access-message-in-memory-max-bytes",
+        type=non_negative_int,
+        default=BrokerConfig.access_message_in_memory_max_bytes,
+        help="bytes behind the commit log's end past which a pull counts as slow (default %(default)s)",
+    )
+    p.add_argument(
         "--store-dir", default=None, help="keep messages, offsets and topics durably in SQLite here"
     )
     p.add_argument(
@@ -160,6 +195,12 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(
         broker_name=args.broker_name,
         cluster_name=args.cluster,
+        broker_id=args.broker_id,
+        broker_role=args.broker_role,
+        ha_master_address=args.ha_master_address,
+        ha_replication_lag_ms=args.ha_replication_lag_ms,
+        slave_read_enable=args.slave_read_enable,
+        access_message_in_memory_max_bytes=args.access_message_in_memory_max_bytes,
         host=args.host,
         port=args.port,
         advertised_port=args.advertise_port or None,
@@ -202,7 +243,11 @@ async def serve(
     topics: list[tuple[str, int | None]] | None = None,
     metrics_port: int | None = None,
 ) -> int:
-    broker = BrokerController(config, log=log)
+    try:
+        broker = BrokerController(config, log=log)
+    except ValueError as exc:  # a role that does not fit the broker id, a slave without a master
+        print(f"rmq-broker: error: {exc}", file=sys.stderr)
+        return 2
     metrics = None
     if metrics_port is not None:
         from rmqlab.protocol.metrics import NodeLabels, RoleMetrics

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from rmqlab.broker.assignment import MessageRequestModeTable
 from rmqlab.broker.consumer_manager import ConsumerIdsChangeListener, ConsumerManager, ProducerManager
 from rmqlab.broker.faults import FaultTable
+from rmqlab.broker.ha_state import BrokerRole, ReplicaProgress, ReplicationLog
 from rmqlab.broker.lock_manager import RebalanceLockManager
 from rmqlab.broker.long_polling import HeldPull, PullRequestHoldService
 from rmqlab.broker.namesrv import NamesrvProcessor
@@ -29,6 +30,7 @@ from rmqlab.broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, Handle
 from rmqlab.broker.route_info import RouteInfoManager
 from rmqlab.broker.schedule import ScheduleMessageService
 from rmqlab.broker.server_config import BrokerConfig
+from rmqlab.broker.slave import SlaveService
 from rmqlab.broker.sqlite_store import SqliteMessageStore
 from rmqlab.broker.store import SCHEDULE_GROUP, SCHEDULE_TOPIC, MemoryMessageStore, StoredMessage, StoreError
 from rmqlab.broker.topic_config import TopicConfig
@@ -45,6 +47,7 @@ from rmqlab.protocol.remoting import Connection, RemotingClient, RemotingError, 
 from rmqlab.protocol.route import QueueData, TopicRouteData
 
 ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused
+ATTR_HA_SLAVE = "ha_slave"  # the slave address a connection's HA_TRANSFER requests named
 
 
 class BrokerController:
@@ -56,6 +59,22 @@ class BrokerController:
         self.config = config = config or BrokerConfig()
         self.log = log or EventLog.null(config.broker_name, "broker")
         self.clock: Clock = clock or SystemClock()
+        self.role = BrokerRole.parse(config.broker_role)
+        if (self.role is BrokerRole.SLAVE) != (config.broker_id != 0):
+            raise ValueError(
+                f"broker id {config.broker_id} does not fit role {self.role.value}: "
+                "a master has broker id 0, a slave 1 or more"
+            )
+        if self.role is BrokerRole.SLAVE and config.namesrv == "embedded" and not config.ha_master_address:
+            raise ValueError("a slave needs a name server (--namesrv) or its master's address")
+        # the broker's commit-log order (what slaves copy), the slaves of a master and the run they copy
+        self.replication_log = ReplicationLog()
+        self.ha_progress = ReplicaProgress(
+            config.scaled(config.ha_housekeeping_interval_ms), config.ha_slave_fallbehind_max_bytes
+        )
+        self.ha_epoch = 0
+        self._growth_waiters: list[asyncio.Future[None]] = []
+        self.slave: SlaveService | None = SlaveService(self) if self.role is BrokerRole.SLAVE else None
         self.consumer_manager = ConsumerManager()
         self.producer_manager = ProducerManager()
         self.offset_manager = ConsumerOffsetManager()
@@ -156,6 +175,15 @@ class BrokerController:
             raise
         for tc in self.store.loaded_topics:
             self.topic_manager.put(tc)
+        # a restarted master's log holds what its store kept, in store-time order; its new epoch makes
+        # its slaves copy from the start (keeping only what they lack)
+        loaded = sorted(
+            (m for cq in self.store.queues.values() for m in cq.messages),
+            key=lambda m: (m.store_timestamp, m.topic, m.queue_id, m.queue_offset),
+        )
+        for m in loaded:
+            m.log_end = self.replication_log.append(m, len(m.body))
+        self.ha_epoch = self.clock.now_ms()
         for group, topic, qid, offset in self.store.loaded_offsets:
             if group == SCHEDULE_GROUP:
                 self.schedule_service.offset_table[qid] = offset
@@ -182,6 +210,8 @@ class BrokerController:
         self.log.emit(
             "broker_started",
             broker=cfg.broker_name,
+            broker_id=cfg.broker_id,
+            broker_role=self.role.value,
             cluster=cfg.cluster_name,
             addr=self.address,
             broker_addr=self.broker_addr,
@@ -228,6 +258,11 @@ class BrokerController:
                     self.config.namesrv, self._unregister_broker_request(), timeout_s=1.0
                 )
             await self._namesrv_client.close()
+        if self.slave is not None:
+            await self.slave.close()
+        for fut in self._growth_waiters:
+            if not fut.done():
+                fut.set_result(None)
         await self.server.close()
         self.consumer_ids_listener.close()
         with contextlib.suppress(StoreError):
@@ -239,10 +274,15 @@ class BrokerController:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._scan_loop())
             tg.create_task(self._hold_loop())
-            tg.create_task(self._schedule_loop())
             tg.create_task(self._register_loop())
             tg.create_task(self._idle_loop())
-            tg.create_task(self._revive_loop())
+            if self.slave is None:
+                # a slave delivers no delayed message and revives no POP checkpoint: it only copies
+                tg.create_task(self._schedule_loop())
+                tg.create_task(self._revive_loop())
+            else:
+                tg.create_task(self.slave.replicate_loop())
+                tg.create_task(self.slave.sync_loop())
             if self.config.flush_consumer_offset_interval_ms > 0:
                 tg.create_task(self._offset_flush_loop())
             if self.namesrv_processor is not None:
@@ -443,6 +483,15 @@ class BrokerController:
                     self.emit_lock("lock_released", group, client_id, mq, reason="channel_closed")
         if self.namesrv_processor is not None:
             self.namesrv_processor.on_connection_closed(conn)
+        slave_addr = conn.attrs.get(ATTR_HA_SLAVE)
+        if slave_addr is not None and conn.id in self.ha_progress.slaves:
+            self.ha_progress.remove(conn.id)
+            self.log.emit(
+                "ha_slave_disconnected",
+                broker=self.config.broker_name,
+                slave_addr=slave_addr,
+                reason="closed",
+            )
 
     async def _idle_loop(self) -> None:
         """Close connections idle (no read, no write) for serverChannelMaxIdleTimeSeconds."""
@@ -482,7 +531,15 @@ class BrokerController:
         # Only a change is an event: a consumer's persistAll re-sends every queue's offset each 5 s
         # whether it moved or not, and those repeats were half of a run's lines with nothing to tell.
         if offset != prev:
-            self.log.emit("offset_committed", group=group, topic=topic, queue_id=queue_id, offset=offset)
+            self.log.emit(
+                "offset_committed",
+                group=group,
+                topic=topic,
+                queue_id=queue_id,
+                offset=offset,
+                broker=self.config.broker_name,
+                broker_id=self.config.broker_id,
+            )
 
     def forget_group(self, group: str) -> None:
         """A group that left (no consumer registered any more) takes its retry topic along, unless that
@@ -536,6 +593,12 @@ class BrokerController:
 
     # -- long polling ------------------------------------------------------------------------
     def _on_message_arrived(self, msg: StoredMessage) -> None:
+        msg.log_end = self.replication_log.append(msg, len(msg.body))
+        if self._growth_waiters:
+            waiters, self._growth_waiters = self._growth_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
         if msg.topic == SCHEDULE_TOPIC:
             self._schedule_event.set()
             return
@@ -660,6 +723,7 @@ class BrokerController:
             await asyncio.sleep(interval)
             try:
                 self.scan_not_active_channel()
+                self.ha_housekeeping(self.clock.monotonic_ms())
                 for f in self.faults.sweep(self.clock.monotonic_ms()):
                     self.log.emit(
                         "fault_cleared", fault_id=f.fault_id, request_code=f.request_code, reason="expired"
@@ -764,7 +828,7 @@ class BrokerController:
                 t: QueueData(cfg.broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm)
                 for t, tc in self.topic_manager.table.items()
             }
-            self.namesrv_processor.register_local(
+            master = self.namesrv_processor.register_local(
                 cfg.cluster_name,
                 cfg.broker_name,
                 self.broker_addr,
@@ -773,6 +837,7 @@ class BrokerController:
                 None,
                 self.native_addr,
             )
+            self._set_master_addr(master)
             return True
         if self._namesrv_client is None:
             self._namesrv_client = RemotingClient(max_frame_bytes=cfg.max_frame_bytes, log=self.log)
@@ -787,7 +852,96 @@ class BrokerController:
                 "register to name server refused", namesrv=cfg.namesrv, code=resp.code, remark=resp.remark
             )
             return False
+        master = resp.ext.get("masterAddr")
+        self._set_master_addr(master if isinstance(master, str) and master else None)
         return True
+
+    def _set_master_addr(self, master: str | None) -> None:
+        """SlaveSynchronize#setMasterAddr after each registration (None when the master is gone)."""
+        if self.slave is None or master == self.slave.master_addr:
+            return
+        self.slave.master_addr = master
+        self.log.emit(
+            "master_addr_changed",
+            broker=self.config.broker_name,
+            broker_id=self.config.broker_id,
+            master_addr=master,
+        )
+
+    # -- HA: the master's side ------------------------------------------------------------------------
+    def ha_report(self, conn: Connection, slave_addr: str, index: int) -> None:
+        """An HA_TRANSFER said what the slave on ``conn`` holds: the sends waiting for it may answer."""
+        now = self.clock.monotonic_ms()
+        new = conn.id not in self.ha_progress.slaves
+        for fut in self.ha_progress.report(conn.id, self.replication_log.position_of(index), now):
+            assert isinstance(fut, asyncio.Future)
+            if not fut.done():
+                fut.set_result(None)
+        if new:
+            conn.attrs[ATTR_HA_SLAVE] = slave_addr
+            self.log.emit("ha_slave_connected", broker=self.config.broker_name, slave_addr=slave_addr)
+
+    def ha_housekeeping(self, now_ms: int) -> None:
+        """Close the HA connections of slaves silent past haHousekeepingInterval, as HAConnection does."""
+        for conn_id in self.ha_progress.expire_silent(now_ms):
+            conn = self.connections.get(conn_id)
+            slave_addr = conn.attrs.get(ATTR_HA_SLAVE) if conn is not None else None
+            self.log.emit(
+                "ha_slave_disconnected",
+                broker=self.config.broker_name,
+                slave_addr=slave_addr,
+                reason="silent",
+            )
+            if conn is not None:
+                conn.close()
+
+    async def wait_log_growth(self, length: int, timeout_s: float) -> None:
+        """Return once the log is longer than ``length`` or ``timeout_s`` passed (WriteSocketService's
+        wait for new data; an empty answer then is the heartbeat)."""
+        if len(self.replication_log) > length:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._growth_waiters.append(fut)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await fut
+        except TimeoutError:
+            pass
+        finally:
+            if fut in self._growth_waiters:
+                self._growth_waiters.remove(fut)
+
+    async def wait_replica(self, msg: StoredMessage) -> ResponseCode:
+        """CommitLog#submitReplicaRequest: on a SYNC_MASTER, SUCCESS once a slave holds ``msg``;
+        SLAVE_NOT_AVAILABLE when no slave is connected or it is too far behind; FLUSH_SLAVE_TIMEOUT after
+        slaveTimeout."""
+        if self.role is not BrokerRole.SYNC_MASTER:
+            return ResponseCode.SUCCESS
+        now = self.clock.monotonic_ms()
+        self.ha_housekeeping(now)
+        if not self.ha_progress.is_slave_ok(msg.log_end, now):
+            code = ResponseCode.SLAVE_NOT_AVAILABLE
+        else:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if not self.ha_progress.wait_for(msg.log_end, fut):
+                return ResponseCode.SUCCESS
+            try:
+                async with asyncio.timeout(self.config.scaled_s(self.config.slave_timeout_ms)):
+                    await fut
+                return ResponseCode.SUCCESS
+            except TimeoutError:
+                self.ha_progress.cancel(fut)
+                code = ResponseCode.FLUSH_SLAVE_TIMEOUT
+        self.log.emit(
+            "replica_wait_failed",
+            broker=self.config.broker_name,
+            topic=msg.topic,
+            queue_id=msg.queue_id,
+            queue_offset=msg.queue_offset,
+            msg_id=msg.msg_id,
+            code=int(code),
+        )
+        return code
 
     async def _register_loop(self) -> None:
         interval = self.config.scaled_s(self.config.register_broker_interval_ms)
@@ -817,6 +971,10 @@ class BrokerController:
         cfg = self.config
         return {
             "brokerName": cfg.broker_name,
+            "brokerId": cfg.broker_id,
+            "brokerRole": self.role.value,
+            "masterAddr": self.slave.master_addr if self.slave is not None else None,
+            "haSlaves": self.ha_progress.connection_count(self.clock.monotonic_ms()),
             "clusterName": cfg.cluster_name,
             "addr": self.address,
             "brokerAddr": self.broker_addr,

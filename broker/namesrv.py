@@ -47,8 +47,10 @@ class NamesrvProcessor:
         broker_id = cmd.ext_int("brokerId")
         topics = parse_topic_config_table(cmd.body)
         native_addr = cmd.ext_str("nativeAddr", default=None)
-        self.register_local(cluster, name, addr, broker_id, topics, conn.id, native_addr)
-        return cmd.response()
+        master = self.register_local(cluster, name, addr, broker_id, topics, conn.id, native_addr)
+        # RegisterBrokerResponseHeader: a slave learns its master (HA and SlaveSynchronize) from here
+        ext = {"masterAddr": master, "haServerAddr": master} if master is not None else {}
+        return cmd.response(ext=ext)
 
     def register_local(
         self,
@@ -59,7 +61,8 @@ class NamesrvProcessor:
         topics: dict[str, Any],
         conn_id: int | None,
         native_addr: str | None = None,
-    ) -> None:
+    ) -> str | None:
+        """Register a broker; returns its master's address when it is a slave and the master is known."""
         first = self.route_info.register_broker(
             cluster, name, addr, broker_id, topics, self.clock.monotonic_ms(), conn_id, native_addr
         )
@@ -67,6 +70,7 @@ class NamesrvProcessor:
             self.log.emit(
                 "broker_registered", cluster=cluster, broker=name, broker_addr=addr, broker_id=broker_id
             )
+        return self.route_info.master_addr(name) if broker_id != 0 else None
 
     async def unregister_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         addr = _non_empty(cmd, "brokerAddr")

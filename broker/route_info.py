@@ -105,6 +105,13 @@ class RouteInfoManager:
                 )
         return first
 
+    def master_addr(self, broker_name: str) -> str | None:
+        """The address registered with brokerId 0 under ``broker_name``, if any."""
+        bd = self.broker_addr_table.get(broker_name)
+        if bd is None:
+            return None
+        return dict(bd.broker_addrs).get(0)
+
     def unregister_broker(self, broker_addr: str) -> bool:
         live = self.broker_live_table.pop(broker_addr, None)
         removed = False

@@ -41,7 +41,7 @@ class BrokerConfig:
 
     broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
-    broker_id: int = 0  # always a master: the emulator has no replicas
+    broker_id: int = 0  # 0: the master; 1..N: a slave of the master with the same broker_name
     host: str = "127.0.0.1"
     port: int = 10911
     # Port published in the route (REGISTER_BROKER brokerAddr) when it differs from the listening port,
@@ -97,6 +97,34 @@ class BrokerConfig:
     retry_queue_nums: int = 1
     default_max_reconsume_times: int = 16
     delay_levels_ms: tuple[int, ...] = DELAY_LEVELS_MS
+    # Master-slave HA (RocketMQ 4.x; broker/ha_state.py). brokerRole: ASYNC_MASTER, SYNC_MASTER or SLAVE (a
+    # slave has broker_id >= 1). A slave copies its master's messages in order over HA_TRANSFER and its
+    # consumer offsets, topic configs and delay offsets every 10 s (SlaveSynchronize, first after 3 s).
+    broker_role: str = "ASYNC_MASTER"
+    # messageStoreConfig.haMasterAddress: where a slave copies messages from; None: the masterAddr the
+    # name server answers its registration with (the only source of SlaveSynchronize's master, as in
+    # RocketMQ).
+    ha_master_address: str | None = None
+    # How long a slave holds each received batch before storing it: the replication lag of an
+    # ASYNC_MASTER's slave (0: as fast as the transfer goes). A SYNC_MASTER's sends wait for it too.
+    ha_replication_lag_ms: int = 0
+    slave_timeout_ms: int = 3_000  # slaveTimeout: a SYNC_MASTER send waits this long (FLUSH_SLAVE_TIMEOUT)
+    ha_send_heartbeat_interval_ms: int = 5_000  # haSendHeartbeatInterval: an idle transfer is answered
+    ha_housekeeping_interval_ms: int = 20_000  # haHousekeepingInterval: a silent slave is disconnected
+    ha_transfer_batch_bytes: int = 32 * 1024  # haTransferBatchSize
+    ha_slave_fallbehind_max_bytes: int = 256 * 1024 * 1024  # haSlaveFallbehindMax
+    ha_reconnect_interval_ms: int = 5_000  # HAClient waits this long after a failed transfer
+    slave_sync_interval_ms: int = 10_000
+    slave_sync_first_delay_ms: int = 3_000
+    slave_read_enable: bool = False  # slaveReadEnable: pull answers may suggest the group's slave
+    # The bytes behind the commit log's end beyond which a pull "reads from disk" and, with
+    # slaveReadEnable, is told to pull from the slave: RocketMQ's accessMessageInMemoryMaxRatio (40) % of
+    # the machine's RAM; here a setting (default: 40 % of 16 GiB).
+    access_message_in_memory_max_bytes: int = 16 * 1024 * 1024 * 1024 * 40 // 100
+    # SubscriptionGroupConfig's brokerId and whichBrokerWhenConsumeSlowly, one value for every group
+    group_broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    offset_check_in_slave: bool = False  # offsetCheckInSlave
     # Hardening (not RocketMQ's; unscaled): a frame must arrive whole within this long of its first byte.
     partial_frame_timeout_ms: int = 10_000
     # Who may use the admin and fault codes (9000-9099) when ACL is off: "loopback" or "any".

@@ -192,11 +192,15 @@ class SqliteMessageStore(MemoryMessageStore):
         if self.failed is not None:
             raise StoreError(f"store is not writable after an earlier failure: {self.failed}")
         msg = self._reserve(draft)
+        await self._commit(msg)
+        return msg
+
+    async def _commit(self, msg: StoredMessage) -> None:
         assert self._loop is not None
         fut: asyncio.Future[StoredMessage] = self._loop.create_future()
         seq = self._enqueue(_MSG, msg)
         self._msg_futures[seq] = fut
-        return await fut
+        await fut
 
     def persist_offset(self, group: str, topic: str, queue_id: int, offset: int) -> int:
         return self._enqueue(_OFFSET, group, topic, queue_id, offset)

@@ -60,6 +60,7 @@ class StoredMessage:
         "body",
         "born_timestamp",
         "keys",
+        "log_end",
         "msg_id",
         "properties",
         "queue_id",
@@ -97,6 +98,7 @@ class StoredMessage:
         self.store_timestamp = store_timestamp
         self.reconsume_times = reconsume_times
         self.properties = properties
+        self.log_end = -1  # its end in the broker's commit-log order (broker.ha.ReplicationLog), once there
         self.wire: dict[str, Any] = {
             "msgId": msg_id,
             "topic": topic,
@@ -338,8 +340,27 @@ class MemoryMessageStore:
 
     async def put_message(self, draft: MessageDraft) -> StoredMessage:
         msg = self._reserve(draft)
-        self._publish(msg)
+        await self._commit(msg)
         return msg
+
+    async def _commit(self, msg: StoredMessage) -> None:
+        """Make a reserved message durable as this store promises, then visible."""
+        self._publish(msg)
+
+    async def put_replica(self, msg: StoredMessage, keep: Callable[[int, int], bool | None]) -> bool | None:
+        """Store a message copied from the master as it is there (id, queue offset, store time). ``keep``
+        (broker.ha.ReplicaApplier.keep) decides from the queue's next offset: True stored, False already
+        held, None a gap (not stored)."""
+        key = (msg.topic, msg.queue_id)
+        cq = self.queues.get(key)
+        if cq is None:
+            cq = self.queues[key] = ConsumeQueue()
+        verdict = keep(cq.next_offset, msg.queue_offset)
+        if verdict:
+            cq.next_offset += 1
+            cq.last_store_timestamp = max(cq.last_store_timestamp, msg.store_timestamp)
+            await self._commit(msg)
+        return verdict
 
     def persist_offset(self, group: str, topic: str, queue_id: int, offset: int) -> int:
         """Record a committed offset durably; returns a sequence number for ``wait_durable``."""

@@ -31,6 +31,7 @@ from rmqlab.cli import Progress
 from rmqlab.lab.experiment import Experiment, ExperimentError
 from rmqlab.lab.runner import Console, Runner, RunResult, pipeline_available, versions
 from rmqlab.lab.tally import LogTailer, RunTally
+from rmqlab.pipeline.discover import clock_word
 from rmqlab.protocol.acl_signing import SessionCredentials
 from rmqlab.protocol.event_log import EventLog
 
@@ -262,10 +263,13 @@ class ChaosRun:
     async def _quick_verdict(self) -> dict[str, Any] | None:
         """The verdict at once, by the plain-Python analysis (off the loop), for a run small enough;
         the Spark analysis writes summary.json and the report meanwhile."""
-        from rmqlab.pipeline.quick import quick_summary
+        from rmqlab.pipeline.quick import RunTooLarge, quick_summary
 
         try:
             quick = await asyncio.to_thread(quick_summary, self.run_dir)
+        except RunTooLarge as exc:  # the Spark analysis answers alone
+            self.say(f"no quick verdict: {exc}")
+            return None
         except Exception as exc:  # the Spark analysis still answers; say why this one could not
             self.say(f"no quick verdict: {type(exc).__name__}: {exc}")
             return None
@@ -297,7 +301,7 @@ class ChaosRun:
                     f"duplicates {info.get('duplicates')} | "
                     f"{len(conv)} change(s), slowest convergence "
                     + (
-                        f"{worst_rmq / 1000:.1f} s RocketMQ ({worst} ms wall)"
+                        f"{worst_rmq / 1000:.1f} s RocketMQ ({worst} ms {clock_word(self.run_dir)})"
                         if worst_rmq is not None
                         else f"{worst} ms"
                     )

@@ -36,11 +36,20 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[Message] = field(default_factory=list)
+    suggest_which_broker_id: int = 0
+
+
+_SEND_STATUS = {
+    ResponseCode.SUCCESS: "SEND_OK",
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
+    ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class SendResult:
-    """RocketMQ's SendResult (only SEND_OK exists here: the broker stores before it answers)."""
+    """RocketMQ's SendResult: SEND_OK, or FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE from a SYNC_MASTER
+    that stored the message but could not see it on a slave in time."""
 
     send_status: str
     msg_id: str
@@ -215,6 +224,7 @@ class MQClientAPI:
             field_int(resp.ext, "minOffset", "ext", 0),
             field_int(resp.ext, "maxOffset", "ext", 0),
             msgs,
+            field_int(resp.ext, "suggestWhichBrokerId", "ext", 0),
         )
 
     # -- orderly locks --------------------------------------------------------------------------------
@@ -316,10 +326,14 @@ class MQClientAPI:
         if props:
             payload["properties"] = props
         cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, payload)
-        resp = _check(await self._invoke(addr, cmd, timeout_s), addr)
+        resp = await self._invoke(addr, cmd, timeout_s)
+        # processSendResponse: a SYNC_MASTER's stored-but-not-copied answers are results, not errors
+        status = _SEND_STATUS.get(resp.code)
+        if status is None:
+            raise MQBrokerError(resp.code, resp.remark, addr)
         queue_id = field_int(resp.ext, "queueId", "ext", mq.queue_id)
         return SendResult(
-            "SEND_OK",
+            status,
             field_str(resp.ext, "msgId", "ext"),
             MessageQueue(mq.topic, mq.broker_name, queue_id),
             field_int(resp.ext, "queueOffset", "ext"),

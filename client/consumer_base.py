@@ -26,7 +26,7 @@ from rmqlab.protocol.model import (
     MessageModel,
     MessageQueue,
 )
-from rmqlab.protocol.route import TopicRouteData
+from rmqlab.protocol.route import MASTER_ID, FindBrokerResult, TopicRouteData
 
 DEFAULT_INSTANCE_NAME = "DEFAULT"
 
@@ -115,6 +115,8 @@ class ConsumerBase:
         )
         self.api: GroupApi = InstanceGroupApi(self.instance)
         self.pulls: PullDispatcher = self.instance.pull_service
+        # PullAPIWrapper.pullFromWhichNodeTable: the broker id the last pull answer of a queue suggested
+        self.pull_from_which_node: dict[MessageQueue, int] = {}
         self.offset_store: OffsetStore
         if self.config.message_model is MessageModel.BROADCASTING:
             # keyed by the client id, so a restarted process with the same id finds its offsets again
@@ -159,6 +161,25 @@ class ConsumerBase:
     @property
     def message_model(self) -> MessageModel:
         return self.config.message_model
+
+    def update_pull_from_which_node(self, mq: MessageQueue, broker_id: int) -> None:
+        """PullAPIWrapper#updatePullFromWhichNode, from every pull answer's suggestWhichBrokerId."""
+        prev = self.pull_from_which_node.get(mq, MASTER_ID)
+        self.pull_from_which_node[mq] = broker_id
+        if broker_id != prev:
+            self.emit_queue_event("pull_node_changed", mq, broker_id=broker_id, prev_broker_id=prev)
+
+    async def find_pull_broker(self, mq: MessageQueue) -> FindBrokerResult | None:
+        """pullKernelImpl's target: the suggested broker (the master at first) of the queue's broker name,
+        else a fallback as findBrokerAddressInSubscribe has it, after one route lookup when none is known."""
+        broker_id = self.pull_from_which_node.get(mq, MASTER_ID)  # recalculatePullFromWhichNode
+        found = self.api.find_broker_result_in_subscribe(mq.broker_name, broker_id, False)
+        if found is None:
+            await self.api.find_broker_address_in_subscribe_or_update(
+                mq.topic, mq.broker_name, broker_id, False
+            )
+            found = self.api.find_broker_result_in_subscribe(mq.broker_name, broker_id, False)
+        return found
 
     def emit_queue_event(self, event: str, mq: MessageQueue, **fields: Any) -> None:
         """Write an event about one of this consumer's message queues (group, client id and the queue)."""

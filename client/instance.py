@@ -29,7 +29,7 @@ from rmqlab.protocol.clock import Clock, SystemClock
 from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
 from rmqlab.protocol.remoting import RemotingClient
-from rmqlab.protocol.route import MASTER_ID, TopicRouteData
+from rmqlab.protocol.route import MASTER_ID, FindBrokerResult, TopicRouteData, find_broker_in_subscribe
 
 
 class ConsumerInner(RegisteredConsumer, Protocol):
@@ -307,16 +307,16 @@ class MQClientInstance:
             else:
                 del self.broker_addr_table[name]
 
+    def find_broker_result_in_subscribe(
+        self, broker_name: str, broker_id: int = MASTER_ID, only_this_broker: bool = False
+    ) -> FindBrokerResult | None:
+        return find_broker_in_subscribe(self.broker_addr_table.get(broker_name), broker_id, only_this_broker)
+
     def find_broker_address_in_subscribe(
         self, broker_name: str, broker_id: int = MASTER_ID, only_this_broker: bool = False
     ) -> str | None:
-        addrs = self.broker_addr_table.get(broker_name)
-        if not addrs:
-            return None
-        addr = addrs.get(broker_id)
-        if addr is None and not only_this_broker:
-            addr = next(iter(sorted(addrs.items())))[1]
-        return addr
+        found = find_broker_in_subscribe(self.broker_addr_table.get(broker_name), broker_id, only_this_broker)
+        return found.broker_addr if found is not None else None
 
     def find_broker_address_in_publish(self, broker_name: str) -> str | None:
         addrs = self.broker_addr_table.get(broker_name)
@@ -482,6 +482,7 @@ class InstanceGroupApi:
         self._instance = instance
         self._api = instance.api
         self.find_broker_address_in_subscribe = instance.find_broker_address_in_subscribe
+        self.find_broker_result_in_subscribe = instance.find_broker_result_in_subscribe
         self.find_broker_address_in_subscribe_or_update = instance.find_broker_address_in_subscribe_or_update
         self.find_broker_address_in_publish_or_update = instance.find_broker_address_in_publish_or_update
         self.find_consumer_id_list = instance.find_consumer_id_list
@@ -508,18 +509,22 @@ class InstanceOffsetApi:
         self.api = api
         self.config = config
 
-    async def _addr(self, mq: MessageQueue, only_master: bool) -> str:
-        addr = self.api.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, only_master)
-        if addr is None:  # (find_broker_address_in_subscribe_or_update, without its coroutine when known)
+    async def _addr(self, mq: MessageQueue) -> str:
+        """RemoteBrokerOffsetStore: the master; when none is known, the route again, then the master or
+        else any of the broker's addresses (a slave while the master is down)."""
+        addr = self.api.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, True)
+        if addr is None:
             addr = await self.api.find_broker_address_in_subscribe_or_update(
-                mq.topic, mq.broker_name, MASTER_ID, only_master
+                mq.topic, mq.broker_name, MASTER_ID, True
             )
+            if addr is None:
+                addr = self.api.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, False)
         if addr is None:
             raise MQClientError(f"the broker[{mq.broker_name}] not exist")
         return addr
 
     async def query_consumer_offset(self, mq: MessageQueue, group: str) -> int:
-        addr = await self._addr(mq, True)
+        addr = await self._addr(mq)
         return await self.api.query_consumer_offset(
             addr, group, mq, self.config.seconds(self.config.query_offset_timeout)
         )
@@ -529,13 +534,13 @@ class InstanceOffsetApi:
     ) -> Awaitable[None] | None:
         """None once sent without waiting (the broker's address known, the write taken), otherwise what
         is left to await: see ``OffsetBrokerApi``."""
-        addr = self.api.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, False)
+        addr = self.api.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, True)
         if addr is None:
             return self._update_consumer_offset_after_lookup(mq, group, offset)
         return self.api.update_consumer_offset_oneway(addr, group, mq, offset)
 
     async def _update_consumer_offset_after_lookup(self, mq: MessageQueue, group: str, offset: int) -> None:
-        addr = await self._addr(mq, False)
+        addr = await self._addr(mq)
         pending = self.api.update_consumer_offset_oneway(addr, group, mq, offset)
         if pending is not None:
             await pending

@@ -17,7 +17,6 @@ from rmqlab.client.producer import start_instance
 from rmqlab.client.pull_core import PullStatus
 from rmqlab.client.rebalance import RebalanceLitePullImpl
 from rmqlab.protocol.model import ConsumeType, Message, MessageModel, MessageQueue
-from rmqlab.protocol.route import MASTER_ID
 
 
 class _Cached:
@@ -245,16 +244,17 @@ class LitePullConsumer(ConsumerBase):
             if offset < 0:
                 await asyncio.sleep(err_delay)
                 continue
-            addr = await self.api.find_broker_address_in_subscribe_or_update(
-                mq.topic, mq.broker_name, MASTER_ID, False
-            )
+            found = await self.find_pull_broker(mq)
             sub = self.state.subscription_inner.get(mq.topic)
-            if addr is None or sub is None:
+            if found is None or sub is None:
                 await asyncio.sleep(err_delay)
                 continue
+            addr = found.broker_addr
             commit = self.offset_store.read_offset_from_memory(mq)
             flag = FLAG_SUSPEND | (
-                FLAG_COMMIT_OFFSET if commit > 0 and self.message_model is MessageModel.CLUSTERING else 0
+                FLAG_COMMIT_OFFSET
+                if commit > 0 and self.message_model is MessageModel.CLUSTERING and not found.slave
+                else 0
             )
             try:
                 result = await self.api.pull_message(
@@ -287,6 +287,7 @@ class LitePullConsumer(ConsumerBase):
                 return
             if self._seek.get(mq) is not None:
                 continue  # a seek arrived while pulling: start again from there
+            self.update_pull_from_which_node(mq, result.suggest_which_broker_id)
             self._pull_offset[mq] = result.next_begin_offset
             if result.status is PullStatus.FOUND:
                 msgs = result.messages

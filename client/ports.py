@@ -15,6 +15,7 @@ from rmqlab.client.api import PullResult
 from rmqlab.client.offset_store import ReadOffsetType
 from rmqlab.client.process_queue import PullRequest
 from rmqlab.protocol.model import Message, MessageQueue
+from rmqlab.protocol.route import FindBrokerResult
 
 
 class GroupApi(Protocol):
@@ -24,6 +25,10 @@ class GroupApi(Protocol):
     def find_broker_address_in_subscribe(
         self, broker_name: str, broker_id: int = ..., only_this_broker: bool = ...
     ) -> str | None: ...
+
+    def find_broker_result_in_subscribe(
+        self, broker_name: str, broker_id: int = ..., only_this_broker: bool = ...
+    ) -> FindBrokerResult | None: ...
 
     async def find_broker_address_in_subscribe_or_update(
         self, topic: str, broker_name: str, broker_id: int = ..., only_this_broker: bool = ...

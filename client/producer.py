@@ -244,6 +244,7 @@ class Producer:
                 broker=result.broker_name,
                 queue_id=result.queue_id,
                 queue_offset=result.queue_offset,
+                send_status=result.send_status,
             )
             return result
         if call_timeout:

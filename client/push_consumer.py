@@ -31,7 +31,6 @@ from rmqlab.client.rebalance import RebalancePushImpl
 from rmqlab.protocol.codes import ResponseCode
 from rmqlab.protocol.model import ConsumeType, Message, MessageModel, MessageQueue
 from rmqlab.protocol.remoting import RemotingTimeoutError
-from rmqlab.protocol.route import MASTER_ID
 
 
 class PushConsumer(ConsumerBase):
@@ -244,14 +243,13 @@ class PushConsumer(ConsumerBase):
         if cfg.post_subscription_when_pull:
             expression = sub.sub_string
             sys_flag |= FLAG_SUBSCRIPTION
-        addr = self.api.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, False)
-        if addr is None:  # the route lookup only when the address is not known (as ..._or_update)
-            addr = await self.api.find_broker_address_in_subscribe_or_update(
-                mq.topic, mq.broker_name, MASTER_ID, False
-            )
-        if addr is None:
+        found = await self.find_pull_broker(mq)
+        if found is None:
             self._pull_failed(req, None, f"the broker[{mq.broker_name}] not exist", "NO_BROKER")
             return
+        addr = found.broker_addr
+        if found.slave:
+            sys_flag &= ~FLAG_COMMIT_OFFSET  # a slave keeps no offset a pull carries
         try:
             await self.instance.remoting.connection(addr)  # getAndCreateChannel blocks the pull thread
         except asyncio.CancelledError:
@@ -341,6 +339,7 @@ class PushConsumer(ConsumerBase):
         cfg = self.config
         pq = req.process_queue
         mq = req.message_queue
+        self.update_pull_from_which_node(mq, result.suggest_which_broker_id)
         if result.status is PullStatus.FOUND:
             msgs = result.messages
             if tags_set:

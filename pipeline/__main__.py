@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -374,6 +375,7 @@ def analyze(args: argparse.Namespace) -> int:
             with progress.stage("unavailability"):
                 side_dir = args.run_dir if args.format == "json" else None
                 clock = add_rocketmq_time(summary, analysis, side_dir, args.time_scale)
+                clock = dataclasses.replace(clock, kind=clock_word(args.run_dir))
             with progress.stage("pop metrics"):
                 from rmqlab.pipeline.pop_spark import add_pop_metrics
 

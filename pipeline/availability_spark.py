@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from rmqlab.pipeline.discover import RunDir, discover
+from rmqlab.pipeline.discover import RunDir, clock_word, discover
 from rmqlab.pipeline.ingest import ANALYSIS_COLUMNS, RUN_SEP, run_prefix
 from rmqlab.pipeline.unavailability import (
     SIDE_EVENTS,
@@ -247,7 +248,9 @@ def add_rocketmq_time_of_runs(
     spark = analysis.ev.sparkSession
     side = read_side_events_of_runs(spark, runs)
     clocks = {
-        run_prefix(i): run_clock(side[i], analysis.runs[run_prefix(i)].start_ms, None)
+        run_prefix(i): replace(
+            run_clock(side[i], analysis.runs[run_prefix(i)].start_ms, None), kind=clock_word(runs[i].path)
+        )
         for i in range(len(runs))
     }
     queues, groups = collect_inputs(analysis, clocks=clocks)

@@ -1,6 +1,6 @@
 """The verdict the moment a run ends: the exact plain-Python analysis (the reference: the same
-EVENTS.md definitions as the Spark analysis, which sweeps and small runs already use) of a run small
-enough to answer in about a second, its verdict lines, and the check that the Spark analysis, which
+EVENTS.md definitions as the Spark analysis, which sweeps and small runs already use) of a run of up
+to `QUICK_RUN_EVENTS` event lines, its verdict lines, and the check that the Spark analysis, which
 writes summary.json and the report afterwards, agrees with it field by field."""
 
 from __future__ import annotations
@@ -9,19 +9,48 @@ import os
 from typing import Any
 
 from rmqlab.pipeline.discover import RunDir, discover
-from rmqlab.pipeline.small_runs import SMALL_RUN_BYTES, analyse_run, run_bytes
+from rmqlab.pipeline.small_runs import analyse_run
 
-# The largest run (bytes of its event files) answered at once: 64 MiB, about 250,000 events of a
-# typical run (the demo writes about 250 bytes an event). Larger runs go to the Spark analysis only.
-QUICK_RUN_BYTES = SMALL_RUN_BYTES
+# The largest run answered at once, in event lines (what the analysis's time and memory grow with; bytes
+# an event vary 2.5-fold between runs). Measured (scripts/bench/verdict.py and docs, "Quick verdict"):
+# 168,050 events of `rmq-sim run sim-1000` take about 6 s and 0.6 GiB, 245,706 smaller synthetic events
+# about 9 s and 0.5 GiB. Larger runs go to the Spark analysis only.
+QUICK_RUN_EVENTS = 250_000
 
 
-def quick_summary(run_dir: str | os.PathLike[str], max_bytes: int = QUICK_RUN_BYTES) -> dict[str, Any] | None:
-    """summary.json (with its answer) of a run by the reference, or None for a run larger than
-    ``max_bytes`` or without event files (there is nothing to say at once)."""
+class RunTooLarge(Exception):
+    """The run has more event lines than the quick verdict reads; the Spark analysis answers alone."""
+
+
+def count_lines(run: RunDir, stop_after: int) -> int:
+    """Lines of a run's event files (a last line without its newline counts), counted only until
+    they pass ``stop_after``."""
+    lines = 0
+    for f in run.files:
+        last = b"\n"
+        with open(f.path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+                if lines > stop_after:
+                    return lines
+        lines += last != b"\n"
+    return lines
+
+
+def quick_summary(run_dir: str | os.PathLike[str], max_events: int | None = None) -> dict[str, Any] | None:
+    """summary.json (with its answer) of a run by the reference, or None for a run without event files
+    (there is nothing to say at once). Raises RunTooLarge past ``max_events`` event lines (default
+    QUICK_RUN_EVENTS)."""
+    cap = QUICK_RUN_EVENTS if max_events is None else max_events
     run = RunDir(".", str(run_dir), discover(run_dir), {})
-    if not run.files or run_bytes(run) > max_bytes:
+    if not run.files:
         return None
+    if count_lines(run, cap) > cap:
+        raise RunTooLarge(
+            f"the run has more than {cap:,} event lines, the most the quick verdict reads; "
+            "the Spark analysis (rmq-analyze) gives the verdict alone"
+        )
     summary, _data = analyse_run(run, plots=True)
     return summary
 
@@ -94,7 +123,9 @@ def disagreement(quick: dict[str, Any], full: dict[str, Any]) -> str | None:
 
 
 __all__ = [
-    "QUICK_RUN_BYTES",
+    "QUICK_RUN_EVENTS",
+    "RunTooLarge",
+    "count_lines",
     "disagreement",
     "failed_groups",
     "first_difference",

@@ -124,6 +124,13 @@ def modes_table(summary: dict[str, Any], clock: RunClock) -> list[str]:
     return parts
 
 
+# What the milliseconds beside RocketMQ time are, by the run's clock (RunClock.kind)
+SOURCE_MS = {
+    "wall": "wall-clock milliseconds of the processes",
+    "simulated": "simulated milliseconds (a simulated run has no wall time)",
+}
+
+
 def render_html(
     summary: dict[str, Any], data: PlotData | None, title: str, question: str | None = None
 ) -> str:
@@ -165,7 +172,7 @@ def render_html(
                 cell = (
                     f"{g[key]}"
                     if rmq is None
-                    else f"{rmq_s(rmq)} RocketMQ<br><small>{g[key]} ms wall</small>"
+                    else f"{rmq_s(rmq)} RocketMQ<br><small>{g[key]} ms {clock.kind}</small>"
                 )
                 parts.append(f"<td class='num'>{cell}</td>")
             parts.append(f"<td><small>{esc(meaning)}</small></td></tr>")
@@ -255,8 +262,8 @@ def render_html(
             parts.append("</pre></details>")
     parts.append(f"<h2>How the verdict is decided</h2><p>{esc(VERDICT_RULES)}</p>")
     parts.append(
-        "<p><small>Durations are RocketMQ time (wall milliseconds divided by the run's time scale) with the "
-        "wall-clock milliseconds of the processes beside them; intervals include their start and exclude "
+        f"<p><small>Durations are RocketMQ time ({clock.kind} milliseconds divided by the run's time scale) "
+        f"with the {SOURCE_MS[clock.kind]} beside them; intervals include their start and exclude "
         "their end. Definitions: the project's event-log contract (EVENTS.md).</small></p>"
     )
     parts.append("</body></html>")

@@ -47,13 +47,13 @@ OWNERSHIP_BASE_TEXT = (
 OWNERSHIP_TEXT = f"{OWNERSHIP_BASE_TEXT} {NUMBERED_MARKERS_TEXT.format(what='chart')}"
 
 RATE_TEXT = (
-    "Messages each consumer node finished per wall second; the grey line is what the producers "
+    "Messages each consumer node finished per {clock} second; the grey line is what the producers "
     "sent. A consumer that stops at a kill or pause drops to zero; the others speed up to drain "
     "the backlog once they take over its queues."
 )
 MANY_NODES = 20  # past the palette's 20 colours, the rates of a group's nodes are drawn summed
 RATES_TEXT = (
-    "Messages the group's {nodes} consumer nodes finished per wall second, all together (a line each "
+    "Messages the group's {nodes} consumer nodes finished per {clock} second, all together (a line each "
     "would be {nodes} lines); the grey line is what the producers sent. A dip below it is a backlog "
     "growing, a rise above it the backlog being drained."
 )
@@ -163,7 +163,9 @@ def _x_label(ax: Any, clock: RunClock) -> None:
     if clock.time_scale == 1.0:
         ax.set_xlabel("seconds since t = 0", fontsize=FONT)
     else:
-        ax.set_xlabel(f"RocketMQ seconds since t = 0 (wall seconds = x {clock.time_scale:g})", fontsize=FONT)
+        ax.set_xlabel(
+            f"RocketMQ seconds since t = 0 ({clock.kind} seconds = x {clock.time_scale:g})", fontsize=FONT
+        )
 
 
 def figure_png(fig: Figure) -> str:
@@ -571,7 +573,7 @@ def plot_rates(data: PlotData, group: str, markers: list[Marker]) -> str | None:
         counts = {r["bucket"]: r["n"] for r in rows if r["node"] == node}
         # Buckets without a line are zeros (a paused or dead consumer), not gaps to draw across.
         ax.plot(at, [_per_second(counts.get(b, 0), data.bucket_ms) for b in xs], linewidth=1.2, label=node)
-    _time_axes(data, lane, ax, markers, "messages / wall s", title)
+    _time_axes(data, lane, ax, markers, f"messages / {clock_of(data).kind} s", title)
     ax.legend(fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, frameon=False)
     return figure_png(fig)
 
@@ -579,7 +581,10 @@ def plot_rates(data: PlotData, group: str, markers: list[Marker]) -> str | None:
 def rate_text(data: PlotData, group: str) -> str:
     """The caption of the group's rate chart, which sums the nodes of a large group."""
     nodes = {r["node"] for r in data.rates if r["group"] == group}
-    return RATE_TEXT if len(nodes) <= MANY_NODES else RATES_TEXT.format(nodes=f"{len(nodes):,}")
+    clock = clock_of(data).kind
+    if len(nodes) <= MANY_NODES:
+        return RATE_TEXT.format(clock=clock)
+    return RATES_TEXT.format(nodes=f"{len(nodes):,}", clock=clock)
 
 
 def _time_axes(data: PlotData, lane: Any, ax: Any, markers: list[Marker], ylabel: str, title: str) -> None:
@@ -693,7 +698,11 @@ def plot_convergence(entries: list[dict[str, Any]], group: str, clock: RunClock)
     colors = ["steelblue" if e["converged"] else "crimson" for e in entries]
     ax.barh(range(len(entries)), values, color=colors)
     for i, e in enumerate(entries):
-        text = f"{values[i]:.2f} s ({e['convergence_ms']} ms wall)" if e["converged"] else "never whole again"
+        text = (
+            f"{values[i]:.2f} s ({e['convergence_ms']} ms {clock.kind})"
+            if e["converged"]
+            else "never whole again"
+        )
         ax.annotate(
             text,
             (values[i], i),

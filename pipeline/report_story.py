@@ -28,11 +28,11 @@ T = TypeVar("T")
 
 
 def time_text(ts: int, clock: RunClock) -> str:
-    """t = RocketMQ seconds (wall seconds)."""
+    """t = RocketMQ seconds (wall or simulated seconds)."""
     # z: a change a few ms before t = 0 (a consumer started with the cluster) reads "t = 0.0 s", not -0.0
     if clock.time_scale == 1.0:
         return f"t = {clock.at_s(ts):z.1f} s"
-    return f"t = {clock.at_s(ts):z.1f} s ({clock.wall_s(ts):z.2f} s wall)"
+    return f"t = {clock.at_s(ts):z.1f} s ({clock.wall_s(ts):z.2f} s {clock.kind})"
 
 
 def rmq_s(ms: int | None) -> str:
@@ -59,14 +59,15 @@ def narrative(summary: dict[str, Any], data: PlotData | None) -> list[str]:
         span = (run["end_ms"] - run["start_ms"]) / 1000
         scale = clock.time_scale
         lasted = (
-            f"{span / scale:.1f} s of RocketMQ time ({span:.2f} s wall at time scale {scale:g})"
+            f"{span / scale:.1f} s of RocketMQ time ({span:.2f} s {clock.kind} at time scale {scale:g})"
             if scale != 1
             else f"{span:.3f} s"
         )
         out.append(
             f"The run lasted {lasted} and logged {run['events']} events ({run['malformed_lines']} damaged or "
             "unreadable lines were skipped). Times are counted from the experiment's t = 0 (the start of its "
-            "schedule), in RocketMQ seconds as in the experiment file, with wall seconds beside them."
+            "schedule), in RocketMQ seconds as in the experiment file, with "
+            f"{clock.kind} seconds beside them."
         )
     if run.get("time_scale_note"):  # the processes logged a time scale other than the one used
         out.append(run["time_scale_note"])
@@ -125,18 +126,18 @@ def group_story(
         )
     if g["orphan_ms"]:
         out.append(
-            f"Queues went without an owner for {rmq_s(rmq['orphan_ms'])} ({g['orphan_ms']} ms wall), "
+            f"Queues went without an owner for {rmq_s(rmq['orphan_ms'])} ({g['orphan_ms']} ms {clock.kind}), "
             "summed over queues."
         )
     if g["overlap_ms"]:
         out.append(
-            f"Queues had two owners at once for {rmq_s(rmq['overlap_ms'])} ({g['overlap_ms']} ms wall), "
-            "summed over queues."
+            f"Queues had two owners at once for {rmq_s(rmq['overlap_ms'])} "
+            f"({g['overlap_ms']} ms {clock.kind}), summed over queues."
         )
     if g["stalled_ms"]:
         out.append(
             f"Queues were held only by paused consumers for {rmq_s(rmq['stalled_ms'])} "
-            f"({g['stalled_ms']} ms wall), summed over queues."
+            f"({g['stalled_ms']} ms {clock.kind}), summed over queues."
         )
     if len(g["convergence"]) > GROUP_CHANGES_OVER:
         out += _convergence_in_short(g["convergence"], clock)
@@ -147,7 +148,8 @@ def group_story(
             if e["converged"]:
                 out.append(
                     f"After '{cause}' at {when} the group was whole again "
-                    f"{rmq_s(clock.rmq_ms(e['convergence_ms']))} later ({e['convergence_ms']} ms wall)."
+                    f"{rmq_s(clock.rmq_ms(e['convergence_ms']))} later "
+                    f"({e['convergence_ms']} ms {clock.kind})."
                 )
             else:
                 out.append(

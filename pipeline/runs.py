@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmqlab.pipeline.availability_spark import AVAILABILITY_COLUMNS, add_rocketmq_time_of_runs
 from rmqlab.pipeline.contract import GROUP_METRICS
-from rmqlab.pipeline.discover import BadRun, RunDir
+from rmqlab.pipeline.discover import BadRun, RunDir, clock_word
 from rmqlab.pipeline.ingest import RUN_SEP, load_json_runs, run_prefix
 from rmqlab.pipeline.metrics_spark import Analysis
 from rmqlab.pipeline.pop_spark import add_pop_metrics_of_runs
@@ -279,10 +279,12 @@ def constant_metrics(rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     return out
 
 
-def metric_plots(columns: list[str], rows: list[dict[str, Any]], limit: int = 24) -> list[tuple[str, str]]:
+def metric_plots(
+    columns: list[str], rows: list[dict[str, Any]], limit: int = 24, clock: str = "wall"
+) -> list[tuple[str, str]]:
     """(title, png) per metric and experiment parameter that varies across runs: the metric of every
     group of every run against the parameter (numbers on an axis, other values as categories). Without
-    a varying parameter, each metric by run."""
+    a varying parameter, each metric by run. ``clock`` names the time of the durations (`runs_clock`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -316,7 +318,7 @@ def metric_plots(columns: list[str], rows: list[dict[str, Any]], limit: int = 24
                 ax.set_xlabel(f"{name} (its {len(cats)} values in sorted order)")
             else:
                 ax.set_xlabel(name)
-            ax.set_ylabel(metric)
+            ax.set_ylabel(f"{metric} ({clock})" if metric.endswith("_ms") else metric)
             ax.set_title(f"{metric} by {name}", fontsize=10)
             if len(series) > 1:
                 ax.legend(fontsize=7)
@@ -372,6 +374,12 @@ def modes_section(result: RootResult) -> list[str]:
     ]
 
 
+def runs_clock(runs: list[RunDir]) -> str:
+    """The time the runs' durations were measured in: ``wall``, ``simulated``, or both when mixed."""
+    kinds = sorted({clock_word(run.path) for run in runs}, reverse=True)
+    return " or ".join(kinds) if kinds else "wall"
+
+
 def render_index(result: RootResult, columns: list[str], rows: list[dict[str, Any]], title: str) -> str:
     esc = html.escape
     failed = sum(
@@ -418,7 +426,7 @@ def render_index(result: RootResult, columns: list[str], rows: list[dict[str, An
             cells.append(f"<td{cls}{title}>{text}</td>")
         parts.append("<tr>" + "".join(cells) + "</tr>")
     parts.append("</tbody></table></div>")
-    plots = metric_plots(columns, rows) if rows else []
+    plots = metric_plots(columns, rows, clock=runs_clock(result.runs)) if rows else []
     same = constant_metrics(rows) if len(rows) > 1 else []
     if plots or same:
         parts.append("<h2>Metrics by experiment parameter</h2>")

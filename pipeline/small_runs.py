@@ -20,11 +20,12 @@ import tempfile
 import zipfile
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import rmqlab
-from rmqlab.pipeline.discover import BadRun, RunDir
+from rmqlab.pipeline.discover import BadRun, RunDir, clock_word
 from rmqlab.pipeline.report_data import MAX_INTERVALS, MAX_NEMESES, PlotData, pick_bucket_ms
 from rmqlab.pipeline.report_story import answers
 
@@ -168,7 +169,8 @@ def analyse_run(run: RunDir, plots: bool) -> tuple[dict[str, Any], PlotData | No
     data = None
     if plots:
         start = events[0].ts if events else None
-        data = plot_data(model, run_clock(side_events(events), start, None))
+        clock = replace(run_clock(side_events(events), start, None), kind=clock_word(run.path))
+        data = plot_data(model, clock)
     summary["answer"] = answers(summary, data)
     return summary, data
 

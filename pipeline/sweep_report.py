@@ -271,7 +271,8 @@ def sweep_plots(params: list[str], rows: list[dict[str, Any]], limit: int = 60) 
                 ax.set_xticks(sorted({float(x) for x in xs}))
             name = param.removeprefix("param.")
             ax.set_xlabel(name)
-            ax.set_ylabel(metric)
+            # a sweep's runs are simulated (rmq-sim sweep): their milliseconds are not wall time
+            ax.set_ylabel(f"{metric} (simulated)" if metric.endswith("_ms") else metric)
             ax.set_title(f"{metric} by {name} (median, p90 dashed)", fontsize=9)
             if len(series) > 1:
                 ax.legend(fontsize=7)

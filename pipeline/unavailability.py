@@ -47,11 +47,14 @@ Span = tuple[int, int]
 @dataclass(frozen=True)
 class RunClock:
     """The run's origin (the experiment's t = 0, epoch ms) and its time scale (wall / RocketMQ); ``note``
-    says when the run's processes logged other time scales than the one taken."""
+    says when the run's processes logged other time scales than the one taken; ``kind`` names the time
+    its timestamps were taken in (``discover.clock_word``): ``wall`` for real processes, ``simulated``
+    for a simulated run, which has no wall time."""
 
     t0_ms: int
     time_scale: float = 1.0
     note: str | None = None
+    kind: str = "wall"
 
     def at_s(self, ts_ms: int) -> float:
         """RocketMQ seconds since the origin."""

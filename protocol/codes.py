@@ -13,6 +13,7 @@ class RequestCode(enum.IntEnum):
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
+    GET_ALL_TOPIC_CONFIG = 21
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31
@@ -23,6 +24,8 @@ class RequestCode(enum.IntEnum):
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
+    GET_ALL_CONSUMER_OFFSET = 43
+    GET_ALL_DELAY_OFFSET = 45
     REGISTER_BROKER = 103
     UNREGISTER_BROKER = 104
     GET_ROUTEINFO_BY_TOPIC = 105
@@ -41,6 +44,9 @@ class RequestCode(enum.IntEnum):
     ADMIN_FAULT_LIST = 9002
     ADMIN_POLICY_SET = 9003
     ADMIN_BROKER_STATUS = 9004
+    # A slave copying its master's messages (RocketMQ's HA connection, not a remoting protocol there);
+    # outside the admin range: slaves on other hosts use it
+    HA_TRANSFER = 9110
 
 
 class ResponseCode(enum.IntEnum):
@@ -50,6 +56,8 @@ class ResponseCode(enum.IntEnum):
     SYSTEM_ERROR = 1
     SYSTEM_BUSY = 2
     REQUEST_CODE_NOT_SUPPORTED = 3
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
     MESSAGE_ILLEGAL = 13
     SERVICE_NOT_AVAILABLE = 14
     NO_PERMISSION = 16

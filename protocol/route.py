@@ -142,6 +142,34 @@ def _shared_queues(
 
 
 @dataclass(frozen=True, slots=True)
+class FindBrokerResult:
+    """MQClientInstance's FindBrokerResult: an address and whether it is a slave's."""
+
+    broker_addr: str
+    slave: bool
+
+
+def find_broker_in_subscribe(
+    addrs: dict[int, str] | None, broker_id: int, only_this_broker: bool
+) -> FindBrokerResult | None:
+    """MQClientInstance#findBrokerAddressInSubscribe (4.9.8): ``broker_id``'s address; for a slave id that
+    is missing, the next id's; then, unless ``only_this_broker``, the first entry of the table (the lowest
+    id: Java's HashMap of small Long keys iterates in key order)."""
+    if not addrs:
+        return None
+    addr = addrs.get(broker_id)
+    slave = broker_id != MASTER_ID
+    if addr is None and slave:
+        addr = addrs.get(broker_id + 1)
+    if addr is None:
+        if only_this_broker:
+            return None
+        first = min(addrs)
+        addr, slave = addrs[first], first != MASTER_ID
+    return FindBrokerResult(addr, slave)
+
+
+@dataclass(frozen=True, slots=True)
 class TopicRouteData:
     """GET_ROUTEINFO_BY_TOPIC's answer: the topic's queue data and broker data."""
 

@@ -123,14 +123,19 @@ def _analyze(run_dir: Path, out: TextIO | None = None, quiet: bool = False) -> i
 
 
 def _quick_verdict(run_dir: Path, out: TextIO) -> dict[str, Any] | None:
-    """The verdict at once, by the plain-Python analysis, for a run small enough (else None)."""
-    from rmqlab.pipeline.quick import quick_summary, verdict_lines
+    """The verdict at once, by the plain-Python analysis, for a run small enough (else None, and why)."""
+    from rmqlab.pipeline.discover import clock_word
+    from rmqlab.pipeline.quick import RunTooLarge, quick_summary, verdict_lines
 
     ended = time.monotonic()
-    summary = quick_summary(run_dir)
+    try:
+        summary = quick_summary(run_dir)
+    except RunTooLarge as exc:
+        print(f"no quick verdict: {exc}", file=out, flush=True)
+        return None
     if summary is None:
         return None
-    for line in verdict_lines(summary, "simulated"):
+    for line in verdict_lines(summary, clock_word(run_dir)):
         print(line, file=out)
     print(
         f"(said {time.monotonic() - ended:.1f} s after the run ended; the report follows)",

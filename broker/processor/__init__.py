@@ -6,6 +6,7 @@ from rmqlab.broker.processor.admin_broker import AdminBrokerProcessor
 from rmqlab.broker.processor.assignment import QueryAssignmentProcessor
 from rmqlab.broker.processor.client_manage import ClientManageProcessor
 from rmqlab.broker.processor.consumer_manage import ConsumerManageProcessor
+from rmqlab.broker.processor.ha_requests import HAProcessor
 from rmqlab.broker.processor.pop_requests import PopMessageProcessor
 from rmqlab.broker.processor.pull import PullMessageProcessor
 from rmqlab.broker.processor.send import SendMessageProcessor
@@ -23,6 +24,7 @@ def register_processors(broker: BrokerServices, pop: PopMessageProcessor | None 
         PullMessageProcessor(broker),
         AdminBrokerProcessor(broker),
         QueryAssignmentProcessor(broker),
+        HAProcessor(broker),
         pop or PopMessageProcessor(broker),
     ):
         for code, handler in proc.handlers().items():

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import asyncio
 
+from rmqlab.broker.ha_state import (
+    BrokerRole,
+    slave_offset_moved,
+    suggest_pulling_from_slave,
+    suggest_which_broker_id,
+)
 from rmqlab.broker.long_polling import HeldPull
 from rmqlab.broker.processor.common import ext_name
 from rmqlab.broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, BrokerServices, Handler
@@ -92,7 +98,8 @@ class PullMessageProcessor:
                 f"registered version {sd.sub_version} < {sub_version}",
             )
         tags_set = parse_tags(sub_string) if sub_string is not None else sd.tags_set
-        if commit_offset > 0 and allow_suspend:  # a woken pull does not commit again
+        # a woken pull does not commit again, and a slave never commits a pull's offset (4.9.x)
+        if commit_offset > 0 and allow_suspend and b.role is not BrokerRole.SLAVE:
             b.commit_offset(conn, group, topic, queue_id, commit_offset)
 
         cfg = b.config
@@ -133,6 +140,27 @@ class PullMessageProcessor:
     ) -> RemotingCommand:
         code = _STATUS_CODE[result.status]
         b = self.broker
+        cfg = b.config
+        slow = False
+        if cfg.slave_read_enable and result.messages:
+            slow = suggest_pulling_from_slave(
+                b.replication_log.max_position,
+                result.messages[-1].log_end,
+                cfg.access_message_in_memory_max_bytes,
+            )
+        suggest = suggest_which_broker_id(
+            slave_read_enable=cfg.slave_read_enable,
+            suggest_pulling_from_slave=slow,
+            which_broker_when_consume_slowly=cfg.which_broker_when_consume_slowly,
+            group_broker_id=cfg.group_broker_id,
+        )
+        if (
+            code == ResponseCode.PULL_OFFSET_MOVED
+            and b.role is BrokerRole.SLAVE
+            and slave_offset_moved(cfg.offset_check_in_slave)
+        ):
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+            suggest = cfg.group_broker_id
         if b.pull_events:
             # a puller that never sent a heartbeat is named by its address
             client_id = (
@@ -150,6 +178,8 @@ class PullMessageProcessor:
                 queue_offset=queue_offset,
                 count=len(result.messages),
                 code=int(code),
+                broker_id=cfg.broker_id,
+                suggest_broker_id=suggest,
             )
         if b.metrics is not None and result.messages:
             size = sum(len(m.body) for m in result.messages)
@@ -158,7 +188,7 @@ class PullMessageProcessor:
             "nextBeginOffset": result.next_begin_offset,
             "minOffset": result.min_offset,
             "maxOffset": result.max_offset,
-            "suggestWhichBrokerId": 0,
+            "suggestWhichBrokerId": suggest,
         }
         if code == ResponseCode.SUCCESS:
             return cmd.response(code, ext=ext, body={"messages": [m.wire for m in result.messages]})

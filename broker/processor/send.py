@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from rmqlab.broker.ha_state import BrokerRole
 from rmqlab.broker.processor.common import ext_name, ext_queue_id
 from rmqlab.broker.processor.services import BrokerServices, Handler
 from rmqlab.broker.store import (
@@ -55,7 +56,15 @@ class SendMessageProcessor:
             RequestCode.CONSUMER_SEND_MSG_BACK: self.consumer_send_msg_back,
         }
 
+    def _check_master(self) -> None:
+        # DefaultMessageStore#putMessage: a slave stores nothing but what it copies from its master
+        if self.broker.role is BrokerRole.SLAVE:
+            raise CommandError(
+                ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now: this broker is a slave"
+            )
+
     async def send_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        self._check_master()
         ext = cmd.ext
         group = ext.get("producerGroup")
         topic = ext.get("topic")
@@ -135,8 +144,11 @@ class SendMessageProcessor:
         else:
             draft = MessageDraft(topic, queue_id, payload, tags, keys, born, reconsume_times, properties)
         msg = await b.store.put_message(draft)
+        # SYNC_MASTER: SUCCESS once a slave holds it, else SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT,
+        # the message stored all the same (handlePutMessageResult's sendOK cases)
+        code = await b.wait_replica(msg)
         return cmd.response(
-            ext={"msgId": msg.msg_id, "queueId": msg.queue_id, "queueOffset": msg.queue_offset}
+            code, ext={"msgId": msg.msg_id, "queueId": msg.queue_id, "queueOffset": msg.queue_offset}
         )
 
     def _dlq(self, group: str, conn: Connection) -> TopicConfig:
@@ -162,6 +174,7 @@ class SendMessageProcessor:
         return found[0] if found else None
 
     async def consumer_send_msg_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        self._check_master()
         group = ext_name(cmd, "group")
         origin_topic = ext_name(cmd, "originTopic")
         queue_id = ext_queue_id(cmd)
@@ -206,6 +219,7 @@ class SendMessageProcessor:
                 properties=props,
             )
         stored = await b.store.put_message(draft)
+        code = await b.wait_replica(stored)
         b.log.emit(
             "message_sent_back",
             group=group,
@@ -219,4 +233,7 @@ class SendMessageProcessor:
             dlq=to_dlq,
             new_msg_id=stored.msg_id,
         )
+        if code != ResponseCode.SUCCESS:
+            # asyncConsumerSendMsgBack: any status but PUT_OK is a SYSTEM_ERROR naming it
+            raise CommandError(ResponseCode.SYSTEM_ERROR, code.name)
         return cmd.response()

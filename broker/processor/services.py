@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from rmqlab.broker.assignment import MessageRequestModeTable
 from rmqlab.broker.consumer_manager import ConsumerIdsChangeListener, ConsumerManager, ProducerManager
 from rmqlab.broker.faults import FaultTable
+from rmqlab.broker.ha_state import BrokerRole, ReplicationLog
 from rmqlab.broker.lock_manager import RebalanceLockManager
 from rmqlab.broker.long_polling import HeldPull, PullRequestHoldService
 from rmqlab.broker.offset_manager import ConsumerOffsetManager
@@ -20,6 +21,7 @@ from rmqlab.broker.server_config import BrokerConfig
 from rmqlab.broker.store import MemoryMessageStore
 from rmqlab.broker.topic_config import TopicConfig, TopicConfigManager
 from rmqlab.protocol.clock import Clock
+from rmqlab.protocol.codes import ResponseCode
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import MessageQueue
@@ -56,6 +58,13 @@ class BrokerServices(Protocol):
     pop_state: PopState
     pop_polling: Any  # broker.processor.pop.PopLongPollingService
     request_modes: MessageRequestModeTable
+    # master-slave HA (broker.ha): this broker's role, its commit-log order and the run slaves copy from
+    role: BrokerRole
+    replication_log: ReplicationLog
+    ha_epoch: int
+
+    @property
+    def broker_addr(self) -> str: ...
 
     def wrap(self, code: int, handler: Handler) -> Handler: ...
 
@@ -76,3 +85,9 @@ class BrokerServices(Protocol):
     async def topic_subscribe_info(self, topic: str) -> frozenset[MessageQueue] | None: ...
 
     async def persist_request_modes(self) -> None: ...
+
+    def ha_report(self, conn: Connection, slave_addr: str, index: int) -> None: ...
+
+    async def wait_log_growth(self, length: int, timeout_s: float) -> None: ...
+
+    async def wait_replica(self, msg: Any) -> ResponseCode: ...

@@ -48,9 +48,35 @@ def test_broker_defaults_are_rocketmq_s():
     assert (cfg.channel_expired_timeout, cfg.lock_max_live_time) == (120_000, 60_000)
 
 
+def test_slave_flags():
+    args = build_parser().parse_args(
+        [
+            "--broker-id", "2", "--broker-role", "slave", "--namesrv", "h:9876",
+            "--ha-master-address", "m:10911", "--ha-replication-lag-ms", "1500", "--slave-read-enable",
+            "--access-message-in-memory-max-bytes", "4096",
+        ]
+    )  # fmt: skip
+    cfg = config_from_args(args)
+    assert (cfg.broker_id, cfg.broker_role, cfg.ha_master_address, cfg.ha_replication_lag_ms) == (
+        2, "SLAVE", "m:10911", 1500,
+    )  # fmt: skip
+    assert cfg.slave_read_enable and cfg.access_message_in_memory_max_bytes == 4096
+    default = config_from_args(build_parser().parse_args([]))
+    assert (default.broker_id, default.broker_role, default.slave_read_enable) == (0, "ASYNC_MASTER", False)
+    assert (default.slave_timeout_ms, default.slave_sync_interval_ms) == (3_000, 10_000)
+
+
 @pytest.mark.parametrize(
     "argv",
-    [["--namesrv", "nohost"], ["--port", "70000"], ["--time-scale", "-1"], ["--default-queue-nums", "0"]],
+    [
+        ["--namesrv", "nohost"],
+        ["--port", "70000"],
+        ["--time-scale", "-1"],
+        ["--default-queue-nums", "0"],
+        ["--broker-id", "-1"],
+        ["--broker-role", "PRIMARY"],
+        ["--ha-replication-lag-ms", "x"],
+    ],
 )
 def test_bad_flags_exit_with_usage_error(argv, capsys):
     with pytest.raises(SystemExit) as ei:

@@ -155,6 +155,44 @@ async def test_namesrv_and_two_broker_processes(procs, make_peer, tmp_path):
     assert '"event":"broker_registered"' in log and '"role":"namesrv"' in log
 
 
+async def test_sync_master_and_slave_processes(procs, make_peer):
+    ns = await procs("rmqlab.broker.namesrv_main", "--time-scale", "0.01")
+    common = ("--namesrv", ns.addr, "--time-scale", "0.01")
+    master = await procs("broker", *common, "--broker-role", "SYNC_MASTER")
+    slave = await procs(
+        "broker", *common, "--broker-id", "1", "--broker-role", "SLAVE", "--node", "broker-a-s1"
+    )
+
+    async def status(p: Proc) -> dict:
+        return (await make_peer(p.addr).ok(RequestCode.ADMIN_BROKER_STATUS)).body
+
+    await wait_until_async(lambda: status(master), lambda s: s["haSlaves"] == 1)
+    resp = await make_peer(master.addr).send("T")
+    assert resp.code == ResponseCode.SUCCESS  # acknowledged: the slave holds it
+    assert (await status(slave))["messages"] == 1
+    await master.stop(signal.SIGKILL)
+    # the name server forgets the killed master; the slave's next registration names no master
+    await wait_until_async(lambda: status(slave), lambda s: s["masterAddr"] is None)
+
+
+async def wait_until_async(fetch, pred, tries: int = 400) -> None:
+    for _ in range(tries):
+        if pred(await fetch()):
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError("condition not reached")
+
+
+async def test_slave_flags_that_do_not_fit_stop_the_broker():
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rmqlab.broker", "--port", "0", "--broker-role", "SLAVE", cwd=REPO,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 2 and b"READY" not in out
+    assert b"broker id 0 does not fit role SLAVE" in err
+
+
 async def test_broker_cli_rejects_bad_flags():
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "rmqlab.broker", "--time-scale", "0", cwd=REPO,

@@ -127,3 +127,24 @@ def test_the_quick_verdict_comes_first_and_an_analysis_that_differs_is_an_error(
         assert r.result.exit_code in (0, 1) and "disagree" not in text
     else:
         assert r.result.exit_code == 3 and "error: the quick verdict and the analysis disagree at" in text
+
+
+def test_a_run_over_the_quick_verdicts_limit_is_said_to_go_to_the_analysis_alone(
+    fake_pipeline: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rmqlab.pipeline.synth import realistic_run
+
+    monkeypatch.setattr("rmqlab.pipeline.quick.QUICK_RUN_EVENTS", 100)
+    run_dir = tmp_path / "run"
+    realistic_run(run_dir, events=1_500, seed=5)
+    (run_dir / "want").write_text("ok")
+    out = io.StringIO()
+    r = ChaosRun(resolve("demo"), run_dir, out=out, analysis_command=fake_pipeline)
+    r.result.quick_verdict = "ok"
+    asyncio.run(r._analyze())
+    r._print_verdict()
+    text = out.getvalue()
+    assert r._quick is None and "no quick verdict: the run has more than 100 event lines" in text
+    assert "plain-Python analysis" not in text and "RunTooLarge" not in text
+    assert r.result.exit_code == 0 and "(analysis)" in text  # the analysis's verdict, said once
+    assert "42 ms wall" in text  # a run of processes: its convergence in wall ms

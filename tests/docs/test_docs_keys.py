@@ -67,7 +67,7 @@ def page_keys(path: Path) -> set[str]:
 
 def parser_keys() -> set[str]:
     exp = importlib.import_module("rmqlab.lab.experiment")
-    sim = sibling_module("rmq-sim", "experiment")
+    sim = sibling_module("rmq-sim", "sim_table")
     dist = sibling_module("rmq-sim", "dist")
     keys = experiment_keys(inspect.getsource(exp))
     keys |= set(sim._SIM_KEYS) | set(sim._GC_KEYS) | {"sim", "dist"}

@@ -67,8 +67,12 @@ class Cluster:
     async def start_broker(self, name: str = "broker-a", **overrides: Any) -> BrokerController:
         if self.namesrv_controller is not None:
             overrides.setdefault("namesrv", self.namesrv)
+        # a slave's node is "<broker>-s<id>", as experiments name it
+        node = overrides.pop(
+            "node", f"{name}-s{overrides['broker_id']}" if overrides.get("broker_id") else name
+        )
         cfg = BrokerConfig(broker_name=name, port=0, time_scale=self.scale, **overrides)
-        broker = BrokerController(cfg, log=self.log(name, "broker"))
+        broker = BrokerController(cfg, log=self.log(node, "broker"))
         await broker.start()
         self.brokers.append(broker)
         if not self.namesrv:

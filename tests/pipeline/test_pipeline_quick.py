@@ -11,18 +11,51 @@ from pathlib import Path
 
 import pytest
 
-from rmqlab.pipeline.quick import disagreement, quick_summary, verdict_lines
+from rmqlab.pipeline.discover import RunDir, discover
+from rmqlab.pipeline.quick import (
+    QUICK_RUN_EVENTS,
+    RunTooLarge,
+    count_lines,
+    disagreement,
+    quick_summary,
+    verdict_lines,
+)
 from rmqlab.pipeline.synth import realistic_run
 
 
-def test_a_small_run_is_answered_and_a_large_one_left_to_spark(tmp_path: Path) -> None:
+def test_a_small_run_is_answered_with_its_verdict_lines(tmp_path: Path) -> None:
     realistic_run(tmp_path / "run", events=3_000, seed=7, loss_every=97)
     summary = quick_summary(tmp_path / "run")
     assert summary is not None and summary["groups"]
     lines = verdict_lines(summary, "simulated")
     assert lines[-1].startswith("verdict: FAIL (") and any("lost" in line for line in lines)
     assert all(" ms simulated" in line for line in lines if "slowest convergence" in line)
-    assert quick_summary(tmp_path / "run", max_bytes=1_000) is None
+
+
+def test_the_quick_verdict_reads_up_to_its_limit_in_event_lines_and_says_why_past_it(tmp_path: Path) -> None:
+    assert QUICK_RUN_EVENTS >= 200_000  # at least the size asked for; the reference documents it
+    realistic_run(tmp_path / "run", events=2_000, seed=3)
+    run = RunDir(".", str(tmp_path / "run"), discover(tmp_path / "run"), {})
+    lines = sum(len(Path(f.path).read_bytes().splitlines()) for f in run.files)
+    assert count_lines(run, 10**9) == lines
+    assert quick_summary(tmp_path / "run", max_events=lines) is not None  # at the limit: answered
+    with pytest.raises(RunTooLarge, match=f"more than {lines - 1:,} event lines.*Spark analysis"):
+        quick_summary(tmp_path / "run", max_events=lines - 1)
+    (tmp_path / "run" / "zz.jsonl").write_text('{"last": "line without its newline"}')
+    assert count_lines(RunDir(".", str(tmp_path / "run"), discover(tmp_path / "run"), {}), 10**9) == lines + 1
+
+
+def test_rmq_sim_run_says_a_run_over_the_limit_goes_to_spark_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rmqlab.sim.__main__ import main as sim_main
+
+    monkeypatch.setattr("rmqlab.pipeline.quick.QUICK_RUN_EVENTS", 1_000)  # the demo logs about 5,000
+    monkeypatch.setattr("rmqlab.lab.runner.pipeline_available", lambda: False)
+    assert sim_main(["run", "demo", "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "no quick verdict: the run has more than 1,000 event lines" in out
+    assert "slowest convergence" not in out  # no verdict line from a partial reading
 
 
 def test_a_difference_with_the_analysis_is_named_and_additions_are_not_one() -> None:

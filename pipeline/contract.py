@@ -236,10 +236,13 @@ def join_causes(causes: list[str]) -> str:
 OFFSET_OBSERVATIONS: Final = {"offset_committed": "offset", "mq_added": "next_offset"}
 
 
-def offset_queue_broker(event: str, node: str, broker: str | None) -> str:
-    """The broker of the queue an offset line names: the writing broker's node for `offset_committed`
-    (a broker's node is its broker name), the line's `broker` for `mq_added`."""
-    return node if event == "offset_committed" else str(broker)
+def offset_queue_broker(event: str, node: str, broker: Any) -> str:
+    """The broker of the queue an offset line names: its `broker` (for `offset_committed` the broker
+    name, which a slave shares with its master), or for an `offset_committed` without one (a string)
+    the writing broker's node (a master's node is its broker name)."""
+    if event == "offset_committed" and type(broker) is not str:
+        return node
+    return str(broker)
 
 
 GROUP_METRICS: Final = (

@@ -256,7 +256,7 @@ class Analysis:
                 G,
                 T,
                 F.concat(
-                    F.when(committed, node).otherwise(F.col("broker")),
+                    F.coalesce(F.col("broker"), node),
                     F.lit(":"),
                     F.col("queue_id").cast("string"),
                 ).alias(Q),

@@ -103,12 +103,16 @@ class Builder:
             topic=topic, broker=broker, queue_id=int(qid), next_offset=next_offset,
         )  # fmt: skip
 
-    def committed(self, ts: int, queue: str, offset: int, group: str = "g", topic: str = "T") -> None:
-        """The broker of `queue` (its node is its name) stores `offset` for the group."""
+    def committed(
+        self, ts: int, queue: str, offset: int, group: str = "g", topic: str = "T", node: str | None = None
+    ) -> None:
+        """The broker of `queue` (its node is its name) stores `offset` for the group; or its node
+        `node` (a slave), whose line names the broker."""
         broker, qid = queue.split(":")
+        named = {} if node is None else {"broker": broker, "broker_id": 1}
         self.ev(
-            f"{broker}.jsonl", ts, "offset_committed", broker, "broker", group=group, topic=topic,
-            queue_id=int(qid), offset=offset,
+            f"{node or broker}.jsonl", ts, "offset_committed", node or broker, "broker", group=group,
+            topic=topic, queue_id=int(qid), offset=offset, **named,
         )  # fmt: skip
 
     def removed(
@@ -787,6 +791,24 @@ def _offset_regressions(b: Builder) -> None:
     b.consumed(75, "n2", "c2", "m4", "b:0", 4)
     b.consumed(76, "n2", "c2", "m3", "b:0", 3)
     b.consumed(80, "n2", "c2", "n9", "b:0", 2)
+
+
+@case(
+    "offset_regression_on_a_slave", 100,
+    # b's master (node b, no broker field) stores 5 at 30; its slave b-s1 (broker b) takes a commit of
+    # 3 at 40 (the master was down): the same queue b:0, moved back 5 -> 3. Then m3 (offset 3) and m4
+    # (offset 4), consumed at 25 and 26, come again at 45 and 46 -> 2 redelivered.
+    groups={"g": dict(regression_redelivered=2, duplicates=2)},
+    regressions={"g": [(40, "b:0", 5, 3, "offset_committed", "b-s1", 2)]},
+)  # fmt: skip
+def _offset_slave(b: Builder) -> None:
+    _one_owner(b, ["b:0"])
+    b.consumed(25, "n1", "c1", "m3", "b:0", 3)
+    b.consumed(26, "n1", "c1", "m4", "b:0", 4)
+    b.committed(30, "b:0", 5)
+    b.committed(40, "b:0", 3, node="b-s1")
+    b.consumed(45, "n1", "c1", "m3", "b:0", 3)
+    b.consumed(46, "n1", "c1", "m4", "b:0", 4)
 
 
 MALFORMED = [

@@ -79,6 +79,10 @@ EVENT_FIELDS: Final[dict[str, dict[str, FieldType]]] = {
     "assignment": {"group": STR, "client_id": STR, "topic": STR, "pull": STR_LIST, "pop": STR_LIST},
 }
 
+# Fields read where a line has them with their type, and ignored otherwise (never malformed for them):
+# an `offset_committed` names its broker (master or slave) by `broker` (EVENTS.md, master and slaves).
+OPTIONAL_FIELDS: Final[dict[str, dict[str, FieldType]]] = {"offset_committed": {"broker": STR}}
+
 # `nemesis` also requires `group` when it targets a consumer.
 NEMESIS_GROUP_ROLE: Final = "consumer"
 

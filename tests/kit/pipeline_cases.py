@@ -798,8 +798,11 @@ def _offset_regressions(b: Builder) -> None:
     # b's master (node b, no broker field) stores 5 at 30; its slave b-s1 (broker b) takes a commit of
     # 3 at 40 (the master was down): the same queue b:0, moved back 5 -> 3. Then m3 (offset 3) and m4
     # (offset 4), consumed at 25 and 26, come again at 45 and 46 -> 2 redelivered.
+    # At 50 node b stores 2 with a `broker` that is no string: ignored, the node names the broker ->
+    # b:0 moves back again, 3 -> 2, and nothing comes after it.
     groups={"g": dict(regression_redelivered=2, duplicates=2)},
-    regressions={"g": [(40, "b:0", 5, 3, "offset_committed", "b-s1", 2)]},
+    regressions={"g": [(40, "b:0", 5, 3, "offset_committed", "b-s1", 2),
+                       (50, "b:0", 3, 2, "offset_committed", "b", 0)]},
 )  # fmt: skip
 def _offset_slave(b: Builder) -> None:
     _one_owner(b, ["b:0"])
@@ -809,6 +812,9 @@ def _offset_slave(b: Builder) -> None:
     b.committed(40, "b:0", 3, node="b-s1")
     b.consumed(45, "n1", "c1", "m3", "b:0", 3)
     b.consumed(46, "n1", "c1", "m4", "b:0", 4)
+    line = {"ts_ms": b.t(50), "event": "offset_committed", "node": b.n("b"), "role": "broker",
+            "group": b.n("g"), "topic": b.n("T"), "queue_id": 0, "offset": 2, "broker": 7}  # fmt: skip
+    b.raw("b.jsonl", json.dumps(line))
 
 
 MALFORMED = [

@@ -24,6 +24,7 @@ from rmqlab.cli import (
     add_json,
     add_out,
     add_quiet,
+    add_variant,
     command_parser,
     find_shipped,
     positive_float,
@@ -31,6 +32,7 @@ from rmqlab.cli import (
     shipped,
     subcommand,
 )
+from rmqlab.lab import known
 from rmqlab.lab.experiment import (
     CLIENT_NAMES,
     V5_CLIENTS,
@@ -42,9 +44,23 @@ from rmqlab.lab.experiment import (
 from rmqlab.lab.schedule import unfit_steps
 
 
-def resolve(path_or_name: str) -> Experiment:
-    """An experiment from a file, or a shipped one by name (``demo`` or ``demo.toml``)."""
+def resolve(path_or_name: str, variant: str | None = None) -> Experiment:
+    """An experiment from a file, a shipped one by name (``demo`` or ``demo.toml``), or a known problem
+    (``known/NAME``) with the switches of its ``variant`` (default affected)."""
     try:
+        if known.is_known(path_or_name):
+            entry = known.find(path_or_name)
+            variant = variant or known.DEFAULT_VARIANT
+            if "processes" not in entry.needs:
+                raise UnknownName(
+                    f"known/{entry.name} runs simulated only ({', '.join(entry.needs)}): "
+                    f"rmq-sim run known/{entry.name}"
+                )
+            text = known.experiment_text(entry, variant, sim=False)
+            exp = parse(text, source=f"{known.KNOWN.label}/{entry.name}.toml", default_name=entry.name)
+            return known.for_processes(entry, variant, exp)
+        if variant is not None:
+            raise UnknownName(f"--variant goes with a catalogue entry (known/NAME), not {path_or_name!r}")
         found = find_shipped(path_or_name, CHAOS_SHELVES)
     except UnknownName as e:
         raise ExperimentError(path_or_name, [(None, str(e))]) from None
@@ -203,6 +219,23 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_known(args: argparse.Namespace) -> int:
+    rows = [entry.as_json() for entry in known.CATALOGUE]
+    if args.json:
+        print_json(rows)
+        return 0
+    for row in rows:
+        issues = ", ".join(row["issues"]) or "no tracker issue (see the change)"
+        print(f"known/{row['name']}")
+        print(f"  {row['question']}")
+        print(f"  issues: {issues}")
+        print(f"  affected: {row['affected']}; fixed in {row['fixed_in']}: {row['change']}")
+        print(f"  figure: {row['figure']} (the problem shows when it is above {row['shows_above']:g})")
+        print(f"  runs: {', '.join(row['needs'])}; {row['command']}")
+    print(f"\n{len(rows)} known problem(s); the docs' catalogue page shows what the lab measured")
+    return 0
+
+
 def _run_dir(exp: Experiment, out: str | None) -> Path:
     if out:
         return Path(out)
@@ -224,12 +257,18 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
     from rmqlab.chaos.run import ChaosRun
 
     try:
-        exp = resolve(args.file)
+        exp = resolve(args.file, args.variant)
     except ExperimentError as e:
         print(e, file=sys.stderr)
         return 2
     if outcome is not None:
         outcome["experiment"] = exp.name
+    extra = None
+    if known.is_known(args.file):
+        variant = args.variant or known.DEFAULT_VARIANT
+        extra = {"known": known.find(args.file).manifest(variant)}
+        if outcome is not None:
+            outcome.update(known=args.file, variant=variant)
     image = None
     if args.backend == "docker":  # before the local checks: a real client is the backend's problem here
         from rmqlab.chaos.container import BackendError, check_backend
@@ -268,6 +307,7 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
         out=sys.stderr if args.json else sys.stdout,
         quiet=args.quiet,
         metrics=args.metrics,
+        manifest_extra=extra,
     )
     if outcome is not None:
         outcome["run_dir"] = str(run_dir)
@@ -315,9 +355,17 @@ def build_parser() -> argparse.ArgumentParser:
         "Break a local RocketMQ-emulator cluster on a schedule and get a verdict.",
         EXIT_CODES,
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="run|list|validate|nemesis|wait|clean")
+    sub = p.add_subparsers(
+        dest="command", required=True, metavar="run|list|known|validate|nemesis|wait|clean"
+    )
     run = subcommand(sub, "run", "run an experiment file (or a shipped experiment by name)", RUN_EXIT_CODES)
-    run.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
+    run.add_argument(
+        "file",
+        metavar="EXPERIMENT",
+        help="a .toml file, the name of a shipped experiment, or a known problem (known/NAME; see "
+        "rmq-chaos known)",
+    )
+    add_variant(run)
     add_out(run, "run directory (default runs/NAME-TIMESTAMP)")
     run.add_argument("--no-analyze", action="store_true", help="skip the pipeline; verdict from live counts")
     run.add_argument(
@@ -351,6 +399,14 @@ def build_parser() -> argparse.ArgumentParser:
     lst = subcommand(sub, "list", "the shipped experiments and the question each answers", {0: "listed"})
     add_json(lst, "the experiments (a JSON list)")
     lst.set_defaults(func=cmd_list)
+    kn = subcommand(
+        sub,
+        "known",
+        "the catalogue of RocketMQ's known rebalancing problems the lab reproduces",
+        {0: "listed"},
+    )
+    add_json(kn, "the catalogue (a JSON list)")
+    kn.set_defaults(func=cmd_known)
     val = subcommand(
         sub,
         "validate",

@@ -53,8 +53,11 @@ class ChaosRun:
         analysis_command: list[str] | None = None,
         clients: RealClients | None = None,
         image: ImageInfo | None = None,
+        manifest_extra: dict[str, Any] | None = None,
     ) -> None:
         self.exp = exp
+        # keys the caller adds to manifest.json (a known problem's entry and variant)
+        self.manifest_extra = dict(manifest_extra or {})
         # The backend: local processes, or (given a checked image) containers (chaos.container).
         self.image = image
         self.clients = clients or RealClients()
@@ -172,6 +175,7 @@ class ChaosRun:
             "backend": self.cluster.kind,
             "errors": self.result.errors,
             "interrupted": self.result.interrupted,
+            **self.manifest_extra,
         }
         (self.run_dir / "manifest.json").write_text(
             json.dumps(manifest, indent=2, sort_keys=True, default=str)

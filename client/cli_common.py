@@ -49,6 +49,9 @@ def layered_settings(
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        if key in cls.MAPPING_KEYS:  # e.g. client_version, which from_mapping expands
+            out[key] = raw.strip()
+            continue
         if key not in types:
             raise ConfigError(f"unknown setting {key!r} for --set")
         out[key] = _parse_scalar(key, types[key], raw.strip())

@@ -16,8 +16,9 @@ import os
 import time
 import tomllib
 from dataclasses import dataclass, fields
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
+from rmqlab.client.versions import UnknownVersion, settings_for_version
 from rmqlab.protocol.clock import TimeScale
 from rmqlab.protocol.model import ConsumeFromWhere, MessageModel
 
@@ -41,6 +42,8 @@ def _default_consume_timestamp() -> str:
 class ClientConfig:
     """Settings shared by consumers and producers (RocketMQ's ClientConfig)."""
 
+    # keys from_mapping takes besides the fields (a setting that stands for several)
+    MAPPING_KEYS: ClassVar[tuple[str, ...]] = ()
     namesrv_addr: str = "127.0.0.1:9876"
     instance_name: str | None = None  # None: "pid#monotonic_ns" so that every process (and object) differs
     client_ip: str | None = None  # None: the first non-loopback IPv4
@@ -56,6 +59,9 @@ class ClientConfig:
     connect_timeout_millis: int = 3_000  # NettyClientConfig.connectTimeoutMillis
     # NettyClientConfig.clientCloseSocketIfTimeout: a timed-out synchronous call closes its connection
     client_close_socket_if_timeout: bool = True
+    # >=4.9.0 (changeInstanceNameToPID): the default instance name is pid#nanoTime; before, the pid alone,
+    # so that two containers with host networking (same IP, pid 1) had one client id (ISSUE #667, #2760)
+    instance_name_with_nano_time: bool = True
     # >=5.2 (enableHeartbeatChannelEventListener): a new broker connection gets a heartbeat, then a rebalance
     heartbeat_on_connect: bool = False
     # effective value: DefaultMQPushConsumerImpl's own default is 3000, but its constructor copies the
@@ -169,6 +175,7 @@ def _check_range(name: str, value: int, lo: int, hi: int, *, allow: tuple[int, .
 class ConsumerConfig(ClientConfig):
     """DefaultMQPushConsumer / DefaultLitePullConsumer settings with RocketMQ's defaults."""
 
+    MAPPING_KEYS: ClassVar[tuple[str, ...]] = ("client_version",)  # a release's behaviour switches
     message_model: MessageModel = MessageModel.CLUSTERING
     consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
     consume_timestamp: str = dataclasses.field(default_factory=_default_consume_timestamp)
@@ -220,6 +227,8 @@ class ConsumerConfig(ClientConfig):
     # rebalance equal to the previous one for its topic (same members, same allocation) is left out.
     rebalance_event_digest_over: int | None = None
     omit_repeated_rebalance_events: bool = False
+    # 4.9.x changes (on = 4.9.8; client.versions gives each release's values)
+    lock_new_process_queue: bool = True  # >=4.9.5: a new ProcessQueue is created locked (ISSUE #2621)
     # RocketMQ 5.x behaviour switches (all off = 4.9)
     rebalance_retry_when_unbalanced: bool = False  # >=5.2: 1 s retry while a round is not balanced
     pull_request_dispatch_delay: int = 0  # >=5.0: 500 ms before a new queue's first pull
@@ -267,6 +276,20 @@ class ConsumerConfig(ClientConfig):
             ConsumeFromWhere(self.consume_from_where)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], **extra: Any) -> Self:
+        """As ClientConfig's, and ``client_version = "4.9.4"`` stands for the behaviour switches of that
+        release (client.versions); switches named beside it win."""
+        merged = {**data, **extra}
+        version = merged.pop("client_version", None)
+        if version is not None:
+            try:
+                merged = {**settings_for_version(str(version)), **merged}
+            except UnknownVersion as e:
+                raise ConfigError(str(e)) from None
+        # ClientConfig's own: zero-argument super() does not reach it from a slots dataclass
+        return ClientConfig.from_mapping.__func__(cls, merged)  # type: ignore[attr-defined,no-any-return]
 
     def max_reconsume_times_concurrently(self) -> int:
         return 16 if self.max_reconsume_times == -1 else self.max_reconsume_times

@@ -108,7 +108,7 @@ class ConsumerBase:
         # CLUSTERING (changeInstanceNameToPID), so a broadcasting client is ip@DEFAULT across restarts
         self.instance_name = self.config.instance_name or DEFAULT_INSTANCE_NAME
         if self.instance_name == DEFAULT_INSTANCE_NAME and self.message_model is MessageModel.CLUSTERING:
-            self.instance_name = new_instance_name()
+            self.instance_name = new_instance_name(self.config.instance_name_with_nano_time)
         self.client_id = build_client_id(self.instance_name, self.config.client_ip)
         self.instance: MQClientInstance = MQClientManager.get_or_create(
             self.config, self.client_id, self.log, self.clock

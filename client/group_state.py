@@ -392,9 +392,10 @@ class GroupState:
         return current
 
     def new_process_queue(self, now_ms: int) -> ProcessQueue:
-        """A ProcessQueue for a queue about to be added, marked locked (RocketMQ >= 4.9.5)."""
+        """A ProcessQueue for a queue about to be added, marked locked (RocketMQ >= 4.9.5; before, an
+        orderly queue's pulls waited for the next lockAll to mark it: ISSUE #2621)."""
         pq = ProcessQueue(now_ms=now_ms)
-        pq.locked = True
+        pq.locked = self.config.lock_new_process_queue
         return pq
 
     def add_process_queue(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import random
 from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
@@ -454,24 +455,42 @@ class MQClientInstance:
         return bool(sent)
 
 
+# The client table of the process a task belongs to, when it is not the OS process's: the simulator runs
+# many processes in one, and two of them may carry the same client id (containers sharing an IP and pid).
+_PROCESS_INSTANCES: contextvars.ContextVar[dict[str, MQClientInstance] | None] = contextvars.ContextVar(
+    "process_client_instances", default=None
+)
+
+
 class MQClientManager:
     """One MQClientInstance per client id in a process (RocketMQ's MQClientManager)."""
 
     _instances: dict[str, MQClientInstance] = {}
 
     @classmethod
+    def _table(cls) -> dict[str, MQClientInstance]:
+        own = _PROCESS_INSTANCES.get()
+        return cls._instances if own is None else own
+
+    @classmethod
+    def own_process(cls) -> None:
+        """The current task and the tasks it starts form a process of their own, with its own table."""
+        _PROCESS_INSTANCES.set({})
+
+    @classmethod
     def get_or_create(
         cls, config: ClientConfig, client_id: str, log: EventLog | None = None, clock: Clock | None = None
     ) -> MQClientInstance:
-        inst = cls._instances.get(client_id)
+        table = cls._table()
+        inst = table.get(client_id)
         if inst is None:
             inst = MQClientInstance(config, client_id=client_id, log=log, clock=clock)
-            cls._instances[client_id] = inst
+            table[client_id] = inst
         return inst
 
     @classmethod
     def remove(cls, client_id: str) -> None:
-        cls._instances.pop(client_id, None)
+        cls._table().pop(client_id, None)
 
 
 class InstanceGroupApi:

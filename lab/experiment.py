@@ -237,6 +237,9 @@ class ConsumerSpec:
     start: float = 0.0  # lab seconds after the cluster is up at which the nodes join (0: with the cluster)
     assignment: str = "client"  # one of ASSIGNMENTS
     rocketmq5: bool = False  # the client's RocketMQ >= 5.2 behaviour (implied by a server assignment)
+    # ConsumerConfig settings every consumer of the table is given (rmq-consumer --set), such as a known
+    # problem's variant (lab.known); not a key of the file
+    settings: tuple[tuple[str, Any], ...] = ()
 
     @property
     def request_mode(self) -> str | None:
@@ -248,6 +251,8 @@ class ConsumerSpec:
         args = ["--rocketmq5"] if self.rocketmq5 or self.assignment != "client" else []
         if self.assignment != "client":
             args += ["--set", "client_rebalance=false"]
+        for key, value in self.settings:
+            args += ["--set", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
         return args
 
     @property
@@ -437,6 +442,7 @@ class Experiment:
                     "start": c.start,
                     "assignment": c.assignment,
                     "rocketmq5": c.rocketmq5,
+                    "settings": dict(c.settings),
                 }
                 for c in self.consumers
             ],

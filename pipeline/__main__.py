@@ -238,6 +238,16 @@ def _experiment(run_dir: str) -> tuple[str | None, str | None]:
     return (name if isinstance(name, str) else None), (question if isinstance(question, str) else None)
 
 
+def _known(run_dir: str) -> dict[str, Any] | None:
+    """A catalogue entry's record in the manifest (its report says first whether the problem appeared)."""
+    try:
+        manifest = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    known = manifest.get("known") if isinstance(manifest, dict) else None
+    return known if isinstance(known, dict) else None
+
+
 def _start_spark(master: str | None, progress: Progress) -> SparkHandle | int:
     """The session, or exit status 2 with the reason printed when Spark cannot start."""
     try:
@@ -381,17 +391,19 @@ def analyze(args: argparse.Namespace) -> int:
 
                 add_pop_metrics(summary, analysis, side_dir)
             out_dir.mkdir(parents=True, exist_ok=True)
-            summary["answer"] = []
+            from rmqlab.pipeline.report_story import answers
+
+            # without the report's plot data only a known problem's first sentence is said
+            summary["answer"] = answers(summary, None, _known(args.run_dir))
             if args.no_report:
                 _write_summary(out_dir, summary)
             else:
                 from rmqlab.pipeline.report_data import collect_plot_data
                 from rmqlab.pipeline.report_page import write_report
-                from rmqlab.pipeline.report_story import answers
 
                 with progress.stage("report"):
                     data = collect_plot_data(analysis, clock=clock)
-                    summary["answer"] = answers(summary, data)
+                    summary["answer"] = answers(summary, data, _known(args.run_dir))
                     _write_summary(out_dir, summary)
                     name, question = _experiment(args.run_dir)
                     title = f"Run {Path(args.run_dir).resolve().name}" + (f" ({name})" if name else "")

@@ -99,7 +99,7 @@ def discover_runs(root_dir: str | os.PathLike[str]) -> tuple[list[RunDir], list[
         dirs[:] = []  # everything below belongs to this run
         rel = here.relative_to(root).as_posix()
         try:
-            manifest = _read_manifest(here)
+            manifest = read_manifest(here)
             files = discover(here)
         except (RunDirError, OSError) as exc:
             bad.append(BadRun(rel, str(exc)))
@@ -112,8 +112,9 @@ def discover_runs(root_dir: str | os.PathLike[str]) -> tuple[list[RunDir], list[
     return runs, bad
 
 
-def _read_manifest(run: Path) -> dict[str, Any]:
-    path = run / MANIFEST
+def read_manifest(run: str | os.PathLike[str]) -> dict[str, Any]:
+    """A run directory's manifest.json ({} when it has none); RunDirError when it is not a JSON object."""
+    path = Path(run) / MANIFEST
     if not path.is_file():
         return {}
     try:

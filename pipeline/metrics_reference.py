@@ -336,6 +336,10 @@ class RunModel:
     def live_set(self, group: str, t: int) -> frozenset[str]:
         return frozenset(c for (g, c) in self.starts.ts if g == group and self.is_live(g, c, t))
 
+    def any_live(self, group: str, t: int) -> bool:
+        """Is the live set of the group at t non-empty? (``live_set``'s truth, without building it.)"""
+        return any(g == group and self.is_live(g, c, t) for (g, c) in self.starts.ts)
+
     def node_paused(self, node: str, t: int) -> bool:
         paused = self.pauses.latest(node, t)
         if paused is None:
@@ -403,6 +407,7 @@ class RunModel:
             return 0
         t0 = min(adds)
         liveness = self.liveness_times(group)
+        live_at: dict[int, bool] = {}  # the group's liveness at an instant, asked once per instant
         total = 0
         for queue in self.universe[group]:
             ivs = self.intervals_by_queue.get((group, *queue), [])
@@ -412,7 +417,7 @@ class RunModel:
                     t0 <= a
                     and b <= self.run_end
                     and not any(iv.start <= a < iv.end for iv in ivs)
-                    and self.live_set(group, a)
+                    and (live_at[a] if a in live_at else live_at.setdefault(a, self.any_live(group, a)))
                 ):
                     total += b - a
         return total

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rmqlab.pipeline.discover import RunDir, discover
+from rmqlab.pipeline.discover import RunDir, RunDirError, discover, read_manifest
 from rmqlab.pipeline.small_runs import analyse_run
 
 # The largest run answered at once, in event lines (what the analysis's time and memory grow with; bytes
@@ -43,7 +43,11 @@ def quick_summary(run_dir: str | os.PathLike[str], max_events: int | None = None
     (there is nothing to say at once). Raises RunTooLarge past ``max_events`` event lines (default
     QUICK_RUN_EVENTS)."""
     cap = QUICK_RUN_EVENTS if max_events is None else max_events
-    run = RunDir(".", str(run_dir), discover(run_dir), {})
+    try:
+        manifest = read_manifest(run_dir)
+    except RunDirError:  # the runner's own file: nothing in it that the verdict needs
+        manifest = {}
+    run = RunDir(".", str(run_dir), discover(run_dir), manifest)
     if not run.files:
         return None
     if count_lines(run, cap) > cap:

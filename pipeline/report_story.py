@@ -471,12 +471,51 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def answers(summary: dict[str, Any], data: PlotData | None) -> list[str]:
-    """The experiment's question answered, one sentence per change, from summary.json's numbers."""
+def known_figure(summary: dict[str, Any], figure: str) -> float:
+    """A catalogue entry's figure (a group field of summary.json, dotted when nested) summed over the
+    run's groups."""
+    total = 0.0
+    for g in summary["groups"].values():
+        value: Any = g
+        for part in figure.split("."):
+            value = value[part]
+        total += float(value)
+    return total
+
+
+def known_answer(known: dict[str, Any], summary: dict[str, Any]) -> str:
+    """The first sentence of a catalogue entry's run (the manifest's ``known``): whether the problem
+    appeared, with its figure, and which release removes it."""
+    value = known_figure(summary, known["figure"])
+    above = known.get("shows_above", 0)
+    shown = f"{known['figure']} = {value:g}" + (f" {known['unit']}" if known.get("unit") else "")
+    if above:
+        shown += f" (the problem: more than {above:g})"
+    name = f"known/{known['name']}" + (f" ({', '.join(known['issues'])})" if known.get("issues") else "")
+    fixed = known["variant"] == "fixed"
+    remedy = known.get("remedy")  # a problem no release fixed: its remedy is the fixed variant
+    if fixed:
+        behaviour = f"with the remedy, {remedy}" if remedy else f"with the fix of {known['fixed_in']}"
+    else:
+        behaviour = f"with the behaviour of {known['affected']}"
+    if value > above:
+        if fixed:
+            return f"Yes: the problem of {name} appeared, {shown}, even {behaviour} ({known['change']})."
+        cure = f"{remedy} avoids it" if remedy else f"RocketMQ {known['fixed_in']} removes it"
+        return f"Yes: the problem of {name} appeared, {shown}, {behaviour}; {cure} ({known['change']})."
+    if fixed:
+        return f"No: the problem of {name} did not appear, {shown}, {behaviour} ({known['change']})."
+    return f"No: the problem of {name} did not appear, {shown}, {behaviour}."
+
+
+def answers(summary: dict[str, Any], data: PlotData | None, known: dict[str, Any] | None = None) -> list[str]:
+    """The experiment's question answered, one sentence per change, from summary.json's numbers; a
+    catalogue entry's run (``known``, from its manifest) says first whether the problem appeared."""
+    first = [known_answer(known, summary)] if known else []
     if data is None:
-        return []
+        return first
     clock = clock_of(data, summary)
-    out = []
+    out = first
     for name, g in summary["groups"].items():
         markers = group_markers(data, name, g)
         said = answer_for_group(name, g, clock, markers, duplicates_after(data, name, markers))

@@ -133,7 +133,10 @@ def analyse_runs(
             if data is not None:
                 data[prefix].clock = clocks[prefix]
                 result.plot_data[run.rel] = data[prefix]
-            summary["answer"] = answers(summary, None if data is None else data[prefix])
+            known = run.manifest.get("known")
+            summary["answer"] = answers(
+                summary, None if data is None else data[prefix], known if isinstance(known, dict) else None
+            )
         if extra is not None:
             result.extra = extra(analysis)
     finally:

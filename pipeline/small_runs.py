@@ -171,7 +171,8 @@ def analyse_run(run: RunDir, plots: bool) -> tuple[dict[str, Any], PlotData | No
         start = events[0].ts if events else None
         clock = replace(run_clock(side_events(events), start, None), kind=clock_word(run.path))
         data = plot_data(model, clock)
-    summary["answer"] = answers(summary, data)
+    known = run.manifest.get("known")
+    summary["answer"] = answers(summary, data, known if isinstance(known, dict) else None)
     return summary, data
 
 

@@ -7,8 +7,11 @@ import socket
 import time
 
 
-def new_instance_name() -> str:
-    """``pid#monotonic-ns``: unique per process even when every container's pid is 1."""
+def new_instance_name(with_nano_time: bool = True) -> str:
+    """``pid#monotonic-ns``: unique per process even when every container's pid is 1 (RocketMQ >= 4.9.0);
+    without ``with_nano_time`` the pid alone, as before 4.9.0."""
+    if not with_nano_time:
+        return str(os.getpid())
     return f"{os.getpid()}#{time.monotonic_ns()}{time.time_ns() % 1_000_000:06d}"
 
 

@@ -203,6 +203,20 @@ def add_quiet(p: argparse.ArgumentParser, help_text: str = "no progress lines") 
     p.add_argument("--quiet", "-q", action="store_true", help=help_text)
 
 
+# The behaviours a catalogue entry (known/NAME) runs with: before its fix, and with it.
+KNOWN_VARIANTS = ("affected", "fixed")
+
+
+def add_variant(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--variant",
+        choices=KNOWN_VARIANTS,
+        default=None,
+        help="for a known problem (known/NAME): the behaviour before its fix (affected, the default) or "
+        "with it (fixed)",
+    )
+
+
 def add_json(p: argparse.ArgumentParser, what: str = "the result") -> None:
     p.add_argument(
         "--json",

@@ -30,11 +30,13 @@ from rmqlab.cli import (
     add_json,
     add_master,
     add_quiet,
+    add_variant,
     command_parser,
     find_shipped,
     print_json,
     subcommand,
 )
+from rmqlab.lab import known
 from rmqlab.lab.experiment import ExperimentError
 from rmqlab.pipeline.contract import CHECKS
 from rmqlab.sim.rundir import RunDirError, read_sim_run
@@ -47,9 +49,16 @@ if TYPE_CHECKING:
 HASH_SEED = "0"
 
 
-def resolve(path_or_name: str) -> SimExperiment:
-    """An experiment file, or a shipped experiment by name."""
+def resolve(path_or_name: str, variant: str | None = None) -> SimExperiment:
+    """An experiment file, a shipped experiment by name, or a catalogue entry (``known/NAME``) with the
+    switches of its ``variant`` (default affected)."""
     try:
+        if known.is_known(path_or_name):
+            entry = known.find(path_or_name)
+            text = known.experiment_text(entry, variant or known.DEFAULT_VARIANT, sim=True)
+            return parse(text, source=f"{known.KNOWN.label}/{entry.name}.toml", default_name=entry.name)
+        if variant is not None:
+            raise UnknownName(f"--variant goes with a catalogue entry (known/NAME), not {path_or_name!r}")
         found = find_shipped(path_or_name, SIM_SHELVES)
     except UnknownName as e:
         raise ExperimentError(path_or_name, [(None, str(e))]) from None
@@ -83,12 +92,17 @@ def event_files(run_dir: Path) -> dict[str, str]:
 
 
 def _simulate(
-    sx: SimExperiment, run_dir: Path, seed: int | None, quiet: bool, out: TextIO | None = None
+    sx: SimExperiment,
+    run_dir: Path,
+    seed: int | None,
+    quiet: bool,
+    out: TextIO | None = None,
+    manifest_extra: dict[str, Any] | None = None,
 ) -> tuple[int, SimResult]:
     from rmqlab.sim.sim_cluster import SimCluster
 
     out = out or sys.stdout
-    cluster = SimCluster(sx, run_dir, seed=seed, progress=not quiet, out=out)
+    cluster = SimCluster(sx, run_dir, seed=seed, progress=not quiet, out=out, manifest_extra=manifest_extra)
     result = cluster.run()
     rate = result.sim_seconds / result.wall_seconds if result.wall_seconds > 0 else float("inf")
     print(
@@ -156,10 +170,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, out: TextIO, outcome: dict[str, Any]) -> int:
     try:
-        sx = resolve(args.file)
+        sx = resolve(args.file, args.variant)
     except ExperimentError as e:
         print(e, file=sys.stderr)
         return 2
+    extra = None
+    if known.is_known(args.file):
+        variant = args.variant or known.DEFAULT_VARIANT
+        extra = {"known": known.find(args.file).manifest(variant)}
+        outcome.update(known=args.file, variant=variant)
     sx = with_wire(sx, args.wire)
     seed = sx.exp.seed if args.seed is None else args.seed
     run_dir = (
@@ -171,7 +190,7 @@ def _run(args: argparse.Namespace, out: TextIO, outcome: dict[str, Any]) -> int:
     if run_dir.exists() and any(run_dir.rglob("*.jsonl")):
         print(f"rmq-sim: {run_dir} already holds a run's logs; choose another --out", file=sys.stderr)
         return 2
-    rc, result = _simulate(sx, run_dir, seed, args.quiet, out)
+    rc, result = _simulate(sx, run_dir, seed, args.quiet, out, extra)
     outcome.update(
         verdict=result.quick_verdict,
         verdict_source="live counts",
@@ -390,7 +409,13 @@ def build_parser() -> argparse.ArgumentParser:
             3: "the run did not complete (or its analysis failed)",
         },
     )
-    run.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
+    run.add_argument(
+        "file",
+        metavar="EXPERIMENT",
+        help="a .toml file, the name of a shipped experiment, or a known problem (known/NAME; see "
+        "rmq-chaos known)",
+    )
+    add_variant(run)
     run.add_argument("--seed", type=seed_arg, default=None, help="seed (default: the file's 'seed')")
     run.add_argument(
         "--out", default=None, metavar="DIR", help="run directory (default runs/NAME-simSEED-TIME)"

@@ -207,6 +207,10 @@ class SimNode:
         }
 
 
+# The host's address in client ids when consumers run with host networking ([sim] host_network).
+HOST_NETWORK_IP = "192.168.0.10"
+
+
 class SimError(NodeError):
     """The simulated cluster could not do what the experiment asks of a node (its state does not allow
     it, or it is not one the action can act on)."""
@@ -231,6 +235,7 @@ def consumer_flags(spec: Any) -> dict[str, Any]:
         flags.update(ConsumerConfig.rocketmq5())
     if spec.assignment != "client":
         flags["client_rebalance"] = False
+    flags.update(dict(spec.settings))  # as rmq-consumer --set
     return flags
 
 
@@ -701,20 +706,30 @@ class SimBackend:
             await broker.shutdown()
         return 0
 
-    def _client_settings(self, n: SimNode, proc: VirtualProcess) -> dict[str, Any]:
+    def _client_settings(self, n: SimNode, proc: VirtualProcess, pid: int | None = None) -> dict[str, Any]:
         return {
             "namesrv_addr": self.namesrv_addr,
             "time_scale": self.exp.time_scale,
             "client_ip": self.net.ip_of(n.node),
-            # RocketMQ's pid#nanos, from the virtual process and clock
-            "instance_name": f"{proc.pid}#{int(self.loop.time() * 1e9)}",
+            # RocketMQ's pid#nanos, from the virtual process and clock; System.nanoTime's origin is
+            # the JVM's own, so containers started at one instant (each pid 1) still differ
+            "instance_name": f"{pid}#{self._nano_time(n)}"
+            if pid is not None
+            else f"{proc.pid}#{int(self.loop.time() * 1e9)}",
             "random_seed": self.rng(n.node, n.incarnation, "client").getrandbits(63),
         }
+
+    def _nano_time(self, n: SimNode) -> int:
+        """A container's System.nanoTime: the virtual clock from an origin of its own."""
+        return int(self.loop.time() * 1e9) + self.rng(n.node, n.incarnation, "nano-origin").getrandbits(40)
 
     async def _consumer(self, n: SimNode, proc: VirtualProcess, ready: asyncio.Future[str]) -> int:
         spec = n.spec
         sim = self.sx.sim
-        settings = self._client_settings(n, proc)
+        # a container's process is its pid 1; with host networking the client ip is the host's
+        settings = self._client_settings(n, proc, 1 if sim.host_network else None)
+        if sim.host_network:
+            settings["client_ip"] = HOST_NETWORK_IP
         settings.update(
             message_model=MessageModel.BROADCASTING if spec.broadcast else MessageModel.CLUSTERING,
             consume_from_where=spec.consume_from,
@@ -729,6 +744,10 @@ class SimBackend:
             **sim.consumer_settings(),
         )
         config = ConsumerConfig.from_mapping(normalize_enums(settings))
+        if not config.instance_name_with_nano_time:  # changeInstanceNameToPID before 4.9.0: the pid alone
+            config = config.replace(instance_name=str(settings["instance_name"]).partition("#")[0])
+        # this virtual process's client table: another one may carry the same client id
+        MQClientManager.own_process()
         consumer = PushConsumer(
             spec.group, config=config, strategy=spec.strategy, log=n.log, clock=self.clock
         )

@@ -12,6 +12,7 @@ sense simulated::
 
     rocketmq5 = false         # brokers and consumers follow RocketMQ 5's rules (the --rocketmq5 flags)
     wire = "objects"          # frames as command objects (default) or "bytes" through the real codec
+    host_network = false      # consumers in containers with host networking: one IP, each pid 1
 
     [sim.client]              # consumer settings (ConsumerConfig fields, RocketMQ ms), every consumer
     rebalance_wait_interval = 20000
@@ -45,7 +46,7 @@ DEFAULT_DIGEST_OVER = 64
 
 _SIM_KEYS = (
     "latency_ms", "consume_ms", "digest_over", "omit_repeated_rebalances", "rocketmq5", "client", "gc",
-    "wire", "pull_events",
+    "wire", "pull_events", "host_network",
 )  # fmt: skip
 # Consumer settings the simulator derives from the experiment itself (or needs for the run directory).
 _CLIENT_SET_BY_SIM = (
@@ -83,6 +84,9 @@ class SimSettings:
     # by no analysis, and the largest event of a run (a third of a 100-consumer run's lines)
     pull_events: bool = False
     wire: str = "objects"  # how frames cross the in-memory network: sim.wire.WIRES
+    # consumers run in containers with host networking on one host (docker's network_mode: host): their
+    # client ids carry the host's IP, and each is pid 1 of its container
+    host_network: bool = False
     client: tuple[tuple[str, Any], ...] = ()  # ConsumerConfig settings for every consumer, in file order
     gc: tuple[GcSpec, ...] = field(default_factory=tuple)
 
@@ -105,6 +109,7 @@ class SimSettings:
             "digest_over": self.digest_over,
             "omit_repeated_rebalances": self.omit_repeated_rebalances,
             "pull_events": self.pull_events,
+            "host_network": self.host_network,
             "gc": [{"target": g.target, "pause_s": g.pause_s.describe()} for g in self.gc],
         }
 
@@ -197,7 +202,7 @@ def _settings(table: Any, err: Any) -> SimSettings:
             err(("sim", "digest_over"), f"sim.digest_over: must be an integer >= 0, got {v!r}")
         else:
             values["digest_over"] = v
-    for key in ("omit_repeated_rebalances", "rocketmq5", "pull_events"):
+    for key in ("omit_repeated_rebalances", "rocketmq5", "pull_events", "host_network"):
         if key in table:
             v = table[key]
             if not isinstance(v, bool):

@@ -324,3 +324,13 @@ def test_shorts_of_one_shared_queue_set_are_sorted_once(monkeypatch: pytest.Monk
     assert shorts(queues) == expected and sorts == 1
     assert shorts(frozenset(set(queues))) == expected and sorts == 2  # an equal set of its own: sorted for it
     assert shorts(set(queues)) == expected and shorts([]) == [] and sorts == 3
+
+
+def test_before_4_9_5_a_new_queue_waits_unlocked_for_lock_all() -> None:
+    # ISSUE #2621: the queue was locked at the broker, but its new ProcessQueue did not say so
+    s = state(lock_new_process_queue=False)
+    pq = s.new_process_queue(5)
+    assert not pq.locked
+    s.add_process_queue(mq(0), pq, 0)
+    s.set_locked([mq(0)], True, 9)  # lockAll's answer
+    assert pq.locked and pq.last_lock_timestamp == 9

@@ -8,7 +8,7 @@ import gc
 import warnings
 
 from rmqlab.client.client_config import ClientConfig
-from rmqlab.client.instance import MQClientInstance
+from rmqlab.client.instance import MQClientInstance, MQClientManager
 
 
 async def test_self_guarded_tasks_run_under_the_instance_and_end_with_it() -> None:
@@ -46,3 +46,20 @@ async def test_self_guarded_tasks_run_under_the_instance_and_end_with_it() -> No
     assert held.cancelled() and unstarted.cancelled()
     assert ran == ["first", "first done", "held"]
     assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+async def test_a_process_of_its_own_has_its_own_client_table() -> None:
+    # the simulator's processes share one OS process; two of them may carry one client id
+    config = ClientConfig()
+    shared = MQClientManager.get_or_create(config, "10.0.0.9@1")
+
+    async def process() -> MQClientInstance:
+        MQClientManager.own_process()
+        inst = MQClientManager.get_or_create(config, "10.0.0.9@1")
+        assert MQClientManager.get_or_create(config, "10.0.0.9@1") is inst
+        return inst
+
+    a, b = await asyncio.gather(process(), process())
+    assert len({id(a), id(b), id(shared)}) == 3
+    assert MQClientManager.get_or_create(config, "10.0.0.9@1") is shared
+    MQClientManager.remove("10.0.0.9@1")

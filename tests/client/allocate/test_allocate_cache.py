@@ -14,7 +14,7 @@ from rmqlab.protocol.allocate import (
     get_strategy,
 )
 from rmqlab.protocol.model import MessageQueue
-from tests.client.allocate.test_golden_java import CASES, build, mqs
+from tests.client.allocate.test_allocate_golden_java import CASES, build, mqs
 
 CACHED = [
     c

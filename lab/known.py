@@ -284,6 +284,60 @@ CATALOGUE: tuple[KnownProblem, ...] = (
             ),
         },
     ),
+    KnownProblem(
+        name="orderly-killed-owner-holds-lock",
+        issues=(),
+        affected="every release (4.x and 5.x)",
+        fixed_in="not fixed",
+        remedy="stop consumers gracefully (shutdown unlocks their queues) instead of killing them",
+        question="When an orderly consumer is killed, how long do its queues wait for the broker locks it "
+        "still holds?",
+        figure="unavailability.by_cause_rocketmq_ms.lock_wait",
+        unit="ms of RocketMQ time",
+        change="RebalanceLockManager keeps a client's queue locks until they expire (60 s after its last "
+        "lockAll, rocketmq.broker.rebalance.lockMaxLiveTime) also when its connection closes; only "
+        "UNLOCK_BATCH_MQ, which DefaultMQPushConsumerImpl.shutdown sends, frees them at once",
+        variants={
+            # today's client on both sides, so that failed locks of a forming group
+            # (orderly-lock-failure-waits-a-round, fixed in 5.0.0) do not mix in
+            "affected": Variant(
+                {"client_version": "5.3.3"},
+                "the killed consumer's queues are given to the others at once but their locks fail "
+                "until the broker lets the old ones expire: lock_wait > 0",
+            ),
+            "fixed": Variant(
+                {"client_version": "5.3.3"},
+                "the consumer stopped gracefully unlocks its queues and the others lock them at once: "
+                "lock_wait = 0",
+                scenario="orderly-stopped-owner-unlocks",
+            ),
+        },
+    ),
+    KnownProblem(
+        name="offset-illegal-waits-a-round",
+        issues=("apache/rocketmq#7644",),
+        affected="5.1.4 and earlier (4.9.x included)",
+        fixed_in="5.2.0",
+        question="When a broker comes back without its store and answers pulls with OFFSET_MOVED, how "
+        "long do the consumers leave its queues?",
+        figure="unavailability.by_cause_rocketmq_ms.lock_wait",
+        above=10_000,
+        unit="ms of RocketMQ time",
+        change="DefaultMQPushConsumerImpl.pullMessage, case OFFSET_ILLEGAL: the offset is fixed at once and "
+        "the rebalance woken (ISSUE #7644); before, the queue was dropped, its offset fixed 10 s later "
+        "(executeTaskLater) and the queue taken again at the next 20 s rebalance",
+        variants={
+            "affected": Variant(
+                {"offset_illegal_5x": False},
+                "every queue is dropped and taken again at the client's next rebalance: allocated but "
+                "not taken for more than 10 s summed over the queues",
+            ),
+            "fixed": Variant(
+                {"offset_illegal_5x": True},
+                "the queues are pulled again from the corrected offset at once: below 10 s",
+            ),
+        },
+    ),
 )
 
 

@@ -338,6 +338,59 @@ CATALOGUE: tuple[KnownProblem, ...] = (
             ),
         },
     ),
+    KnownProblem(
+        name="mixed-allocation-strategies-in-one-group",
+        issues=(),
+        affected="every release (4.x and 5.x)",
+        fixed_in="not fixed",
+        remedy="one allocation strategy for every member of a group",
+        question="What goes wrong when the members of one group divide the queues by different "
+        "allocation strategies?",
+        figure="lost",
+        unit="messages",
+        change="RebalanceImpl.rebalanceByTopic: each client computes only its own share, with its own "
+        "AllocateMessageQueueStrategy; nothing checks that the members of a group use the same one (the "
+        "mechanism of apache/rocketmq-client-go#419, where Go's averaging differed from Java's)",
+        variants={
+            "affected": Variant(
+                {},
+                "half the members allocate averagely, half by circle: some queues are taken twice "
+                "(duplicates) and others by nobody (lost > 0)",
+            ),
+            "fixed": Variant(
+                {},
+                "every member allocates averagely: lost = 0, no duplicates",
+                scenario="mixed-allocation-strategies-aligned",
+            ),
+        },
+    ),
+    KnownProblem(
+        name="pop-and-pull-members-in-one-group",
+        issues=(),
+        affected="every release with POP (5.x)",
+        fixed_in="not fixed",
+        remedy="move every member of a group to POP at once, or give the POP consumers a group of their own",
+        question="When part of a consumer group pops (RocketMQ 5, broker-side assignment) and the rest "
+        "still balances in the client and pulls, which messages are consumed twice?",
+        figure="duplicates",
+        unit="messages",
+        change="RebalanceImpl.doRebalance: a client with clientRebalance = true (every 4.x client) divides "
+        "the queues among all members by itself, while the broker's POP assignment "
+        "(QueryAssignmentProcessor.allocate4Pop, popShareQueueNum -1) gives every popping member every "
+        "queue; a member that falls back to its own rebalance while the others pop is how "
+        "apache/rocketmq#8686 duplicates",
+        variants={
+            "affected": Variant(
+                {},
+                "the queues the pulling members hold are also popped by the others: duplicates > 0",
+            ),
+            "fixed": Variant(
+                {},
+                "every member pops: no duplicates",
+                scenario="pop-and-pull-members-moved-together",
+            ),
+        },
+    ),
 )
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rmqlab.chaos.cleanup import add_clean_command
 from rmqlab.chaos.handdriven import add_commands
@@ -28,6 +29,7 @@ from rmqlab.cli import (
     command_parser,
     find_shipped,
     positive_float,
+    positive_int,
     print_json,
     shipped,
     subcommand,
@@ -42,6 +44,9 @@ from rmqlab.lab.experiment import (
     parse,
 )
 from rmqlab.lab.schedule import unfit_steps
+
+if TYPE_CHECKING:
+    from rmqlab.chaos.run import ChaosRun
 
 
 def resolve(path_or_name: str, variant: str | None = None) -> Experiment:
@@ -129,7 +134,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"  group {c.group}: {c.count} x {kind} on {c.topic}, {balance}, consume {c.consume_ms} ms, "
             f"{CLIENT_NAMES[c.client]} ({', '.join(c.nodes)}){joins}"
         )
-    if exp.real_clients() - set(V5_CLIENTS):
+    if exp.engine != "emulator":
+        print(
+            f"  engine {exp.engine}: Apache RocketMQ's own name server and brokers (JVMs); Apache's Go "
+            "producer sends the workload"
+        )
+    elif exp.real_clients() - set(V5_CLIENTS):
         print("  real clients keep RocketMQ's own timers; the servers open their native ports for them")
     if exp.real_clients() & set(V5_CLIENTS):
         print("  RocketMQ 5 clients keep their own timers; rmq-proxy serves them gRPC over the brokers")
@@ -312,6 +322,15 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
     if outcome is not None:
         outcome["run_dir"] = str(run_dir)
 
+    rc = _drive(runner)
+    if outcome is not None and rc != 130:
+        outcome.update(runner.result.as_json())
+    return rc
+
+
+def _drive(runner: ChaosRun) -> int:
+    """Run a ChaosRun to its end on a loop of its own; a signal cancels it (exit code 130)."""
+
     async def main() -> int:
         task = asyncio.current_task()
         assert task is not None
@@ -322,8 +341,6 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
             result = await runner.run()
         except asyncio.CancelledError:
             return 130
-        if outcome is not None:
-            outcome.update(runner.result.as_json())
         return result.exit_code
 
     with asyncio.Runner() as r:
@@ -333,6 +350,91 @@ def _run(args: argparse.Namespace, outcome: dict[str, Any] | None = None) -> int
             return 130
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Run the experiment on the emulator and on an Apache engine, once per seed, and print the table."""
+    from dataclasses import replace
+
+    from rmqlab.chaos.compare import compare_groups, render, with_rebalance_rounds
+    from rmqlab.chaos.process_cluster import check_engine_environment
+    from rmqlab.chaos.realclients import RealClients
+    from rmqlab.chaos.run import ChaosRun
+    from rmqlab.lab.experiment import with_engine
+    from rmqlab.pipeline.metrics_reference import load_run, summarize
+
+    try:
+        exp = resolve(args.file)
+        apache = exp.engine if exp.engine != "emulator" else args.engine
+        if apache == "emulator":
+            print("rmq-chaos compare: --engine must name an Apache engine", file=sys.stderr)
+            return 2
+        variants = {"emulator": with_engine(exp, "emulator"), apache: with_engine(exp, apache)}
+        check_environment(exp)
+        check_engine_environment(variants[apache], RealClients())
+    except ExperimentError as e:
+        print(e, file=sys.stderr)
+        return 2
+    out = (
+        Path(args.out) if args.out else Path("runs") / f"compare-{exp.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    if out.exists() and any(out.rglob("*.jsonl")):
+        print(f"rmq-chaos: {out} already holds runs' logs; choose another --out", file=sys.stderr)
+        return 2
+    seeds = [exp.seed + i for i in range(args.seeds)]
+    summaries: dict[str, list[dict[str, Any]]] = {e: [] for e in variants}
+    run_dirs: dict[str, list[str]] = {e: [] for e in variants}
+    say = sys.stderr if args.json else sys.stdout
+    for seed in seeds:
+        for engine, variant in variants.items():
+            run_dir = out / f"{engine}-seed{seed}"
+            print(f"compare: {exp.name} on {engine}, seed {seed} -> {run_dir}", file=say, flush=True)
+            runner = ChaosRun(
+                replace(variant, seed=seed),
+                run_dir,
+                analyze=False,
+                quiet=True,
+                out=sys.stderr,
+                ready_timeout_s=args.ready_timeout,
+            )
+            rc = _drive(runner)
+            if rc == 130:
+                return 130
+            if rc not in (0, 1):
+                print(
+                    f"rmq-chaos compare: the run on {engine} (seed {seed}) failed; see {run_dir}",
+                    file=sys.stderr,
+                )
+                return 3
+            events, malformed = load_run(run_dir)
+            summary = summarize(events, malformed)
+            summaries[engine].append(with_rebalance_rounds(summary, (e.rec for e in events)))
+            run_dirs[engine].append(str(run_dir))
+    table = compare_groups(summaries)
+    doc = {
+        "experiment": exp.name,
+        "source": exp.source,
+        "engines": list(variants),
+        "seeds": seeds,
+        "runs": run_dirs,
+        "groups": table,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(doc, indent=2) + "\n")
+    if args.json:
+        print_json(doc)
+    else:
+        print(render(table, list(variants)))
+        print(f"written: {out / 'compare.json'}")
+    differ = any(row.get("agree") is False for rows in table.values() for row in rows.values())
+    return 1 if differ else 0
+
+
+COMPARE_EXIT_CODES = {
+    0: "every compared figure agrees on both engines",
+    1: "some figure differs (the table says which)",
+    2: "bad usage, or an experiment that cannot run on both engines (each problem as FILE:LINE: message)",
+    3: "a run failed (a process did not start, a broker did not answer)",
+    130: "interrupted",
+}
 RUN_EXIT_CODES = {
     0: "the verdict is ok",
     1: "the verdict is not ok",
@@ -356,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
         EXIT_CODES,
     )
     sub = p.add_subparsers(
-        dest="command", required=True, metavar="run|list|known|validate|nemesis|wait|clean"
+        dest="command", required=True, metavar="run|compare|list|known|validate|nemesis|wait|clean"
     )
     run = subcommand(sub, "run", "run an experiment file (or a shipped experiment by name)", RUN_EXIT_CODES)
     run.add_argument(
@@ -416,6 +518,30 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("file", metavar="EXPERIMENT")
     add_json(val, "the checked experiment and its schedule, or its problems")
     val.set_defaults(func=cmd_validate)
+    cmp = subcommand(
+        sub,
+        "compare",
+        "run an experiment on the emulator and on Apache's broker and print the figures side by side",
+        COMPARE_EXIT_CODES,
+    )
+    cmp.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
+    cmp.add_argument(
+        "--engine",
+        default="apache-4.9.7",
+        metavar="ENGINE",
+        help="the Apache engine when the file names none (default apache-4.9.7; or apache-5)",
+    )
+    cmp.add_argument("--seeds", type=positive_int, default=1, help="runs per engine, seeds SEED, SEED+1, ...")
+    add_out(cmp, "folder of the runs and compare.json (default runs/compare-NAME-TIMESTAMP)")
+    cmp.add_argument(
+        "--ready-timeout",
+        type=positive_float,
+        default=60.0,
+        metavar="S",
+        help="seconds a process may take to be READY (default 60)",
+    )
+    add_json(cmp, "the table as JSON (also written to compare.json)")
+    cmp.set_defaults(func=cmd_compare)
     add_commands(sub)
     add_clean_command(sub)
     return p

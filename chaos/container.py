@@ -178,6 +178,11 @@ def check_image(image: str, digest: str | None = None) -> ImageInfo:
 def backend_problems(exp: Experiment) -> list[str]:
     """What in an experiment the container backend cannot do (checked before anything starts)."""
     out = []
+    if exp.engine != "emulator":
+        out.append(
+            f"engine {exp.engine!r}: the docker backend runs the lab's own servers only; Apache's JVMs run "
+            "on the process backend (leave out --backend docker)"
+        )
     real = sorted({n for c in exp.consumers if c.real for n in c.nodes})
     if real:
         out.append(

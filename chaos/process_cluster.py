@@ -11,6 +11,8 @@ need the servers' native ports (``native=True``) and reach the name server's dir
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -20,7 +22,15 @@ from rmqlab.chaos.fault_relay import ClientLinks
 from rmqlab.chaos.realclients import RealClients, check_environment
 from rmqlab.chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
 from rmqlab.lab.admin_client import AdminClient, route_brokers
-from rmqlab.lab.experiment import NETWORK_ACTIONS, V5_CLIENTS, Experiment
+from rmqlab.lab.experiment import (
+    JAVA_CLIENTS,
+    JAVA_REMOTING_CLIENTS,
+    NETWORK_ACTIONS,
+    V5_CLIENTS,
+    Experiment,
+    ExperimentError,
+    KeyLines,
+)
 from rmqlab.protocol.acl_signing import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
 
 NAMESRV_MODULE = "rmqlab.broker.namesrv_main"
@@ -29,6 +39,41 @@ CONSUMER_MODULE = "rmqlab.client.consumer_main"
 PRODUCER_MODULE = "rmqlab.client.producer_main"
 PROXY_MODULE = "rmqlab.proxy"
 PROXY_NODE = "proxy"
+# An Apache engine's name server and brokers: each a JVM under this launcher (interop/apache/member.py).
+APACHE_MEMBER_MODULE = "rmqlab.interop.apache.member"
+APACHE_ENGINE_MODULE = "rmqlab.interop.apache.engine"
+# A JVM broker's start, its registration and its topics' routes take longer than our broker's start.
+APACHE_READY_TIMEOUT_S = 120.0
+
+
+def check_engine_environment(exp: Experiment, clients: RealClients, python: str = sys.executable) -> None:
+    """ExperimentError at the engine's line when it cannot run here (no JDK, jars not fetched), and at
+    [workload] when the Go client, its producer, is not built."""
+    lines = KeyLines(exp.text)
+    problems: list[tuple[int | None, str]] = []
+    try:
+        done = subprocess.run(
+            [python, "-m", APACHE_ENGINE_MODULE, "check", "--engine", exp.engine],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        why = None if done.returncode == 0 else (done.stderr.strip() or done.stdout.strip())
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = f"the engine's check did not run: {e}"
+    if why:
+        problems.append(
+            (lines.line_of(("cluster", "engine")), f"cluster.engine: {why.removeprefix('error: ')}")
+        )
+    if exp.workload and (missing := clients.missing("go")):
+        problems.append(
+            (
+                lines.line_of(("workload",)),
+                f"workload: with engine {exp.engine!r} Apache's Go producer sends the messages; " + missing,
+            )
+        )
+    if problems:
+        raise ExperimentError(exp.source, problems)
 
 
 class LocalCluster:
@@ -80,6 +125,8 @@ class LocalCluster:
         # RocketMQ's native remoting ports, when the servers were declared with native=True.
         self.namesrv_native: str | None = None
         self.brokers_native: dict[str, str] = {}
+        # The members that are Apache's JVMs (engine = "apache-..."): they serve RocketMQ's protocol only.
+        self.engine_nodes: set[str] = set()
         # Every name server, broker and consumer of ours serves live metrics (--metrics-port 0, kept
         # across restarts like the other ports); metrics_endpoints() says where.
         self.metrics = metrics
@@ -175,26 +222,35 @@ class LocalCluster:
         topic: str,
         orderly: bool = False,
         consume_ms: int = 0,
+        strategy: str = "AVG",
+        consume_from: str = "first",
         clients: RealClients | None = None,
     ) -> Member:
-        """A real RocketMQ client through its driver: ``cpp`` or ``js`` pointed at the native name server,
-        ``py5`` or ``js5`` (push consumers) at rmq-proxy (``add_proxy``).
+        """A real RocketMQ client through its driver: ``cpp``, ``js``, ``go`` and Apache's Java remoting
+        clients pointed at the native name server, ``py5``, ``js5`` and ``java-grpc`` (push consumers) at
+        rmq-proxy (``add_proxy``).
 
-        It gets no --time-scale: real clients keep RocketMQ's own timers.
+        Only the Java remoting clients get --time-scale (their driver scales the timers the client lets
+        be set); the others keep RocketMQ's own timers. ``strategy`` and ``consume_from`` reach the
+        drivers that take them (Java's and Go's; the others keep their client's own).
         """
         clients = clients or RealClients()
         if client in V5_CLIENTS:
-            args = ["--endpoints", "{proxy}", "--group", group, "--topic", topic, "--kind", "push"]
+            args = ["--endpoints", "{proxy}", "--group", group, "--topic", topic]
+            args += [] if client in JAVA_CLIENTS else ["--kind", "push"]
         else:
             args = ["--namesrv", "{namesrv_native}", "--group", group, "--topic", topic]
-            args += ["--broker-addrs", "{broker_addrs}"]
+            if client not in JAVA_CLIENTS:  # a Java client's message names its broker itself
+                args += ["--broker-addrs", "{broker_addrs}"]
+        if client in (*JAVA_REMOTING_CLIENTS, "go"):
+            args += ["--strategy", strategy, "--consume-from", consume_from]
         if consume_ms:
             args += ["--consume-ms", str(consume_ms)]
         if orderly:
-            if client != "cpp":
+            if client not in ("cpp", "go", "java", "java5"):
                 raise ValueError(f"{node}: the {client} client consumes concurrently only")
             args.append("--orderly")
-        if client == "cpp":
+        if client in ("cpp", "go", *JAVA_CLIENTS):
             # The client's own log (its rebalance and pull decisions) stays with the run.
             args += ["--client-log-dir", str(self.run_dir / f"{node}.client-log")]
         return self.sup.add(
@@ -204,7 +260,7 @@ class LocalCluster:
             args,
             group=group,
             program=clients.program(client),
-            time_scaled=False,
+            time_scaled=client in JAVA_REMOTING_CLIENTS,
             client=client,
         )
 
@@ -234,6 +290,8 @@ class LocalCluster:
         for n in nodes:
             await self.sup.await_ready(n, timeout_s)
             m = self.sup.member(n)
+            if n in self.engine_nodes:
+                m.native_port = m.port  # Apache's servers have one port, RocketMQ's protocol
             if m.role == "namesrv":
                 self.namesrv = m.address
                 self.sup.vars["namesrv"] = m.address or ""
@@ -291,6 +349,9 @@ class LocalCluster:
         real = exp.real_clients()
         if real:
             check_environment(exp, self.clients)
+        if exp.engine != "emulator":
+            self._declare_engine(exp)
+            return
         native = bool(real - set(V5_CLIENTS))
         self.add_namesrv(native=native)
         for b in exp.brokers:
@@ -309,6 +370,8 @@ class LocalCluster:
                         topic=c.topic,
                         orderly=c.orderly,
                         consume_ms=c.consume_ms,
+                        strategy=c.strategy,
+                        consume_from=c.consume_from,
                         clients=self.clients,
                     )
                     continue
@@ -331,11 +394,63 @@ class LocalCluster:
                     node, topic=topic, rate=w.rate, count=w.count, size=w.size, proxied=node in proxied
                 )
 
+    def _declare_engine(self, exp: Experiment) -> None:
+        """An Apache engine's name server and brokers (each broker creates the experiment's topics on
+        itself), Apache's clients as the consumers, and Apache's Go producer as the workload: the lab's own
+        client and producer speak only the lab's protocol, Apache's broker only RocketMQ's."""
+        self._check_engine(exp)
+        base = ["--engine", exp.engine, "--run-dir", str(self.run_dir / "engine"), "--port", "0"]
+        self.sup.add("namesrv", "namesrv", APACHE_MEMBER_MODULE, ["--role", "namesrv", *base], port=0)
+        self.engine_nodes.add("namesrv")
+        topics = [f"{t.name}:{exp.topic_queues_per_broker(t.name)}" for t in exp.topics]
+        for b in exp.brokers:
+            args = ["--role", "broker", *base, "--name", b, "--namesrv", "{namesrv}"]
+            args += [a for t in topics for a in ("--topic", t)]
+            self.sup.add(b, "broker", APACHE_MEMBER_MODULE, args, port=0)
+            self.engine_nodes.add(b)
+        for c in exp.consumers:
+            for node in c.nodes:
+                self.add_real_consumer(
+                    node,
+                    client=c.client,
+                    group=c.group,
+                    topic=c.topic,
+                    orderly=c.orderly,
+                    consume_ms=c.consume_ms,
+                    strategy=c.strategy,
+                    consume_from=c.consume_from,
+                    clients=self.clients,
+                )
+        if exp.workload:
+            w = exp.workload
+            for node, topic in w.nodes:
+                args = ["--namesrv", "{namesrv_native}", "--topic", topic, "--rate", f"{w.rate:g}"]
+                args += ["--count", str(w.count), "--size", str(w.size)]
+                args += ["--client-log-dir", str(self.run_dir / f"{node}.client-log")]
+                self.sup.add(
+                    node,
+                    "producer",
+                    "interop:go",
+                    args,
+                    program=[*self.clients.program("go"), "producer"],
+                    time_scaled=False,
+                    expect_exit=True,
+                )
+
+    def _check_engine(self, exp: Experiment) -> None:
+        check_engine_environment(exp, self.clients, self.sup.python)
+
     async def start_servers(self) -> None:
         """The name server, the brokers, the topics (routed to every broker), then what the clients reach
         the servers through: their fault relays and rmq-proxy."""
         exp = self.exp
         assert exp is not None, "declare the experiment first"
+        if exp.engine != "emulator":
+            # Apache's JVMs; each broker created the topics on itself and waited for their routes.
+            timeout = max(self.sup.ready_timeout_s, APACHE_READY_TIMEOUT_S)
+            await self.start_all(["namesrv"], timeout)
+            await self.start_all(list(exp.brokers), timeout)
+            return
         await self.start_all(["namesrv"])
         await self.start_all(list(exp.brokers))
         for t in exp.topics:

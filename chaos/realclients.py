@@ -4,8 +4,11 @@ The drivers in ``interop/`` write the same events as our consumer (EVENTS.md) an
 id>``, so the supervisor runs them like any member: only the program differs. Apache's C++ client runs
 with the interpreter of ``.venv-real``, ali-ons with ``node`` from ``interop/js/node_modules``, Apache's
 RocketMQ 5 Python client with ``.venv-v5`` and its Node.js client from ``interop/js5/node_modules``
-(those two talk gRPC to ``rmq-proxy``); ``scripts/setup_real_clients.sh`` makes all four. Real clients
-ignore the lab's time scale: they keep RocketMQ's own timers.
+(those two talk gRPC to ``rmq-proxy``); ``scripts/setup_real_clients.sh`` makes all four. Apache's Java
+clients run through ``interop/java/consumer.sh`` on the class paths ``scripts/setup_java_clients.sh``
+builds under ``.cache/java/lib``, its Go client as the binary ``scripts/setup_go_client.sh`` builds into
+``.cache/go``. Real clients keep RocketMQ's own timers, except Apache's Java remoting clients, whose driver
+scales those that can be set from outside (``--time-scale``).
 """
 
 from __future__ import annotations
@@ -17,9 +20,35 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqlab.lab.experiment import CLIENT_NAMES, REAL_CLIENTS, Experiment, ExperimentError, KeyLines
+from rmqlab.lab.experiment import (
+    CLIENT_NAMES,
+    JAVA_CLIENTS,
+    REAL_CLIENTS,
+    Experiment,
+    ExperimentError,
+    KeyLines,
+)
 
 SETUP_SCRIPT = "scripts/setup_real_clients.sh"
+JAVA_SETUP_SCRIPT = "scripts/setup_java_clients.sh"
+GO_SETUP_SCRIPT = "scripts/setup_go_client.sh"
+# The class path folder of .cache/java/lib each Java kind runs on (interop/java/consumer.sh's modules).
+JAVA_MODULES = {"java": "client4", "java-lite": "client4", "java5": "client5", "java-grpc": "grpc"}
+JAVA_VERSIONS = {
+    "java": "rocketmq-client 4.9.8",
+    "java-lite": "rocketmq-client 4.9.8",
+    "java5": "rocketmq-client 5.5.0",
+    "java-grpc": "rocketmq-client-java 5.2.0",
+}
+
+
+def setup_script(kind: str) -> str:
+    """The script of a checkout that installs or builds the real client ``kind``."""
+    if kind in JAVA_CLIENTS:
+        return JAVA_SETUP_SCRIPT
+    return GO_SETUP_SCRIPT if kind == "go" else SETUP_SCRIPT
+
+
 # The real clients' environments live in a checkout of the project (the setup script installs them
 # there). Run from a checkout, that is this package's own root; an installed package has no place for
 # them, so RMQLAB_CHECKOUT names a checkout whose clients to use.
@@ -57,27 +86,52 @@ class RealClients:
     def js5_dir(self) -> Path:
         return self.root / "interop" / "js5"
 
+    @property
+    def java_lib(self) -> Path:
+        return self.root / ".cache" / "java" / "lib"
+
+    @property
+    def go_binary(self) -> Path:
+        return self.root / ".cache" / "go" / "rocketmq-go-consumer"
+
     def driver(self, kind: str) -> Path:
+        if kind in JAVA_CLIENTS:
+            return self.root / "interop" / "java" / "consumer.sh"
         return {
             "cpp": self.root / "interop" / "cpp_consumer.py",
             "js": self.js_dir / "consumer.js",
             "py5": self.root / "interop" / "py5_client.py",
             "js5": self.js5_dir / "client.js",
+            "go": self.root / "interop" / "go" / "main.go",
         }[kind]
 
     def missing(self, kind: str) -> str | None:
         """Why ``kind`` cannot run here, or None when it can."""
         name = CLIENT_NAMES[kind]
-        if not (self.root / SETUP_SCRIPT).is_file():
+        script = setup_script(kind)
+        if not (self.root / script).is_file():
             return (
-                f"{name} runs from a checkout of the project, where {SETUP_SCRIPT} installs it; this lab is "
+                f"{name} runs from a checkout of the project, where {script} installs it; this lab is "
                 f"an installed package ({self.root}): set {CHECKOUT_ENV}=DIR to a checkout where that "
                 "script has run"
             )
-        fix = f"run {SETUP_SCRIPT} in the project's checkout"
+        fix = f"run {script} in the project's checkout"
         driver = self.driver(kind)
         if not driver.is_file():
             return f"{name}: its driver {driver.relative_to(self.root)} is missing ({fix})"
+        if kind in JAVA_CLIENTS:
+            if shutil.which("java") is None:
+                return f"{name}: java is not installed (install a JDK 17, then {fix})"
+            module = self.java_lib / JAVA_MODULES[kind]
+            if not any(module.glob("*.jar")):
+                return f"{name}: not built, no .cache/java/lib/{JAVA_MODULES[kind]} ({fix} to build it)"
+            if kind == "java-grpc":
+                return self._proxy_missing(name)
+            return None
+        if kind == "go":
+            if not os.access(self.go_binary, os.X_OK):
+                return f"{name}: not built, no .cache/go/rocketmq-go-consumer ({fix} to build it)"
+            return None
         if kind == "py5":
             return self._v5_python_missing(name, fix)
         if kind == "cpp":
@@ -132,6 +186,10 @@ class RealClients:
             return [str(self.python), str(self.driver(kind))]
         if kind == "py5":
             return [str(self.v5_python), str(self.driver(kind)), "consumer"]
+        if kind in JAVA_CLIENTS:
+            return [str(self.driver(kind)), "--kind", kind]
+        if kind == "go":
+            return [str(self.go_binary)]
         node = shutil.which("node")
         if node is None:
             raise RuntimeError(self.missing("js") or "node is not installed")
@@ -163,6 +221,19 @@ class RealClients:
                 out["js5"] = f"rocketmq-client-nodejs {version}"
             except (OSError, ValueError):
                 out["js5"] = "rocketmq-client-nodejs (unknown version)"
+        for kind in sorted(kinds & set(JAVA_CLIENTS)):
+            out[kind] = JAVA_VERSIONS[kind]
+        if "go" in kinds:
+            gomod = self.root / "interop" / "go" / "go.mod"
+            try:
+                words = next(
+                    line.split()
+                    for line in gomod.read_text().splitlines()
+                    if "github.com/apache/rocketmq-client-go/v2 " in line
+                )
+                out["go"] = f"rocketmq-client-go {words[-1]}"
+            except (OSError, StopIteration):
+                out["go"] = "rocketmq-client-go (unknown version)"
         return out
 
 

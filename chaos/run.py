@@ -190,8 +190,15 @@ class ChaosRun:
             self.log.close()
 
     def _client_versions(self) -> dict[str, Any]:
-        kinds = self.exp.real_clients()
-        return {"real_clients": self.clients.versions(kinds)} if kinds else {}
+        kinds = set(self.exp.real_clients())
+        out: dict[str, Any] = {}
+        if self.exp.engine != "emulator":
+            out["engine"] = self.exp.engine
+            if self.exp.workload:
+                kinds.add("go")  # Apache's Go producer sends the workload
+        if kinds:
+            out["real_clients"] = self.clients.versions(kinds)
+        return out
 
     # -- the analysis ----------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqlab.lab.backend import EventSink, NodeError, NodeFailed, nemesis_fields
+from rmqlab.lab.experiment import HANGABLE_REAL_CLIENTS
 
 READY_PREFIX = "READY"
 _TAIL_BYTES = 4000
@@ -466,10 +467,11 @@ class Supervisor:
 
     def _require_hangable(self, node: str) -> Member:
         m = self._require(node, "running")
-        # The lab's own consumers and the v5 clients' drivers (interop/) answer SIGUSR1/SIGUSR2.
-        if m.role != "consumer" or (m.client or "python") not in ("python", "py5", "js5"):
+        # The lab's own consumers and the v5 and Java clients' drivers (interop/) answer SIGUSR1/SIGUSR2.
+        if m.role != "consumer" or (m.client or "python") not in ("python", *HANGABLE_REAL_CLIENTS):
             raise SupervisorError(
-                f"{node} is not one of the lab's own consumers or a v5 client: its listener cannot be hung"
+                f"{node} is not one of the lab's own consumers or a v5 or Java client: its listener "
+                "cannot be hung"
             )
         return m
 

@@ -12,8 +12,9 @@ time: the lab runs them ``time_scale`` times faster on the wall clock, like ever
 emulator, so changing the scale keeps an experiment's meaning. Load figures are wall-clock:
 ``rate`` (messages per second) and ``consume_ms`` (the consumer's work per message).
 
-A ``[[consumers]]`` table may name a real RocketMQ client (``client = "cpp"`` or ``"js"``, or Apache's
-RocketMQ 5 push consumers ``"py5"`` and ``"js5"``, which pop through ``rmq-proxy``) instead of ours.
+A ``[[consumers]]`` table may name a real RocketMQ client (``client = "cpp"`` or ``"js"``, Apache's
+Java clients ``"java"``, ``"java5"``, ``"java-lite"`` and its Go client ``"go"``, or Apache's RocketMQ 5
+push consumers ``"py5"``, ``"js5"`` and ``"java-grpc"``, which pop through ``rmq-proxy``) instead of ours.
 Real clients keep RocketMQ's own timers whatever the time scale (30 s heartbeats, 10-20 s rebalances,
 20 s lock renewals), so experiments with them must not run the broker so fast that it expires their
 channels or locks: see ``REAL_CLIENT_MIN_TIME_SCALE``.
@@ -59,17 +60,38 @@ CONSUME_FROM = ("first", "last", "timestamp")
 # clientRebalance = false) in PULL mode (queues by the strategy) or POP mode (messages, not queues).
 ASSIGNMENTS = ("client", "server-pull", "server-pop")
 # Which client a consumer node runs: ours, or a real RocketMQ client through its driver in interop/.
-CLIENTS = ("python", "cpp", "js", "py5", "js5")
-REAL_CLIENTS = ("cpp", "js", "py5", "js5")
+CLIENTS = ("python", "cpp", "js", "py5", "js5", "java", "java5", "java-lite", "java-grpc", "go")
+REAL_CLIENTS = ("cpp", "js", "py5", "js5", "java", "java5", "java-lite", "java-grpc", "go")
 # Apache's RocketMQ 5 clients: gRPC to rmq-proxy, which pops from the brokers (no client-side rebalance).
-V5_CLIENTS = ("py5", "js5")
+V5_CLIENTS = ("py5", "js5", "java-grpc")
+# Apache's Java clients (interop/java): the remoting kinds scale their timers with --time-scale.
+JAVA_CLIENTS = ("java", "java5", "java-lite", "java-grpc")
+JAVA_REMOTING_CLIENTS = ("java", "java5", "java-lite")
+# Real clients whose drivers hang and release their listener on SIGUSR1 / SIGUSR2, as ours do.
+HANGABLE_REAL_CLIENTS = ("py5", "js5", *JAVA_CLIENTS)
 CLIENT_NAMES = {
     "python": "the lab's Python client",
     "cpp": "Apache's C++ client 2.1.0",
     "js": "ali-ons 3.12.0 (JS)",
     "py5": "Apache's RocketMQ 5 Python client 5.1.2",
     "js5": "Apache's RocketMQ 5 Node.js client 1.0.8",
+    "java": "Apache's Java client 4.9.8 (DefaultMQPushConsumer)",
+    "java5": "Apache's Java client 5.5.0 (DefaultMQPushConsumer)",
+    "java-lite": "Apache's Java client 4.9.8 (DefaultLitePullConsumer)",
+    "java-grpc": "Apache's RocketMQ 5 Java client 5.2.0 (gRPC)",
+    "go": "Apache's Go client 2.1.2",
 }
+# Which name server and brokers run an experiment: the lab's emulator, or Apache RocketMQ's own JVMs
+# (interop/apache; the names are its ENGINES, tests/interop/test_interop_apache_engine.py keeps them
+# equal).
+ENGINES = ("emulator", "apache-4.9.7", "apache-5")
+ENGINES_NOT_SERVED = {
+    "apache-4.9.8": "Maven Central serves no rocketmq-broker, rocketmq-namesrv or rocketmq-filter 4.9.8 "
+    "(that release published only its client-side modules there): use apache-4.9.7, the newest 4.9 broker "
+    "it serves",
+}
+# Clients that speak RocketMQ's own remoting protocol, the only one Apache's broker speaks.
+NATIVE_CLIENTS = ("cpp", "js", "java", "java5", "java-lite", "go")
 # The broker scales its channel expiry (120 s) and its queue-lock lifetime (60 s) with the time scale,
 # but a real client still heartbeats every 30 s and an orderly one renews its locks every 20 s. At 0.5
 # the broker expires a silent channel after 60 s (two heartbeats) and a lock after 30 s (1.5 renewals);
@@ -336,6 +358,7 @@ class Experiment:
     acl: AclSpec | None = None
     # the brokers' --flush-consumer-offset-interval (ms); 0: every committed offset durable at once
     flush_consumer_offset_interval: int = 0
+    engine: str = "emulator"  # one of ENGINES: whose name server and brokers run the experiment
     # what the tables of the backend that parsed it hold (TableExtension.name -> its parse's result)
     extensions: Mapping[str, TableSettings] = field(default_factory=dict, compare=False, repr=False)
 
@@ -426,6 +449,7 @@ class Experiment:
             "brokers": list(self.brokers),
             "durable": self.durable,
             "flush_consumer_offset_interval": self.flush_consumer_offset_interval,
+            "engine": self.engine,
             "topics": [{"name": t.name, "queues": t.queues} for t in self.topics],
             "consumers": [
                 {
@@ -707,7 +731,7 @@ def _build(
     duration = root.get("duration", "number", _REQUIRED, _positive)
     seed = root.get("seed", "int", 0)
     drain_timeout = root.get("drain_timeout", "number", 300, _positive)
-    n_brokers, durable, flush_interval = _cluster(root.table("cluster"))
+    n_brokers, durable, flush_interval, engine = _cluster(root.table("cluster"))
     policies = _policies(root.table("policies"))
     acl = _acl(root.table("acl"), source)
     topics = _topics(root.tables("topics"), n_brokers)
@@ -746,10 +770,13 @@ def _build(
         nemeses=tuple(nemeses),
         acl=acl,
         flush_consumer_offset_interval=flush_interval,
+        engine=engine,
     )
     if acl is not None and exp.real_clients():
         root.err("acl", "the lab runs real clients without credentials: remove [acl] or the real clients")
     _check_nemeses(exp, pr)
+    if exp.engine != "emulator":
+        _check_engine(exp, pr)
     if pr.items:
         return None
     # A backend's own table is checked against the experiment it belongs to (once that is sound).
@@ -759,10 +786,10 @@ def _build(
     return replace(exp, extensions=settings) if settings else exp
 
 
-def _cluster(cluster: _Table | None) -> tuple[int, bool, int]:
-    """[cluster]: (number of brokers, durable stores, the brokers' offset flush interval in ms)."""
+def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str]:
+    """[cluster]: (number of brokers, durable stores, the brokers' offset flush interval in ms, engine)."""
     if not cluster:
-        return 1, False, 0
+        return 1, False, 0, "emulator"
     n_brokers = cluster.get(
         "brokers", "int", 1, lambda v: None if 1 <= v <= MAX_BROKERS else f"must be 1..{MAX_BROKERS}"
     )
@@ -770,8 +797,86 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int]:
     flush_interval = cluster.get("flush_consumer_offset_interval", "int", 0, _non_negative)
     if flush_interval and not durable:
         cluster.err("flush_consumer_offset_interval", "needs durable = true (offsets flushed to a store)")
+    engine = cluster.get("engine", "str", "emulator", _engine)
     cluster.finish()
-    return n_brokers, durable, flush_interval
+    return n_brokers, durable, flush_interval, engine
+
+
+def _engine(v: str) -> str | None:
+    if v in ENGINES:
+        return None
+    if v in ENGINES_NOT_SERVED:
+        return f"engine {v!r} is not available: {ENGINES_NOT_SERVED[v]}"
+    return f"must be one of {', '.join(ENGINES)}; got {v!r}"
+
+
+def with_engine(exp: Experiment, engine: str) -> Experiment:
+    """The experiment on another engine, checked as if its file said so: ExperimentError at the lines of
+    what that engine cannot run."""
+    pr = Problems(KeyLines(exp.text))
+    problem = _engine(engine)
+    if problem:
+        raise ExperimentError(exp.source, [(None, f"engine {engine!r}: {problem}")])
+    out = replace(exp, engine=engine)
+    if engine != "emulator":
+        _check_engine(out, pr)
+    if pr.items:
+        raise ExperimentError(exp.source, pr.items)
+    return out
+
+
+def _check_engine(exp: Experiment, pr: Problems) -> None:
+    """What an Apache engine cannot run: the lab's own client and rmq-proxy (they speak the lab's protocol,
+    Apache's broker only RocketMQ's remoting), and the emulator's own broker controls."""
+    engine = exp.engine
+    lines = pr.lines
+    for i, c in enumerate(exp.consumers):
+        if c.client in NATIVE_CLIENTS:
+            if c.assignment != "client":
+                pr.add(
+                    ("consumers", i, "assignment"),
+                    f"consumers[{i + 1}].assignment: the lab sets a server assignment through its own admin "
+                    f"protocol, which engine {engine!r} does not serve",
+                )
+            continue
+        where = ("consumers", i, "client") if ("consumers", i, "client") in lines.lines else ("consumers", i)
+        why = (
+            "needs rmq-proxy, which reaches the brokers with the lab's own client"
+            if c.client in V5_CLIENTS
+            else "the lab's own client speaks only the lab's protocol"
+        )
+        pr.add(
+            where,
+            f"consumers[{i + 1}]: engine {engine!r} runs Apache's broker, which speaks only RocketMQ's "
+            f"remoting protocol, and {CLIENT_NAMES[c.client]} {why}: use client = "
+            + ", ".join(f'"{k}"' for k in NATIVE_CLIENTS),
+        )
+    if exp.policies != Policies():
+        pr.add(
+            ("policies",),
+            f"policies: engine {engine!r} runs Apache's broker, which has none of the lab's policies",
+        )
+    if exp.acl is not None:
+        pr.add(("acl",), f"acl: the lab runs engine {engine!r} without ACL")
+    if exp.flush_consumer_offset_interval:
+        pr.add(
+            ("cluster", "flush_consumer_offset_interval"),
+            f"cluster.flush_consumer_offset_interval: engine {engine!r} flushes offsets at RocketMQ's "
+            "flushConsumerOffsetInterval (5 s, scaled with time_scale)",
+        )
+    for n in exp.nemeses:
+        if n.action in BROKER_ACTIONS:
+            pr.add(
+                ("nemesis", n.index - 1, "action"),
+                f"nemesis[{n.index}].action: {n.action!r} is a request to the lab's broker; Apache's broker "
+                f"(engine {engine!r}) has no fault injection or policy switch",
+            )
+        elif n.action in NETWORK_ACTIONS:
+            pr.add(
+                ("nemesis", n.index - 1, "action"),
+                f"nemesis[{n.index}].action: {n.action!r} needs the lab's fault relay, which speaks only the "
+                f"lab's protocol; with engine {engine!r} every client speaks RocketMQ's",
+            )
 
 
 def _policies(pol: _Table | None) -> Policies:
@@ -823,11 +928,11 @@ def _consumers(tables: Iterable[_Table], declared: set[str]) -> list[ConsumerSpe
         assignment = c.get("assignment", "str", "client", _one_of(ASSIGNMENTS))
         rocketmq5 = c.get("rocketmq5", "bool", False)
         c.finish()
-        if assignment != "client" and (orderly or broadcast or client in REAL_CLIENTS):
+        if assignment != "client" and (orderly or broadcast or client not in ("python", "java5")):
             c.err(
                 "assignment",
-                "a server assignment is for the lab's own concurrent CLUSTERING consumers "
-                "(RocketMQ balances orderly and broadcasting consumers in the client)",
+                "a server assignment is for concurrent CLUSTERING consumers of the lab's own client or of "
+                'client "java5" (RocketMQ balances orderly and broadcasting consumers in the client)',
             )
         if topic is not None and topic not in declared:
             c.err("topic", f"topic {topic!r} is not declared in [[topics]]")
@@ -937,18 +1042,24 @@ def _acl(t: _Table | None, source: str) -> AclSpec | None:
 def _check_real_client(c: _Table, client: str) -> None:
     """What the real clients' drivers (interop/) can and cannot do."""
     name = CLIENT_NAMES[client]
+    strategy = c.data.get("strategy", "AVG")
     if client == "js" and c.data.get("orderly") is True:
         c.err("orderly", f"{name} consumes concurrently only: remove 'orderly' or use client \"cpp\"")
+    if client == "java-lite" and c.data.get("orderly") is True:
+        c.err("orderly", f'{name} has no listener to run orderly: use client "java" to consume orderly')
     if client in V5_CLIENTS:
         if c.data.get("orderly") is True:
             c.err("orderly", f"the lab runs {name} as a concurrent push consumer (FIFO is not emulated)")
         if "strategy" in c.data:
             c.err("strategy", f"{name} has no allocation strategy: the broker hands out messages (POP)")
-    elif c.data.get("strategy", "AVG") in KNOWN_STRATEGIES and c.data.get("strategy", "AVG") != "AVG":
+    elif client in ("cpp", "js") and strategy in KNOWN_STRATEGIES and strategy != "AVG":
         c.err("strategy", f'{name} allocates averagely only: use strategy "AVG" or leave it out')
     if c.data.get("broadcast") is True:
         c.err("broadcast", f"the lab runs {name} in clustering mode only: remove 'broadcast'")
-    if "consume_from" in c.data:
+    if client in (*JAVA_REMOTING_CLIENTS, "go"):
+        if c.data.get("consume_from") == "timestamp":
+            c.err("consume_from", f'the lab starts {name} from "first" or "last" only')
+    elif "consume_from" in c.data:
         c.err(
             "consume_from",
             f"cannot be set for {name}: its driver keeps the client's own setting (a new group starts "
@@ -1103,7 +1214,7 @@ def _check_nemeses(exp: Experiment, pr: Problems) -> None:
             hangable = [
                 c
                 for c in candidates(n.target, n.group, nodes)
-                if nodes[c].role == "consumer" and nodes[c].client in (None, "python", *V5_CLIENTS)
+                if nodes[c].role == "consumer" and nodes[c].client in (None, "python", *HANGABLE_REAL_CLIENTS)
             ]
             if (
                 roles != {"consumer"}
@@ -1112,8 +1223,8 @@ def _check_nemeses(exp: Experiment, pr: Problems) -> None:
             ):
                 err(
                     "target",
-                    f"{n.action!r} hangs the listener of the lab's own consumers and of the v5 clients' "
-                    "drivers: target those only",
+                    f"{n.action!r} hangs the listener of the lab's own consumers and of the v5 and Java "
+                    "clients' drivers: target those only",
                 )
         if n.action in BROKER_ACTIONS and roles != {"broker"}:
             err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")

@@ -334,7 +334,8 @@ class Runner:
     async def _setup(self) -> None:
         exp, backend = self.exp, self.backend
         backend.declare(exp)
-        self.say(f"starting name server and {len(exp.brokers)} broker(s)")
+        engine = "" if exp.engine == "emulator" else f" of engine {exp.engine} (Apache RocketMQ's own JVMs)"
+        self.say(f"starting name server and {len(exp.brokers)} broker(s){engine}")
         if exp.real_clients() & set(V5_CLIENTS):  # Apache's v5 clients speak gRPC to rmq-proxy
             self.say("starting rmq-proxy for the RocketMQ 5 clients")
         await backend.start_servers()

@@ -79,6 +79,10 @@ EVENT_FIELDS: Final[dict[str, dict[str, FieldType]]] = {
     "assignment": {"group": STR, "client_id": STR, "topic": STR, "pull": STR_LIST, "pop": STR_LIST},
 }
 
+# Fields read where a line has them with their type, and ignored otherwise (never malformed for them):
+# an `offset_committed` names its broker (master or slave) by `broker` (EVENTS.md, master and slaves).
+OPTIONAL_FIELDS: Final[dict[str, dict[str, FieldType]]] = {"offset_committed": {"broker": STR}}
+
 # `nemesis` also requires `group` when it targets a consumer.
 NEMESIS_GROUP_ROLE: Final = "consumer"
 
@@ -228,6 +232,21 @@ def cause_text(event: str, client_id: str | None, node: str | None, target: str 
 def join_causes(causes: list[str]) -> str:
     """Changes of the same millisecond give one entry: their causes, sorted and de-duplicated."""
     return "; ".join(sorted(set(causes)))
+
+
+# The committed offset of a queue as the lines show it (EVENTS.md, "Offset regressions"): a broker's
+# `offset_committed` (a write to its offset table) and a consumer's `mq_added` (where a new owner
+# resumes: the table's value, read). Field of the offset on each.
+OFFSET_OBSERVATIONS: Final = {"offset_committed": "offset", "mq_added": "next_offset"}
+
+
+def offset_queue_broker(event: str, node: str, broker: Any) -> str:
+    """The broker of the queue an offset line names: its `broker` (for `offset_committed` the broker
+    name, which a slave shares with its master), or for an `offset_committed` without one (a string)
+    the writing broker's node (a master's node is its broker name)."""
+    if event == "offset_committed" and type(broker) is not str:
+        return node
+    return str(broker)
 
 
 GROUP_METRICS: Final = (

@@ -28,6 +28,7 @@ from rmqlab.pipeline.contract import (
     INT,
     MEMBERS_EVENT,
     NEMESIS_GROUP_ROLE,
+    OPTIONAL_FIELDS,
     STR,
     STR_LIST,
     FieldType,
@@ -60,6 +61,8 @@ ANALYSIS_COLUMNS = (
     "target",
     "pull",  # an `assignment`'s queues (RocketMQ 5)
     "pop",
+    "offset",  # the committed offsets (offset regressions)
+    "next_offset",
 )
 INGEST_META = "_ingest.json"
 # From this many bytes of event files the read lines are held in Spark's compressed columnar cache,
@@ -203,6 +206,9 @@ def _value_sql(check: Any, name: str, ftype: FieldType) -> str:
         members = _is_event(check, MEMBERS_EVENT)
         return f"CASE WHEN {members} AND {_member_field_ok(check, name)} THEN {value} END"
     cond = _is_event(check, *[e for e, fields in EVENT_FIELDS.items() if name in fields])
+    optional = [e for e, fields in OPTIONAL_FIELDS.items() if name in fields]
+    if optional:  # read only when of its type: a wrong one is ignored, as a missing one
+        cond = f"({cond} OR ({_is_event(check, *optional)} AND {check(name, ftype)}))"
     if name == "group":
         cond = f"({cond} OR ({_is_event(check, 'nemesis')} AND role_is_consumer))"
     return f"CASE WHEN {cond} THEN {value} END"

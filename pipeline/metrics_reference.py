@@ -26,6 +26,7 @@ from rmqlab.pipeline.contract import (
     INT64_MAX,
     INT64_MIN,
     MEMBERS_EVENT,
+    OFFSET_OBSERVATIONS,
     ORDERLY,
     RETRY_PREFIX,
     SERVER_ASSIGNMENT,
@@ -36,6 +37,7 @@ from rmqlab.pipeline.contract import (
     has_type,
     join_causes,
     members_digest,
+    offset_queue_broker,
     queue_key,
     rebalance_members,
     required_fields,
@@ -498,6 +500,58 @@ class RunModel:
             "duplicated_messages": sum(1 for n in counts.values() if n >= 2),
         }
 
+    # -- offset regressions -------------------------------------------------------------------------
+
+    def offset_regressions(self, group: str) -> list[dict[str, Any]]:
+        """EVENTS.md's offset regressions of the group, in event order, each with the deliveries of its
+        range after it that it explains (`redelivered`)."""
+        topics = self.group_topics[group]
+        last: dict[Queue, int] = {}
+        found: list[tuple[tuple[int, str, int], Queue, dict[str, Any]]] = []  # (order, queue, entry)
+        for e in self.events:
+            field_name = OFFSET_OBSERVATIONS.get(e.event)
+            if field_name is None or e.get("group") != group or e.get("topic") not in topics:
+                continue
+            broker = offset_queue_broker(e.event, e.rec["node"], e.get("broker"))
+            queue = (e.get("topic"), queue_key(broker, e.get("queue_id")))
+            offset = e.get(field_name)
+            before = last.get(queue)
+            if before is not None and offset < before:
+                entry = {
+                    "change_ms": e.ts,
+                    "topic": queue[0],
+                    "queue": queue[1],
+                    "from": before,
+                    "to": offset,
+                    "event": e.event,
+                    "node": e.rec["node"],
+                    "redelivered": 0,
+                }
+                found.append(((e.ts, e.rel, e.line), queue, entry))
+            last[queue] = offset
+        if not found:
+            return []
+        by_queue: dict[Queue, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+        for i, (_order, queue, entry) in enumerate(found):
+            by_queue[queue].append((i, entry))
+        seen: set[str] = set()  # msg ids the group consumed earlier: only a repeat is a redelivery
+        for line in self.consumed_lines(group):
+            msg = line.get("msg_id")
+            repeat = msg in seen
+            seen.add(msg)
+            regs = by_queue.get((line.get("topic"), queue_key(line.get("broker"), line.get("queue_id"))))
+            if not regs or not repeat:
+                continue
+            at, offset = (line.ts, line.rel, line.line), line.get("queue_offset")
+            # the latest regression of the queue before the delivery whose range holds its offset
+            latest = next(
+                (i for i, r in reversed(regs) if found[i][0] < at and r["to"] <= offset < r["from"]),
+                None,
+            )
+            if latest is not None:
+                found[latest][2]["redelivered"] += 1
+        return [entry for _o, _q, entry in found]
+
     # -- convergence ---------------------------------------------------------------------------------
 
     def converged(self, group: str, t: int) -> bool:
@@ -563,6 +617,8 @@ class RunModel:
         out["concurrent_consume_ms"] = self.concurrent_consume_ms(group)
         out["order_violations"] = self.order_violations(group)
         out["convergence"] = self.convergence(group)
+        out["offset_regressions"] = self.offset_regressions(group)
+        out["regression_redelivered"] = sum(r["redelivered"] for r in out["offset_regressions"])
         out["verdict"] = verdict(
             lost=out["lost"],
             orderly=self.is_orderly(group),

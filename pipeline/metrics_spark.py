@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rmqlab.pipeline import control
-from rmqlab.pipeline.contract import GROUP_METRICS, ORDERLY, verdict
+from rmqlab.pipeline.contract import GROUP_METRICS, OFFSET_OBSERVATIONS, ORDERLY, verdict
 from rmqlab.pipeline.ingest import ORDER_COLUMNS, RUN_SEP, RunStats
 
 if TYPE_CHECKING:
@@ -232,6 +232,97 @@ class Analysis:
         """Groups with ORDERLY consumption lines (of their group topics)."""
         return self._orderly
 
+    # -- offset regressions -------------------------------------------------------------------------
+
+    def _bare_node(self) -> Any:
+        """The `node` column as the line wrote it (with many runs, without the run prefix)."""
+        F = _f()
+        return F.col("node") if self._ends is None else F.split(F.col("node"), RUN_SEP, 2).getItem(1)
+
+    def offset_regressions(self) -> dict[str, list[dict[str, Any]]]:
+        """EVENTS.md's offset regressions per (qualified) group, in event order, each with the deliveries
+        it explains (`redelivered`). The offset lines are few next to the message lines (one per change
+        of a committed offset, one per queue taken); only the regressions reach the driver."""
+        F = _f()
+        committed = F.col("event") == "offset_committed"
+        node = self._bare_node()
+        value = F.when(committed, F.col(OFFSET_OBSERVATIONS["offset_committed"])).otherwise(
+            F.col(OFFSET_OBSERVATIONS["mq_added"])
+        )
+        observed = (
+            self.ev.where(F.col("event").isin(*OFFSET_OBSERVATIONS))
+            .join(F.broadcast(self.group_topics), [G, T], "left_semi")
+            .select(
+                G,
+                T,
+                F.concat(
+                    F.coalesce(F.col("broker"), node),
+                    F.lit(":"),
+                    F.col("queue_id").cast("string"),
+                ).alias(Q),
+                value.alias("value"),
+                "event",
+                node.alias("by"),
+                *ORDER_COLUMNS,
+            )
+        )
+        before = F.lag("value").over(_window(G, T, Q).orderBy(*ORDER_COLUMNS))
+        rows = (
+            observed.withColumn("before", before)
+            .where(F.col("value") < F.col("before"))
+            .select(G, T, Q, "before", "value", "event", "by", *ORDER_COLUMNS)
+            .collect()
+        )
+        if not rows:
+            return {}
+        rows.sort(key=lambda r: tuple(r[c] for c in ORDER_COLUMNS))
+        spark = self.ev.sparkSession
+        regs = spark.createDataFrame(
+            [
+                (i, r[G], r[T], r[Q], r["value"], r["before"], *(r[c] for c in ORDER_COLUMNS))
+                for i, r in enumerate(rows)
+            ],
+            "reg int, `group` string, topic string, queue string, lo bigint, hi bigint, "
+            + ", ".join(f"r_{c} bigint" for c in ORDER_COLUMNS),
+        )
+        # The deliveries of a regression's range after it, each given to the latest such regression of
+        # its queue (the ids follow the event order)...
+        inside = self.consumed.join(F.broadcast(regs), [G, T, Q]).where(
+            _later(ORDER_COLUMNS, [f"r_{c}" for c in ORDER_COLUMNS])
+            & (F.col("queue_offset") >= F.col("lo"))
+            & (F.col("queue_offset") < F.col("hi"))
+        )
+        lines = inside.groupBy(G, "msg_id", *ORDER_COLUMNS).agg(F.max("reg").alias("reg"))
+        # ... that repeat a delivery of the same message to the group earlier in the event order.
+        earlier = self.consumed_lines.select(
+            F.col(G).alias("e_group"),
+            F.col("msg_id").alias("e_msg"),
+            *[F.col(c).alias(f"e_{c}") for c in ORDER_COLUMNS],
+        )
+        repeats = lines.join(
+            earlier,
+            (F.col(G) == F.col("e_group"))
+            & (F.col("msg_id") == F.col("e_msg"))
+            & _later(ORDER_COLUMNS, [f"e_{c}" for c in ORDER_COLUMNS]),
+            "left_semi",
+        )
+        counts = {r["reg"]: r["n"] for r in repeats.groupBy("reg").agg(F.count("*").alias("n")).collect()}
+        out: dict[str, list[dict[str, Any]]] = {}
+        for i, r in enumerate(rows):
+            out.setdefault(r[G], []).append(
+                {
+                    "change_ms": r["ts_ms"],
+                    "topic": r[T],
+                    "queue": r[Q],
+                    "from": r["before"],
+                    "to": r["value"],
+                    "event": r["event"],
+                    "node": r["by"],
+                    "redelivered": counts.get(i, 0),
+                }
+            )
+        return out
+
     # -- summary -------------------------------------------------------------------------------------
 
     def group_metrics(self) -> DataFrame:
@@ -248,6 +339,7 @@ class Analysis:
         own = control.ownership_metrics(m, self.run_end_of)
         conv = control.convergence(m, self.control_rows, self.run_end_of, self.unqualified)
         lines: dict[str, Mapping[str, Any]] = {r[G]: r.asDict() for r in self.group_metrics().collect()}
+        regressions = self.offset_regressions()
         groups: dict[str, dict[str, Any]] = {}
         for g in sorted(m.groups):
             row = {**lines.get(g, {}), **own[g]}
@@ -255,6 +347,8 @@ class Analysis:
             for name in GROUP_METRICS:
                 entry[name] = int(row.get(name) or 0)
             entry["convergence"] = conv.get(g, [])
+            entry["offset_regressions"] = regressions.get(g, [])
+            entry["regression_redelivered"] = sum(r["redelivered"] for r in entry["offset_regressions"])
             entry["verdict"] = verdict(
                 lost=entry["lost"],
                 orderly=g in self._orderly,
@@ -279,8 +373,20 @@ class Analysis:
             entry["topics"] = sorted(t.removeprefix(prefix) for t in entry["topics"])
             for change in entry["convergence"]:
                 change["cause"] = change["cause"].replace(prefix, "")
+            for regression in entry["offset_regressions"]:
+                regression["topic"] = regression["topic"].removeprefix(prefix)
             per_run[prefix][name.removeprefix(prefix)] = entry
         return {prefix: _summary_of(self.runs[prefix], groups) for prefix, groups in per_run.items()}
+
+
+def _later(cols: tuple[str, ...] | list[str], than: list[str]) -> Any:
+    """The line of the columns `cols` comes after the one of `than` in the event order (compared as
+    tuples, left to right)."""
+    F = _f()
+    cond = F.lit(False)
+    for a, b in reversed(list(zip(cols, than, strict=True))):
+        cond = (F.col(a) > F.col(b)) | ((F.col(a) == F.col(b)) & cond)
+    return cond
 
 
 def _summary_of(stats: RunStats, groups: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -72,10 +72,16 @@ def group_line(group: str, g: dict[str, Any], clock: str = "wall") -> str:
         f"  orphan {rmq['orphan_ms'] / 1000:.1f}  stalled {rmq['stalled_ms'] / 1000:.1f}"
         f"  unavailable {rmq['unavailable_ms'] / 1000:.1f}"
     )
+    regressions = g.get("offset_regressions") or []
     return (
         f"{group}: {g['verdict'].upper()}  sent {g['sent']}  consumed {g['consumed_unique']}"
         f"  lost {g['lost']}  duplicates {g['duplicates']}{times}  slowest convergence {worst} ms {clock}"
         + (f"  never converged {not_conv}" if not_conv else "")
+        + (
+            f"  offsets moved back {len(regressions)}x ({g['regression_redelivered']} delivered again)"
+            if regressions
+            else ""
+        )
     )
 
 

@@ -280,6 +280,37 @@ def duplicates_after(data: PlotData, group: str, markers: list[Marker]) -> list[
     return [(changes[i] if i >= 0 else None, n) for i, n in sorted(counts.items())]
 
 
+def regressions_after(
+    entries: list[dict[str, Any]], markers: list[Marker]
+) -> list[tuple[Marker | None, list[dict[str, Any]]]]:
+    """A group's offset regressions (summary.json's `offset_regressions`) by the change they followed:
+    the latest chaos action or channel expiry at or before each; None for those before any change."""
+    changes = [m for m in markers if m.kind in ("nemesis", "channel_expired")]
+    by_change: dict[int, list[dict[str, Any]]] = {}
+    for e in entries:
+        idx = max((i for i, m in enumerate(changes) if m.ts <= e["change_ms"]), default=-1)
+        by_change.setdefault(idx, []).append(e)
+    return [(changes[i] if i >= 0 else None, es) for i, es in sorted(by_change.items())]
+
+
+def regression_text(entries: list[dict[str, Any]]) -> str:
+    """'the committed offsets of 3 queue(s) moved back 4 time(s) (by up to 12 offsets), and 30
+    deliveries were of those offsets again' for a group's (or one change's) regressions."""
+    queues = len({(e["topic"], e["queue"]) for e in entries})
+    deepest = max(e["from"] - e["to"] for e in entries)
+    again = sum(e["redelivered"] for e in entries)
+    times = f" {len(entries)} times" if len(entries) > queues else ""
+    text = (
+        f"the committed offset of {queues} queue{'s' if queues > 1 else ''} moved back{times} (by up to "
+        f"{deepest} offset{'s' if deepest > 1 else ''})"
+    )
+    return text + (
+        f" and {again} deliver{'ies' if again != 1 else 'y'} of those offsets came again"
+        if again
+        else " and nothing was delivered again because of it"
+    )
+
+
 MANY_ACTIONS = 6  # a change of this many actions or more is told by verb and count, not action by action
 NAMED_TARGETS = 3  # how many of their targets such a summary names
 

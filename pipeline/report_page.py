@@ -19,9 +19,11 @@ from rmqlab.pipeline.report_plots import (
     ownership_text,
     plot_convergence,
     plot_duplicates,
+    plot_offset_regressions,
     plot_ownership,
     plot_rates,
     rate_text,
+    regressions_text,
 )
 from rmqlab.pipeline.report_story import answers, group_story, narrative, rmq_s, time_text
 from rmqlab.pipeline.unavailability import CAUSE_TEXT, RunClock
@@ -44,6 +46,12 @@ METRICS: dict[str, str] = {
     "order_violations": "Orderly deliveries that went backwards (an offset not above an earlier one) "
     "within one consumer's ownership of a queue.",
 }
+
+REGRESSIONS_METRIC = (
+    "Times a queue's committed offset moved backwards (a broker stored an older offset, or a new owner "
+    "resumed below the last one), and under it the deliveries of the offsets in between that came again "
+    "after it (regression_redelivered): duplicates the offset bookkeeping explains."
+)
 
 UNAVAILABLE_TEXT = (
     "Time during which messages waited on a queue (one had waited more than 3 s of RocketMQ time) and "
@@ -168,6 +176,11 @@ def render_html(
                 )
                 parts.append(f"<td class='num'>{cell}</td>")
             parts.append(f"<td><small>{esc(meaning)}</small></td></tr>")
+        parts.append("<tr><td>offset_regressions</td>")
+        for g in summary["groups"].values():
+            regs, again = g.get("offset_regressions") or [], g.get("regression_redelivered", 0)
+            parts.append(f"<td class='num'>{len(regs)}<br><small>{again} again</small></td>")
+        parts.append(f"<td><small>{esc(REGRESSIONS_METRIC)}</small></td></tr>")
         parts.append("<tr><td>unavailable</td>")
         for g in summary["groups"].values():
             un = g.get("unavailability") or {}
@@ -191,7 +204,7 @@ def render_html(
         orderly = data is not None and name in data.orderly
         markers = group_markers(data, name, g) if data is not None else []
         dups = duplicates_after(data, name, markers) if data is not None else []
-        parts += [f"<li>{esc(s)}</li>" for s in group_story(name, g, clock, orderly, dups)]
+        parts += [f"<li>{esc(s)}</li>" for s in group_story(name, g, clock, orderly, dups, markers)]
         parts.append("</ul>")
         images: list[tuple[str, str | None, str]] = []
         if data is not None:
@@ -210,6 +223,11 @@ def render_html(
                     "Duplicates",
                     plot_duplicates(data, name, markers),
                     DUPLICATES_TEXT,
+                ),
+                (
+                    "Offset regressions",
+                    plot_offset_regressions(g.get("offset_regressions") or [], data, name, markers),
+                    regressions_text(g.get("offset_regressions") or []),
                 ),
             ]
         images.append(
@@ -238,6 +256,10 @@ def render_html(
         parts.append("<details><summary>convergence entries (summary.json)</summary><pre>")
         parts.append(esc(json.dumps(g["convergence"], indent=1)))
         parts.append("</pre></details>")
+        if g.get("offset_regressions"):
+            parts.append("<details><summary>offset regressions (summary.json)</summary><pre>")
+            parts.append(esc(json.dumps(g["offset_regressions"], indent=1)))
+            parts.append("</pre></details>")
     parts.append(f"<h2>How the verdict is decided</h2><p>{esc(VERDICT_RULES)}</p>")
     parts.append(
         f"<p><small>Durations are RocketMQ time ({clock.kind} milliseconds divided by the run's time scale) "

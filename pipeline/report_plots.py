@@ -617,6 +617,72 @@ def plot_duplicates(data: PlotData, group: str, markers: list[Marker]) -> str | 
     return figure_png(fig)
 
 
+REGRESSIONS_TEXT = (
+    "One row per time a queue's committed offset moved backwards (a broker storing an older offset than "
+    "the one before, or a new owner resuming below it), labelled with its time, the queue and the old and "
+    "new offset: in blue how many offsets it went back, in red how many deliveries of those offsets came "
+    "again after it (repeats of messages already consumed)."
+)
+REGRESSIONS_DOTS_TEXT = (
+    "Each time a queue's committed offset moved backwards (a broker storing an older offset than the one "
+    "before, or a new owner resuming below it), at its time: a blue dot, how many offsets it went back; a "
+    "red cross, how many deliveries of those offsets came again after it. Every one is listed in the "
+    "offset regression entries below."
+)
+
+
+def regressions_text(entries: list[dict[str, Any]]) -> str:
+    return REGRESSIONS_DOTS_TEXT if len(entries) > MANY_MARKERS else REGRESSIONS_TEXT
+
+
+def plot_offset_regressions(
+    entries: list[dict[str, Any]], data: PlotData, group: str, markers: list[Marker]
+) -> str | None:
+    """The group's offset regressions, a row each (how far back, how many deliveries again); past
+    MANY_MARKERS of them, dots over time."""
+    if not entries:
+        return None
+    clock = clock_of(data)
+    back = [e["from"] - e["to"] for e in entries]
+    again = [e["redelivered"] for e in entries]
+    if len(entries) > MANY_MARKERS:
+        fig, lane, ax = _figure(2.8, markers)
+        xs = [clock.at_s(e["change_ms"]) for e in entries]
+        ax.scatter(xs, back, s=16, color="steelblue", label="offsets moved back")
+        ax.scatter(xs, again, s=22, marker="x", color="crimson", label="deliveries again")
+        ax.set_ylim(0, max([*back, *again, 1]) * 1.25)
+        _time_axes(data, lane, ax, markers, "offsets", f"{group}: committed offsets moving backwards")
+        ax.legend(fontsize=FONT - 2, loc="upper left", frameon=False)
+        return figure_png(fig)
+    fig = Figure(figsize=(FIG_W, max(2.0, 0.34 * len(entries) + 1.2)))
+    ax = fig.subplots()
+    rows = range(len(entries))
+    labels = [f"t = {clock.at_s(e['change_ms']):z.1f} s  {e['queue']} {e['from']}→{e['to']}" for e in entries]
+    ax.barh(rows, back, height=0.75, color="#a6c8e6", label="offsets moved back")
+    ax.barh(rows, again, height=0.35, color="crimson", label="deliveries again")
+    top = max([*back, *again, 1])
+    for i, e in enumerate(entries):
+        who = "stored by" if e["event"] == "offset_committed" else "read by"
+        ax.annotate(
+            f"{again[i]} again ({who} {e['node']})",
+            (max(back[i], again[i]), i),
+            xytext=(4, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=FONT - 2,
+        )
+    ax.set_yticks(list(rows))
+    ax.set_yticklabels(labels, fontsize=FONT - 1)
+    ax.set_xlim(0, top * 1.9)
+    ax.invert_yaxis()
+    ax.tick_params(axis="x", labelsize=FONT - 1)
+    ax.set_xlabel("offsets", fontsize=FONT)
+    # between the title and the bars: beside them it would sit on the labels of the longest
+    ax.legend(fontsize=FONT - 2, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
+    ax.set_title(f"{group}: committed offsets moving backwards", fontsize=FONT + 1, pad=24)
+    return figure_png(fig)
+
+
 def plot_convergence(entries: list[dict[str, Any]], group: str, clock: RunClock) -> str | None:
     if not entries:
         return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from rmqlab.pipeline.report_data import (
@@ -18,6 +18,8 @@ from rmqlab.pipeline.report_data import (
     duplicates_after,
     group_markers,
     real_topics,
+    regression_text,
+    regressions_after,
     short_cause,
 )
 from rmqlab.pipeline.unavailability import CAUSE_TEXT, IDLE_THRESHOLD_RMQ_MS, RunClock
@@ -100,6 +102,7 @@ def group_story(
     clock: RunClock,
     orderly: bool,
     dups: list[tuple[Marker | None, int]] = (),  # type: ignore[assignment]
+    markers: list[Marker] = (),  # type: ignore[assignment]
 ) -> list[str]:
     """Plain sentences about one group: what went wrong or right, with the numbers."""
     rmq = g.get("rocketmq_time") or {k: clock.rmq_ms(g[k]) for k in ("orphan_ms", "overlap_ms", "stalled_ms")}
@@ -110,6 +113,8 @@ def group_story(
     ]
     if dups:
         out.append(_duplicates_by_change(dups, clock))
+    if g.get("offset_regressions"):
+        out.append(_regressions_by_change(g["offset_regressions"], markers, clock))
     un = g.get("unavailability")
     if un and un["total_ms"]:
         causes = ", ".join(
@@ -188,6 +193,26 @@ def _duplicates_by_change(dups: list[tuple[Marker | None, int]], clock: RunClock
     text = f"Extra deliveries followed {len(named)} of the changes ({sum(n for _, n in named)} in all); "
     text += "the most " + ", ".join(f"{n} after {m.text} ({time_text(m.ts, clock)})" for m, n in most)
     return text + (f"; {before} before any change." if before else ".")
+
+
+def _regressions_by_change(entries: list[dict[str, Any]], markers: list[Marker], clock: RunClock) -> str:
+    """The story's sentence on the offset regressions, by the change they followed, with the worst."""
+    parts = [
+        f"after {m.text} ({time_text(m.ts, clock)}) {regression_text(es)}"
+        if m
+        else f"before any change {regression_text(es)}"
+        for m, es in regressions_after(entries, markers)
+    ]
+    if len(parts) > GROUP_CHANGES_OVER:
+        parts = [*parts[:NAMED_TARGETS], f"and after {len(parts) - NAMED_TARGETS} more changes"]
+    worst = max(entries, key=lambda e: (e["redelivered"], e["from"] - e["to"]))
+    how = "a broker stored it" if worst["event"] == "offset_committed" else "a new owner read it"
+    when = time_text(worst["change_ms"], clock)
+    return (
+        "Committed offsets moving backwards: " + "; ".join(parts) + f". The costliest: {worst['queue']} of "
+        f"{worst['topic']} from {worst['from']} back to {worst['to']} at {when} ({how}, {worst['node']}), "
+        f"{_plural(worst['redelivered'], 'delivery', 'deliveries')} again."
+    )
 
 
 def _convergence_in_short(entries: list[dict[str, Any]], clock: RunClock) -> list[str]:
@@ -371,7 +396,11 @@ def answer_for_group(
         dup = f"; {_plural(total, 'duplicate delivery', 'duplicate deliveries')} followed"
         if n_res and resumes:
             dup += f" ({n_res} after '{resumes[0].text}')"
-        outcomes.append(Outcome(m.text, at, text, total, dup))
+        end = changes[i + 1].ts if i + 1 < len(changes) else math.inf
+        regs = [e for e in g.get("offset_regressions") or [] if m.ts <= e["change_ms"] < end]
+        if regs:
+            dup += f"; {regression_text(regs)}"
+        outcomes.append(Outcome(m.text, at, text, total, dup, regs))
     if len(outcomes) <= GROUP_CHANGES_OVER:
         return [f"{name}: {_after(o.what, o.at, o.text + o.dup)}" for o in outcomes]
     return [f"{name}: {sentence}" for sentence in _grouped(outcomes)]
@@ -390,6 +419,7 @@ class Outcome:
     text: str
     dups: int
     dup: str
+    regressions: list[dict[str, Any]] = field(default_factory=list)  # offset regressions it was followed by
 
 
 def _after(what: str, at: float, text: str) -> str:
@@ -419,6 +449,9 @@ def _grouped(outcomes: list[Outcome]) -> list[str]:
         dup = f"; {_plural(total, 'duplicate delivery', 'duplicate deliveries')} followed them in all"
         if total:
             dup += f", at most {most.dups} after one ('{most.what}' at t = {most.at:z.1f} s)"
+        regs = [e for o in changes for e in o.regressions]
+        if regs:
+            dup += f"; {regression_text(regs)}"
         out.append(f"after each of {len(changes)} changes ({named}){text}{dup}.")
     return out
 

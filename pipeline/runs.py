@@ -34,6 +34,7 @@ RUNS_TABLE = "runs"  # runs.parquet/ and runs.csv
 INDEX = "index.html"
 # Columns of the runs table besides the parameters and the metrics.
 CONVERGENCE_COLUMNS = ("changes", "not_converged", "max_convergence_ms")
+REGRESSION_COLUMNS = ("offset_regressions", "regression_redelivered")  # a count, and their deliveries
 # Unavailability (pipeline.unavailability) in RocketMQ milliseconds: in all, then by cause.
 UNAVAILABILITY_COLUMNS = ("unavailable_rocketmq_ms", *(f"unavailable_{c}_rocketmq_ms" for c in CAUSES))
 
@@ -194,6 +195,10 @@ def table_rows(result: RootResult) -> tuple[list[str], list[dict[str, Any]]]:
                 row["max_convergence_ms"] = max(
                     (c["convergence_ms"] for c in conv if c["converged"]), default=None
                 )
+                # absent from a summary.json written before them (a resumed sweep reads its runs')
+                regressions = g.get("offset_regressions")
+                row["offset_regressions"] = None if regressions is None else len(regressions)
+                row["regression_redelivered"] = g.get("regression_redelivered")
                 un = g.get("unavailability")
                 if un is not None:
                     row["unavailable_rocketmq_ms"] = un["total_rocketmq_ms"]
@@ -203,7 +208,8 @@ def table_rows(result: RootResult) -> tuple[list[str], list[dict[str, Any]]]:
             rows.append(row)
     columns = [
         "run", "experiment", "question", "seed", *params_seen, "group", "events", "malformed_lines",
-        "time_scale", *GROUP_METRICS, *CONVERGENCE_COLUMNS, *UNAVAILABILITY_COLUMNS, "verdict",
+        "time_scale", *GROUP_METRICS, *CONVERGENCE_COLUMNS, *REGRESSION_COLUMNS, *UNAVAILABILITY_COLUMNS,
+        "verdict",
     ]  # fmt: skip
     return columns, [{c: row.get(c) for c in columns} for row in rows]
 

@@ -49,7 +49,7 @@ SUMMARY = "summary.json"  # written by each run's task, as rmq-analyze ROOT writ
 SWEEP_METRICS = (
     "lost", "duplicates", "duplicated_messages", "overlap_ms", "orphan_ms", "stalled_ms",
     "concurrent_consume_ms", "order_violations", "changes", "not_converged", "max_convergence_ms",
-    "queue_moves", "queues_moved_per_change",
+    "queue_moves", "queues_moved_per_change", "offset_regressions", "regression_redelivered",
 )  # fmt: skip
 STATS = (("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
 

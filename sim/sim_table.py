@@ -121,6 +121,12 @@ class SimTable:
 
     def parse(self, value: Any, exp: Experiment, problems: Problems) -> SimSettings:
         err = problems.add
+        if exp.engine != "emulator":
+            err(
+                ("cluster", "engine"),
+                f"cluster.engine: engine {exp.engine!r} runs Apache RocketMQ's own JVMs, which the simulator "
+                "cannot run (it runs our own code only): use rmq-chaos for this experiment",
+            )
         for c_index, c in enumerate(exp.consumers):
             if c.real:
                 err(

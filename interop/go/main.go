@@ -14,7 +14,8 @@
 //   - message_consumed when the listener returns success (started_ms, mode).
 //
 // Prints "READY <client id>" once started; SIGTERM or SIGINT shuts the consumer down gracefully. The
-// flags are those of interop/cpp_consumer.py.
+// flags are those of interop/cpp_consumer.py. With "producer" as its first argument the driver is a
+// producer instead (producer.go).
 package main
 
 import (
@@ -49,6 +50,7 @@ type events struct {
 	mu   sync.Mutex
 	out  *os.File
 	node string
+	role string // "consumer" when empty
 }
 
 func (e *events) emit(event string, fields map[string]any) {
@@ -60,7 +62,11 @@ func (e *events) emit(event string, fields map[string]any) {
 	var b strings.Builder
 	head, _ := json.Marshal(event)
 	node, _ := json.Marshal(e.node)
-	fmt.Fprintf(&b, `{"ts_ms":%d,"event":%s,"node":%s,"role":"consumer"`, ts, head, node)
+	role := e.role
+	if role == "" {
+		role = "consumer"
+	}
+	fmt.Fprintf(&b, `{"ts_ms":%d,"event":%s,"node":%s,"role":%q`, ts, head, node, role)
 	keys := make([]string, 0, len(fields))
 	for k := range fields {
 		keys = append(keys, k)
@@ -246,7 +252,9 @@ type clientLogger struct {
 }
 
 func (l *clientLogger) write(level, msg string, fields map[string]any) {
-	l.t.onLog(msg, fields)
+	if l.t != nil { // the producer mode tracks no queues
+		l.t.onLog(msg, fields)
+	}
 	if level == "debug" {
 		return
 	}
@@ -341,6 +349,9 @@ func parseBrokerAddrs(text string) (map[string]string, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "producer" {
+		os.Exit(runProducer(os.Args[2:]))
+	}
 	os.Exit(run())
 }
 

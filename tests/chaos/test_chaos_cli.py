@@ -131,7 +131,7 @@ def test_an_unknown_experiment_name_lists_what_exists_and_suggests_the_nearest()
         resolve("kill-one-of-for")
     text = str(info.value)
     assert "no experiment file or shipped experiment named 'kill-one-of-for'" in text
-    assert "did you mean 'kill-one-of-four'?" in text
+    assert "did you mean 'kill-one-of-four'" in text  # the nearest first
     assert "demo" in text.split("(shipped: ")[1]
 
 

@@ -66,10 +66,13 @@ def test_client_key_defaults_to_ours_and_names_the_real_ones() -> None:
 
 
 def test_unknown_client_names_its_line_and_the_choices() -> None:
-    text = MIXED.replace('client = "js"', 'client = "java"')
+    text = MIXED.replace('client = "js"', 'client = "rust"')
     [(line, msg)] = problems(text)
-    assert line == line_of(text, 'client = "java"')
-    assert msg == "consumers[3].client: must be one of python, cpp, js, py5, js5; got 'java'"
+    assert line == line_of(text, 'client = "rust"')
+    assert msg == (
+        "consumers[3].client: must be one of python, cpp, js, py5, js5, java, java5, java-lite, java-grpc, "
+        "go; got 'rust'"
+    )
 
 
 def test_what_the_real_clients_cannot_do_is_named_on_its_line() -> None:

@@ -222,3 +222,31 @@ def test_go_and_cpp_consumers_agree_on_the_allocation(lab: Lab) -> None:
     assert set(got) == positions and set(got.values()) == {1}, "each message consumed exactly once"
     consumers = {e["client_id"] for e in lab.events(event="message_consumed") if e["group"] == group}
     assert consumers == set(held)
+
+
+@pytest.mark.usefixtures("go_client")
+def test_the_go_producer_sends_what_a_go_consumer_reports(lab: Lab) -> None:
+    """The driver's producer mode: every acknowledged send is a message_sent naming the queue and offset
+    the broker stored it at, under the id a consumer of Apache's reports for it (the client's UNIQ_KEY)."""
+    lab.start_broker(["GoSend"])
+    argv = [str(GO_DRIVER), "producer", "--namesrv", lab.native, "--topic", "GoSend", "--rate", "200"]
+    argv += ["--count", "60", "--node", "go-producer", "--log-file", str(lab.dir / "go-producer.jsonl")]
+    producer = lab.start("go-producer", argv)
+    producer.wait_ready()
+    assert producer.popen.wait(60) == 0
+    sent = {e["msg_id"]: e for e in lab.events("go-producer", "message_sent")}
+    assert len(sent) == 60
+    assert sum(max_offsets(lab, "GoSend").values()) == 60
+    assert {e["broker"] for e in sent.values()} == {"broker-a"}
+    assert len({(e["queue_id"], e["queue_offset"]) for e in sent.values()}) == 60
+    go_consumer(lab, "go-1", "GID_go_send", "GoSend", "--consume-from", "first").wait_ready()
+    wait_for(
+        "a Go consumer to consume the Go producer's messages",
+        lambda: len({e["msg_id"] for e in lab.events("go-1", "message_consumed")}) >= 60,
+        60,
+        lab,
+    )
+    assert {e["role"] for e in lab.events("go-producer")} == {"producer"}
+    where = ("queue_id", "queue_offset")
+    for e in lab.events("go-1", "message_consumed"):
+        assert [e[k] for k in where] == [sent[e["msg_id"]][k] for k in where], e

@@ -41,3 +41,14 @@ def check_case(c: Case, summary: dict[str, Any], prefix: str = "", shift: int = 
         got = [(e["change_ms"] - shift, e["converged"], e["convergence_ms"]) for e in entries]
         assert got == expected, group
         assert all(e["cause"] for e in entries)
+    for group, expected in c.regressions.items():
+        entries = summary["groups"][prefix + group]["offset_regressions"]
+        got = [
+            (
+                e["change_ms"] - shift, e["queue"].removeprefix(prefix), e["from"], e["to"], e["event"],
+                e["node"].removeprefix(prefix), e["redelivered"],
+            )
+            for e in entries
+        ]  # fmt: skip
+        assert got == expected, group
+        assert all(e["topic"].removeprefix(prefix) == "T" for e in entries), group

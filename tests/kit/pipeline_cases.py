@@ -95,12 +95,24 @@ class Builder:
 
     def added(
         self, ts: int, node: str, client: str, queue: str, group: str = "g", topic: str = "T",
-        rel: str | None = None,
+        rel: str | None = None, next_offset: int = 0,
     ) -> None:  # fmt: skip
         broker, qid = queue.split(":")
         self.ev(
             rel or f"{node}.jsonl", ts, "mq_added", node, CONSUMER, group=group, client_id=client,
-            topic=topic, broker=broker, queue_id=int(qid), next_offset=0,
+            topic=topic, broker=broker, queue_id=int(qid), next_offset=next_offset,
+        )  # fmt: skip
+
+    def committed(
+        self, ts: int, queue: str, offset: int, group: str = "g", topic: str = "T", node: str | None = None
+    ) -> None:
+        """The broker of `queue` (its node is its name) stores `offset` for the group; or its node
+        `node` (a slave), whose line names the broker."""
+        broker, qid = queue.split(":")
+        named = {} if node is None else {"broker": broker, "broker_id": 1}
+        self.ev(
+            f"{node or broker}.jsonl", ts, "offset_committed", node or broker, "broker", group=group,
+            topic=topic, queue_id=int(qid), offset=offset, **named,
         )  # fmt: skip
 
     def removed(
@@ -163,6 +175,8 @@ class Case:
     build: Callable[[Builder], None]
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)  # expected metric subsets per group
     convergence: dict[str, list[tuple[int, bool, int | None]]] = field(default_factory=dict)
+    # expected offset regressions per group: (change_ms, queue, from, to, event, node, redelivered)
+    regressions: dict[str, list[tuple[int, str, int, int, str, str, int]]] = field(default_factory=dict)
     run: dict[str, Any] | None = None  # expected run block, when the case is about the lines themselves
 
     def files(self, prefix: str = "", shift: int = 0) -> dict[str, list[str]]:
@@ -705,6 +719,102 @@ def _server_assigned(b: Builder) -> None:
     b.ev("broker.jsonl", 110, "message_revived", "broker-b", "broker", group="p", msg_id="m2")
     b.consumed(120, "n1", "c1", "m2", "b:0", 0, group="p", topic=("p", "T"))
     b.nemesis(160, "kill", "n3", group="s")
+
+
+def _one_owner(b: Builder, queues: list[str]) -> None:
+    b.started(10, "n1", "c1")
+    b.route(10, "n1", "c1", queues)
+    b.rebalance(20, "n1", "c1", ["c1"], queues)
+    for queue in queues:
+        b.added(20, "n1", "c1", queue)
+
+
+@case(
+    "offset_no_regression", 100,
+    # b:0's committed offset as the lines show it: read 0 at 20 (mq_added), written 2 at 40 and 3 at
+    # 50, read 3 at 70 by c2 (the same value is no move back) -> no regression, nothing redelivered,
+    # though m1 is delivered twice (a duplicate the offsets do not explain).
+    groups={"g": dict(offset_regressions=[], regression_redelivered=0, duplicates=1)},
+)  # fmt: skip
+def _offset_none(b: Builder) -> None:
+    _one_owner(b, ["b:0"])
+    for i in range(3):
+        b.consumed(30 + i, "n1", "c1", f"m{i}", "b:0", i)
+    b.committed(40, "b:0", 2)
+    b.committed(50, "b:0", 3)
+    b.consumed(60, "n1", "c1", "m1", "b:0", 1)
+    b.started(65, "n2", "c2")
+    b.added(70, "n2", "c2", "b:0", next_offset=3)
+
+
+@case(
+    "offset_regressions", 100,
+    # b:0: read 0 (20), written 3 (35) and 5 (40); the broker stores 2 at 50 (a stale commit):
+    # R1 5 -> 2 at 50. Written 6 at 60. c2 takes b:0 at 70 reading 4: R2 6 -> 4 at 70.
+    # b:1: written 3 (40), then 1 (65): R3 3 -> 1, and nobody consumes b:1 afterwards -> 0.
+    # Deliveries on b:0 (offset, message):
+    #   45 (0, m0) a repeat, but before any regression -> nobody's;
+    #   55 (2, m2), 56 (3, m3): repeats in R1's [2, 5) -> R1; 58 (5, m5) first delivery, outside;
+    #   75 (4, m4): repeat, in R2's [4, 6) -> R2 (the latest regression holding it);
+    #   76 (3, m3): repeat, not in R2's range but in R1's -> R1;
+    #   80 (2, n9): in R1's range, but n9's first delivery (an offset given to a new message) -> none.
+    # R1 = 3, R2 = 1, R3 = 0 -> 4 redelivered; duplicates m0, m2, m4 once, m3 twice = 5.
+    # Ignored: another group's commit (h is no group of this run's consumer lines) and g's commit on
+    # topic Other (not a group topic), both moving back.
+    groups={"g": dict(regression_redelivered=4, duplicates=5)},
+    regressions={"g": [
+        (50, "b:0", 5, 2, "offset_committed", "b", 3),
+        (65, "b:1", 3, 1, "offset_committed", "b", 0),
+        (70, "b:0", 6, 4, "mq_added", "n2", 1),
+    ]},
+)  # fmt: skip
+def _offset_regressions(b: Builder) -> None:
+    _one_owner(b, ["b:0", "b:1"])
+    for i in range(5):
+        b.consumed(30 + i, "n1", "c1", f"m{i}", "b:0", i)
+    b.committed(35, "b:0", 3)
+    b.committed(40, "b:0", 5)
+    b.committed(40, "b:1", 3)
+    b.committed(41, "b:0", 9, group="h")
+    b.committed(42, "b:0", 1, group="h")
+    b.committed(43, "b:0", 9, topic="Other")
+    b.committed(44, "b:0", 1, topic="Other")
+    b.consumed(45, "n1", "c1", "m0", "b:0", 0)
+    b.committed(50, "b:0", 2)
+    b.consumed(55, "n1", "c1", "m2", "b:0", 2)
+    b.consumed(56, "n1", "c1", "m3", "b:0", 3)
+    b.consumed(58, "n1", "c1", "m5", "b:0", 5)
+    b.committed(60, "b:0", 6)
+    b.committed(65, "b:1", 1)
+    b.started(68, "n2", "c2")
+    b.added(70, "n2", "c2", "b:0", next_offset=4)
+    b.consumed(75, "n2", "c2", "m4", "b:0", 4)
+    b.consumed(76, "n2", "c2", "m3", "b:0", 3)
+    b.consumed(80, "n2", "c2", "n9", "b:0", 2)
+
+
+@case(
+    "offset_regression_on_a_slave", 100,
+    # b's master (node b, no broker field) stores 5 at 30; its slave b-s1 (broker b) takes a commit of
+    # 3 at 40 (the master was down): the same queue b:0, moved back 5 -> 3. Then m3 (offset 3) and m4
+    # (offset 4), consumed at 25 and 26, come again at 45 and 46 -> 2 redelivered.
+    # At 50 node b stores 2 with a `broker` that is no string: ignored, the node names the broker ->
+    # b:0 moves back again, 3 -> 2, and nothing comes after it.
+    groups={"g": dict(regression_redelivered=2, duplicates=2)},
+    regressions={"g": [(40, "b:0", 5, 3, "offset_committed", "b-s1", 2),
+                       (50, "b:0", 3, 2, "offset_committed", "b", 0)]},
+)  # fmt: skip
+def _offset_slave(b: Builder) -> None:
+    _one_owner(b, ["b:0"])
+    b.consumed(25, "n1", "c1", "m3", "b:0", 3)
+    b.consumed(26, "n1", "c1", "m4", "b:0", 4)
+    b.committed(30, "b:0", 5)
+    b.committed(40, "b:0", 3, node="b-s1")
+    b.consumed(45, "n1", "c1", "m3", "b:0", 3)
+    b.consumed(46, "n1", "c1", "m4", "b:0", 4)
+    line = {"ts_ms": b.t(50), "event": "offset_committed", "node": b.n("b"), "role": "broker",
+            "group": b.n("g"), "topic": b.n("T"), "queue_id": 0, "offset": 2, "broker": 7}  # fmt: skip
+    b.raw("b.jsonl", json.dumps(line))
 
 
 MALFORMED = [

@@ -96,3 +96,15 @@ def test_rmq_sim_run_says_the_verdict_before_the_report_and_both_agree(tmp_path:
         < out.index("report: ")
     )
     assert "error:" not in out and (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_a_group_line_tells_the_offset_regressions_when_there_are_some() -> None:
+    from rmqlab.pipeline.quick import group_line
+
+    g = {"verdict": "ok", "sent": 9, "consumed_unique": 9, "lost": 0, "duplicates": 4, "overlap_ms": 0,
+         "orphan_ms": 0, "stalled_ms": 0, "convergence": [], "offset_regressions": [],
+         "regression_redelivered": 0}  # fmt: skip
+    assert "offsets moved back" not in group_line("g", g)
+    regressions = [{"queue": "b:0", "redelivered": 3}, {"queue": "b:1", "redelivered": 1}]
+    line = group_line("g", {**g, "offset_regressions": regressions, "regression_redelivered": 4})
+    assert line.endswith("  offsets moved back 2x (4 delivered again)")

@@ -26,10 +26,15 @@ def test_every_summary_field_is_present(tmp_path: Path) -> None:
     group = summary["groups"]["g"]
     assert set(group) == {
         "topics", "sent", "consumed_unique", "lost", "duplicates", "duplicated_messages", "overlap_ms",
-        "orphan_ms", "stalled_ms", "concurrent_consume_ms", "order_violations", "convergence", "verdict",
+        "orphan_ms", "stalled_ms", "concurrent_consume_ms", "order_violations", "convergence",
+        "offset_regressions", "regression_redelivered", "verdict",
     }  # fmt: skip
     for entry in group["convergence"]:
         assert set(entry) == {"change_ms", "cause", "converged", "convergence_ms"}
+    c = next(c for c in CASES if c.name == "offset_regressions")
+    write_case_files(tmp_path / "offsets", c.files())
+    for entry in summarize_run(tmp_path / "offsets")["groups"]["g"]["offset_regressions"]:
+        assert set(entry) == {"change_ms", "topic", "queue", "from", "to", "event", "node", "redelivered"}
     # Two starts in the same millisecond give one entry naming both (graceful_and_nemesis_stop).
     c = next(c for c in CASES if c.name == "graceful_and_nemesis_stop")
     write_case_files(tmp_path / "stops", c.files())

@@ -96,3 +96,24 @@ def test_a_plot_by_run_names_its_runs_only_when_they_are_few(monkeypatch: Any) -
     # a thousand runs (a sweep of one point): no tick labels, whose layout cost seconds per plot
     assert [t for t, _ in metric_plots(columns, rows(MAX_TICK_LABELS + 1))] == ["lost by run"]
     assert labelled == [3]
+
+
+def test_the_offset_regressions_are_counted_beside_the_metrics_and_absent_from_an_older_summary(
+    tmp_path: Path,
+) -> None:
+    regressed = _summary(0)
+    regressed["groups"]["G"] |= {
+        "offset_regressions": [
+            {"change_ms": 5, "topic": "T", "queue": "b:0", "from": 9, "to": 4, "event": "mq_added",
+             "node": "consumer-1", "redelivered": 5},
+            {"change_ms": 7, "topic": "T", "queue": "b:1", "from": 3, "to": 2, "event": "offset_committed",
+             "node": "b", "redelivered": 0},
+        ],
+        "regression_redelivered": 5,
+    }  # fmt: skip
+    runs = [RunDir(name, str(tmp_path / name), [], {}) for name in ("new", "old")]
+    result = RootResult(runs, [])
+    result.summaries = {"new": regressed, "old": _summary(0)}
+    columns, rows = table_rows(result)
+    assert columns.index("offset_regressions") + 1 == columns.index("regression_redelivered")
+    assert [(r["offset_regressions"], r["regression_redelivered"]) for r in rows] == [(2, 5), (None, None)]

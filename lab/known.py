@@ -284,6 +284,113 @@ CATALOGUE: tuple[KnownProblem, ...] = (
             ),
         },
     ),
+    KnownProblem(
+        name="orderly-killed-owner-holds-lock",
+        issues=(),
+        affected="every release (4.x and 5.x)",
+        fixed_in="not fixed",
+        remedy="stop consumers gracefully (shutdown unlocks their queues) instead of killing them",
+        question="When an orderly consumer is killed, how long do its queues wait for the broker locks it "
+        "still holds?",
+        figure="unavailability.by_cause_rocketmq_ms.lock_wait",
+        unit="ms of RocketMQ time",
+        change="RebalanceLockManager keeps a client's queue locks until they expire (60 s after its last "
+        "lockAll, rocketmq.broker.rebalance.lockMaxLiveTime) also when its connection closes; only "
+        "UNLOCK_BATCH_MQ, which DefaultMQPushConsumerImpl.shutdown sends, frees them at once",
+        variants={
+            # today's client on both sides, so that failed locks of a forming group
+            # (orderly-lock-failure-waits-a-round, fixed in 5.0.0) do not mix in
+            "affected": Variant(
+                {"client_version": "5.3.3"},
+                "the killed consumer's queues are given to the others at once but their locks fail "
+                "until the broker lets the old ones expire: lock_wait > 0",
+            ),
+            "fixed": Variant(
+                {"client_version": "5.3.3"},
+                "the consumer stopped gracefully unlocks its queues and the others lock them at once: "
+                "lock_wait = 0",
+                scenario="orderly-stopped-owner-unlocks",
+            ),
+        },
+    ),
+    KnownProblem(
+        name="offset-illegal-waits-a-round",
+        issues=("apache/rocketmq#7644",),
+        affected="5.1.4 and earlier (4.9.x included)",
+        fixed_in="5.2.0",
+        question="When a broker comes back without its store and answers pulls with OFFSET_MOVED, how "
+        "long do the consumers leave its queues?",
+        figure="unavailability.by_cause_rocketmq_ms.lock_wait",
+        above=10_000,
+        unit="ms of RocketMQ time",
+        change="DefaultMQPushConsumerImpl.pullMessage, case OFFSET_ILLEGAL: the offset is fixed at once and "
+        "the rebalance woken (ISSUE #7644); before, the queue was dropped, its offset fixed 10 s later "
+        "(executeTaskLater) and the queue taken again at the next 20 s rebalance",
+        variants={
+            "affected": Variant(
+                {"offset_illegal_5x": False},
+                "every queue is dropped and taken again at the client's next rebalance: allocated but "
+                "not taken for more than 10 s summed over the queues",
+            ),
+            "fixed": Variant(
+                {"offset_illegal_5x": True},
+                "the queues are pulled again from the corrected offset at once: below 10 s",
+            ),
+        },
+    ),
+    KnownProblem(
+        name="mixed-allocation-strategies-in-one-group",
+        issues=(),
+        affected="every release (4.x and 5.x)",
+        fixed_in="not fixed",
+        remedy="one allocation strategy for every member of a group",
+        question="What goes wrong when the members of one group divide the queues by different "
+        "allocation strategies?",
+        figure="lost",
+        unit="messages",
+        change="RebalanceImpl.rebalanceByTopic: each client computes only its own share, with its own "
+        "AllocateMessageQueueStrategy; nothing checks that the members of a group use the same one (the "
+        "mechanism of apache/rocketmq-client-go#419, where Go's averaging differed from Java's)",
+        variants={
+            "affected": Variant(
+                {},
+                "half the members allocate averagely, half by circle: some queues are taken twice "
+                "(duplicates) and others by nobody (lost > 0)",
+            ),
+            "fixed": Variant(
+                {},
+                "every member allocates averagely: lost = 0, no duplicates",
+                scenario="mixed-allocation-strategies-aligned",
+            ),
+        },
+    ),
+    KnownProblem(
+        name="pop-and-pull-members-in-one-group",
+        issues=(),
+        affected="every release with POP (5.x)",
+        fixed_in="not fixed",
+        remedy="move every member of a group to POP at once, or give the POP consumers a group of their own",
+        question="When part of a consumer group pops (RocketMQ 5, broker-side assignment) and the rest "
+        "still balances in the client and pulls, which messages are consumed twice?",
+        figure="duplicates",
+        unit="messages",
+        change="RebalanceImpl.doRebalance: a client with clientRebalance = true (every 4.x client) divides "
+        "the queues among all members by itself, while the broker's POP assignment "
+        "(QueryAssignmentProcessor.allocate4Pop, popShareQueueNum -1) gives every popping member every "
+        "queue; a member that falls back to its own rebalance while the others pop is how "
+        "apache/rocketmq#8686 duplicates",
+        variants={
+            "affected": Variant(
+                {},
+                "the queues the pulling members hold are also popped by the others: duplicates > 0",
+            ),
+            "fixed": Variant(
+                {},
+                "every member pops: no duplicates",
+                scenario="pop-and-pull-members-moved-together",
+            ),
+        },
+    ),
 )
 
 

@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--ha-replication-lag-ms",
         type=non_negative_int,
         default=0,
-        help="a slave holds each copied batch this long before storing it (unscaled ms; default 0)",
+        help="a slave holds each copied batch this long before storing it (RocketMQ ms, at --time-scale; "
+        "default 0)",
     )
     p.add_argument(
         "--slave-read-enable",

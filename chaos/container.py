@@ -509,7 +509,13 @@ class ContainerCluster(LocalCluster):
         return self.sup.add(node, "namesrv", "rmqlab.broker.namesrv_main", args, port=NAMESRV_PORT)
 
     def add_broker(
-        self, name: str, *, durable: bool = False, flags: list[str] | None = None, native: bool = False
+        self,
+        name: str,
+        *,
+        durable: bool = False,
+        flags: list[str] | None = None,
+        native: bool = False,
+        broker_name: str | None = None,
     ) -> Member:
         args = [
             "--host",
@@ -517,7 +523,7 @@ class ContainerCluster(LocalCluster):
             "--port",
             str(BROKER_PORT),
             "--broker-name",
-            name,
+            broker_name or name,
             "--namesrv",
             "{namesrv}",
             # The lab's admin client reaches the broker from the host across the run's own bridge network,
@@ -537,14 +543,14 @@ class ContainerCluster(LocalCluster):
         if self.namesrv is None:
             raise RuntimeError("start the name server and brokers first")
         for node in sorted(self._proxied - set(self.links)):
-            links = ClientLinks(node, self.namesrv, self.brokers, seed=self.seed, host=self.gateway)
+            links = ClientLinks(node, self.namesrv, self.servers(), seed=self.seed, host=self.gateway)
             self.links[node] = await links.start()
             self.sup.vars["namesrv@" + node] = links.namesrv_address
 
     # -- network faults ------------------------------------------------------------------------------
 
     def _server_address(self, name: str) -> str | None:
-        return self.namesrv if name == NAMESRV_NODE else self.brokers.get(name)
+        return self.namesrv if name == NAMESRV_NODE else self.servers().get(name)
 
     def _ends(self, node: str, other: str) -> list[tuple[str, str, str, str | None, bool]]:
         """Where the packets between ``node`` and each node ``other`` names can be dropped:
@@ -553,7 +559,7 @@ class ContainerCluster(LocalCluster):
         A client with fault relays reaches the servers through the host (the run network's gateway),
         so its links to them are cut in its own namespace, on the relay's address, whichever end the
         nemesis names; every other link is cut in the target's namespace, on the peer's address."""
-        peers = sorted(self.brokers) if other == "all" else [other]
+        peers = sorted(set(self.servers()) - {node}) if other == "all" else [other]
         out = []
         for peer in peers:
             if node in self.links and self._server_address(peer) is not None:
@@ -581,7 +587,7 @@ class ContainerCluster(LocalCluster):
 
     def _through_relay(self, node: str, other: str) -> bool:
         """Whether a link of ``node`` to ``other`` (or to every broker) passes a client's fault relay."""
-        peers = sorted(self.brokers) if other == "all" else [other]
+        peers = sorted(set(self.servers()) - {node}) if other == "all" else [other]
         return any(
             (node in self.links and self._server_address(p) is not None)
             or (p in self.links and self._server_address(node) is not None)
@@ -629,7 +635,7 @@ class ContainerCluster(LocalCluster):
         else:
             fields = {"loss_percent": float(params["percent"])}
             direction = params.get("direction", "both")
-        peers = sorted(self.brokers) if other == "all" else [other]
+        peers = sorted(set(self.servers()) - {node}) if other == "all" else [other]
         ends = []
         for peer in peers:
             if peer not in self.sup.members:

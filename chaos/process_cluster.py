@@ -121,7 +121,8 @@ class LocalCluster:
         self.links: dict[str, ClientLinks] = {}
         self._proxied: set[str] = set()
         self.namesrv: str | None = None
-        self.brokers: dict[str, str] = {}  # broker name -> address
+        self.brokers: dict[str, str] = {}  # broker name -> address (the masters)
+        self.slaves: dict[str, str] = {}  # slave node (<broker>-s<id>) -> address
         # RocketMQ's native remoting ports, when the servers were declared with native=True.
         self.namesrv_native: str | None = None
         self.brokers_native: dict[str, str] = {}
@@ -144,9 +145,17 @@ class LocalCluster:
         return self.sup.add(node, "namesrv", NAMESRV_MODULE, args + self._metrics_args(), port=0)
 
     def add_broker(
-        self, name: str, *, durable: bool = False, flags: list[str] | None = None, native: bool = False
+        self,
+        name: str,
+        *,
+        durable: bool = False,
+        flags: list[str] | None = None,
+        native: bool = False,
+        broker_name: str | None = None,
     ) -> Member:
-        args = ["--host", "127.0.0.1", "--port", "0", "--broker-name", name, "--namesrv", "{namesrv}"]
+        """A broker node; a slave's node name differs from its ``broker_name`` (its master's)."""
+        args = ["--host", "127.0.0.1", "--port", "0", "--broker-name", broker_name or name]
+        args += ["--namesrv", "{namesrv}"]
         if native:
             args += ["--remoting-port", "0"]
         if durable:
@@ -300,6 +309,8 @@ class LocalCluster:
                     self.sup.vars["namesrv_native"] = m.native_address
             elif m.role == "proxy":
                 self.sup.vars["proxy"] = m.address or ""
+            elif m.role == "broker" and self.exp is not None and n in self.exp.slave_nodes():
+                self.slaves[n] = m.address or ""
             elif m.role == "broker":
                 self.brokers[n] = m.address or ""
                 if m.native_address:
@@ -313,9 +324,13 @@ class LocalCluster:
         if self.namesrv is None:
             raise RuntimeError("start the name server and brokers first")
         for node in sorted(self._proxied - set(self.links)):
-            links = await ClientLinks(node, self.namesrv, self.brokers, seed=self.seed).start()
+            links = await ClientLinks(node, self.namesrv, self.servers(), seed=self.seed).start()
             self.links[node] = links
             self.sup.vars["namesrv@" + node] = links.namesrv_address
+
+    def servers(self) -> dict[str, str]:
+        """Every broker node's address: the masters, then their slaves."""
+        return {**self.brokers, **self.slaves}
 
     async def create_topic(self, topic: str, queues_per_broker: int, timeout_s: float = 30.0) -> None:
         """Create the topic on every broker and wait until the name server routes it to all of them."""
@@ -354,9 +369,12 @@ class LocalCluster:
             return
         native = bool(real - set(V5_CLIENTS))
         self.add_namesrv(native=native)
+        acl = ["--acl", exp.acl.file] if exp.acl else []
         for b in exp.brokers:
-            flags = exp.broker_flags() + (["--acl", exp.acl.file] if exp.acl else [])
-            self.add_broker(b, durable=exp.durable, flags=flags, native=native)
+            self.add_broker(b, durable=exp.durable, flags=exp.broker_flags() + acl, native=native)
+            for s in exp.slave_nodes(b):
+                flags = exp.slave_flags(s) + acl
+                self.add_broker(s, durable=exp.durable, flags=flags, native=native, broker_name=b)
         if real & set(V5_CLIENTS):
             self.add_proxy()
         proxied = exp.network_targets(self.relayed_actions)
@@ -456,6 +474,10 @@ class LocalCluster:
         for t in exp.topics:
             per_broker = exp.topic_queues_per_broker(t.name)
             await self.create_topic(t.name, per_broker, timeout_s=self.sup.ready_timeout_s)
+        # the slaves after their masters: each finds its master in the answer to its registration and
+        # copies the topics with the master's offsets in its first sync
+        if exp.slaves:
+            await self.start_all(list(exp.slave_nodes()))
         await self.start_links()
         if PROXY_NODE in self.sup.members:
             await self.start_all([PROXY_NODE])
@@ -510,7 +532,7 @@ class LocalCluster:
         m = self.member(broker)
         if m.state not in ("running", "paused"):
             raise SupervisorError(f"{broker} is not running ({m.state})")
-        return self.brokers[broker]
+        return self.servers()[broker]
 
     async def fault_add(self, broker: str, request: dict[str, Any]) -> int:
         return await self.admin.fault_add(self._running_broker(broker), **request)
@@ -601,6 +623,7 @@ class LocalCluster:
         return {
             "namesrv": self.namesrv,
             "brokers": dict(self.brokers),
+            "slaves": dict(self.slaves),
             "native": {"namesrv": self.namesrv_native, "brokers": dict(self.brokers_native)},
             "ports": {n: m.port for n, m in self.sup.members.items() if m.port is not None},
             "nodes": nodes,

@@ -48,10 +48,17 @@ NETWORK_ACTIONS = ("latency", "blackhole", "reset", "loss", "heal")
 # node at the other end of the link (``peer``) and cut or thin one direction only.
 KERNEL_NETWORK_ACTIONS = ("blackhole", "loss", "heal")
 BROKER_ACTIONS = ("fault", "fault-clear", "policy")
-ACTIONS = PROCESS_ACTIONS + NETWORK_ACTIONS + BROKER_ACTIONS
+# Actions on a master and its slaves: ``failover`` stops a master that has a slave (RocketMQ 4.9.8 has
+# no automatic switch: stopping the master is what an operator can do, and consumers turn to the slave).
+HA_ACTIONS = ("failover",)
+ACTIONS = PROCESS_ACTIONS + NETWORK_ACTIONS + BROKER_ACTIONS + HA_ACTIONS
 SELECTORS = ("random", "next", "all")
 PARTITION_DIRECTIONS = ("both", "out", "in")
-ROLES = ("namesrv", "broker", "producer", "consumer")
+# "broker" selects the masters, "slave" their slaves (named <broker>-s<id>).
+ROLES = ("namesrv", "broker", "slave", "producer", "consumer")
+# brokerRole of the masters when they have slaves (the slaves' is SLAVE)
+MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
+MAX_SLAVES = 8
 # Allocation strategies that need no per-consumer configuration (CONFIG and MACHINE_ROOM need a queue or
 # room list per consumer, which an experiment cannot give yet).
 KNOWN_STRATEGIES = ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH")
@@ -358,6 +365,11 @@ class Experiment:
     acl: AclSpec | None = None
     # the brokers' --flush-consumer-offset-interval (ms); 0: every committed offset durable at once
     flush_consumer_offset_interval: int = 0
+    # Master-slave (RocketMQ 4.x): each master's slaves, brokerId 1..slaves, nodes <broker>-s<id>
+    slaves: int = 0
+    broker_role: str = "ASYNC_MASTER"  # the masters' brokerRole
+    replication_lag_ms: float = 0  # the slaves hold each copied batch this long (RocketMQ ms)
+    slave_read_enable: bool = False  # slaveReadEnable on every broker
     engine: str = "emulator"  # one of ENGINES: whose name server and brokers run the experiment
     # what the tables of the backend that parsed it hold (TableExtension.name -> its parse's result)
     extensions: Mapping[str, TableSettings] = field(default_factory=dict, compare=False, repr=False)
@@ -366,6 +378,29 @@ class Experiment:
         flags = self.policies.broker_flags()
         if self.flush_consumer_offset_interval:
             flags += ["--flush-consumer-offset-interval", str(self.flush_consumer_offset_interval)]
+        if self.slaves:
+            flags += ["--broker-role", self.broker_role]
+            if self.slave_read_enable:
+                flags.append("--slave-read-enable")
+        return flags
+
+    def slave_nodes(self, broker: str | None = None) -> tuple[str, ...]:
+        """The slaves' node names (of one master, or of all), ``<broker>-s<id>`` with brokerId 1..N."""
+        masters = self.brokers if broker is None else (broker,)
+        return tuple(f"{b}-s{i}" for b in masters for i in range(1, self.slaves + 1))
+
+    def slave_flags(self, node: str) -> list[str]:
+        """What makes a slave of the broker flags: its master's brokerName, its brokerId, SLAVE, the lag.
+        The slave finds its master's address in the name server's answer to its registration."""
+        _master, broker_id = slave_of(node)
+        flags = [*self.policies.broker_flags(), "--broker-id", str(broker_id), "--broker-role", "SLAVE"]
+        if self.flush_consumer_offset_interval:
+            flags += ["--flush-consumer-offset-interval", str(self.flush_consumer_offset_interval)]
+        if self.replication_lag_ms:
+            # RocketMQ time: the broker runs it at its --time-scale like every timer
+            flags += ["--ha-replication-lag-ms", str(round(self.replication_lag_ms))]
+        if self.slave_read_enable:
+            flags.append("--slave-read-enable")
         return flags
 
     def wall(self, lab_seconds: float) -> float:
@@ -375,6 +410,8 @@ class Experiment:
         out = {NAMESRV_NODE: NodeInfo(NAMESRV_NODE, "namesrv")}
         for b in self.brokers:
             out[b] = NodeInfo(b, "broker")
+        for s in self.slave_nodes():
+            out[s] = NodeInfo(s, "slave")
         if self.workload:
             for node, topic in self.workload.nodes:
                 out[node] = NodeInfo(node, "producer", None, topic)
@@ -449,6 +486,11 @@ class Experiment:
             "brokers": list(self.brokers),
             "durable": self.durable,
             "flush_consumer_offset_interval": self.flush_consumer_offset_interval,
+            "slaves": self.slaves,
+            "broker_role": self.broker_role,
+            "replication_lag_ms": self.replication_lag_ms,
+            "slave_read_enable": self.slave_read_enable,
+            "slave_nodes": list(self.slave_nodes()),
             "engine": self.engine,
             "topics": [{"name": t.name, "queues": t.queues} for t in self.topics],
             "consumers": [
@@ -650,6 +692,17 @@ def broker_names(count: int) -> tuple[str, ...]:
     return tuple(f"broker-{chr(ord('a') + i)}" for i in range(count))
 
 
+_SLAVE_NODE = re.compile(r"(broker-[a-z])-s([1-9][0-9]*)")
+
+
+def slave_of(node: str) -> tuple[str, int]:
+    """A slave node's master (its brokerName) and brokerId: ``broker-a-s1`` -> ("broker-a", 1)."""
+    m = _SLAVE_NODE.fullmatch(node)
+    if m is None:
+        raise ValueError(f"{node!r} is not a slave's node name (<broker>-s<id>)")
+    return m.group(1), int(m.group(2))
+
+
 def request_code(value: int | str) -> int | None:
     """A request code given as a number or as its RocketMQ name (``PULL_MESSAGE``)."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -731,7 +784,7 @@ def _build(
     duration = root.get("duration", "number", _REQUIRED, _positive)
     seed = root.get("seed", "int", 0)
     drain_timeout = root.get("drain_timeout", "number", 300, _positive)
-    n_brokers, durable, flush_interval, engine = _cluster(root.table("cluster"))
+    n_brokers, durable, flush_interval, engine, ha = _cluster(root.table("cluster"))
     policies = _policies(root.table("policies"))
     acl = _acl(root.table("acl"), source)
     topics = _topics(root.tables("topics"), n_brokers)
@@ -770,6 +823,7 @@ def _build(
         nemeses=tuple(nemeses),
         acl=acl,
         flush_consumer_offset_interval=flush_interval,
+        **ha,
         engine=engine,
     )
     if acl is not None and exp.real_clients():
@@ -786,10 +840,11 @@ def _build(
     return replace(exp, extensions=settings) if settings else exp
 
 
-def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str]:
-    """[cluster]: (number of brokers, durable stores, the brokers' offset flush interval in ms, engine)."""
+def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any]]:
+    """[cluster]: (number of brokers, durable stores, the brokers' offset flush interval in ms, engine,
+    the master-slave settings as Experiment keywords)."""
     if not cluster:
-        return 1, False, 0, "emulator"
+        return 1, False, 0, "emulator", {}
     n_brokers = cluster.get(
         "brokers", "int", 1, lambda v: None if 1 <= v <= MAX_BROKERS else f"must be 1..{MAX_BROKERS}"
     )
@@ -797,9 +852,28 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str]:
     flush_interval = cluster.get("flush_consumer_offset_interval", "int", 0, _non_negative)
     if flush_interval and not durable:
         cluster.err("flush_consumer_offset_interval", "needs durable = true (offsets flushed to a store)")
+    slaves = cluster.get(
+        "slaves",
+        "int",
+        0,
+        lambda v: None if 0 <= v <= MAX_SLAVES else f"must be a whole number 0..{MAX_SLAVES}, got {v}",
+    )
+    role = cluster.get("broker_role", "str", "ASYNC_MASTER", _one_of(MASTER_ROLES))
+    lag = cluster.get("replication_lag_ms", "number", 0, _non_negative)
+    slave_read = cluster.get("slave_read_enable", "bool", False)
     engine = cluster.get("engine", "str", "emulator", _engine)
     cluster.finish()
-    return n_brokers, durable, flush_interval, engine
+    if not slaves:
+        for key in ("broker_role", "replication_lag_ms", "slave_read_enable"):
+            if key in cluster.data:
+                cluster.err(key, f"'{key}' is a master-slave setting: it needs slaves >= 1")
+    ha = {
+        "slaves": slaves or 0,
+        "broker_role": role or "ASYNC_MASTER",
+        "replication_lag_ms": lag or 0,
+        "slave_read_enable": bool(slave_read),
+    }
+    return n_brokers, durable, flush_interval, engine, ha
 
 
 def _engine(v: str) -> str | None:
@@ -858,6 +932,11 @@ def _check_engine(exp: Experiment, pr: Problems) -> None:
         )
     if exp.acl is not None:
         pr.add(("acl",), f"acl: the lab runs engine {engine!r} without ACL")
+    if exp.slaves:
+        pr.add(
+            ("cluster", "slaves"),
+            f"cluster.slaves: the lab runs engine {engine!r} with masters only (slaves are the emulator's)",
+        )
     if exp.flush_consumer_offset_interval:
         pr.add(
             ("cluster", "flush_consumer_offset_interval"),
@@ -1082,8 +1161,9 @@ def _nemesis(n: _Table, index: int, pr: Problems) -> NemesisSpec | None:
     random_count = n.get("random", "int", None, _positive)
     for_s = n.get("for", "number", None, _positive)
     params: dict[str, Any] = {}
-    if action in ("restart",):
+    if action in ("restart", "failover"):
         params["mode"] = n.get("mode", "str", "stop", _one_of(("stop", "kill")))
+    if action == "restart":
         params["down"] = n.get("down", "number", 0.0, _non_negative)
     if action in NETWORK_ACTIONS:
         params["broker"] = n.get("broker", "str", "all")
@@ -1166,6 +1246,7 @@ def _nemesis(n: _Table, index: int, pr: Problems) -> NemesisSpec | None:
 def _check_nemeses(exp: Experiment, pr: Problems) -> None:
     nodes = exp.nodes()
     groups = {c.group for c in exp.consumers}
+    servers = (*exp.brokers, *exp.slave_nodes())
     for n in exp.nemeses:
         path = ("nemesis", n.index - 1)
 
@@ -1193,7 +1274,18 @@ def _check_nemeses(exp: Experiment, pr: Problems) -> None:
         else:
             if n.target not in nodes:
                 known = ", ".join(sorted(nodes, key=node_order))
-                err("target", f"unknown node {n.target!r} (nodes of this experiment: {known})")
+                try:
+                    master, _ = slave_of(n.target)
+                except ValueError:
+                    master = ""
+                if master in exp.brokers:
+                    err(
+                        "target",
+                        f"no slave {n.target!r}: {master} has {exp.slaves} slave(s) ([cluster] slaves = "
+                        f"{exp.slaves}; nodes of this experiment: {known})",
+                    )
+                else:
+                    err("target", f"unknown node {n.target!r} (nodes of this experiment: {known})")
                 continue
             roles = {nodes[n.target].role}
         other = n.params.get("broker", "all")
@@ -1226,16 +1318,22 @@ def _check_nemeses(exp: Experiment, pr: Problems) -> None:
                     f"{n.action!r} hangs the listener of the lab's own consumers and of the v5 and Java "
                     "clients' drivers: target those only",
                 )
-        if n.action in BROKER_ACTIONS and roles != {"broker"}:
+        if n.action in BROKER_ACTIONS and not roles <= {"broker", "slave"}:
             err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")
+        if n.action == "failover":
+            if not exp.slaves:
+                err(None, "'failover' switches a master to its slave: give [cluster] slaves >= 1")
+            elif roles != {"broker"}:
+                err("target", f"'failover' acts on a master: target one of {', '.join(exp.brokers)}")
         if n.action in NETWORK_ACTIONS and n.peer_given:
             if other != "all" and other not in nodes:
                 known = ", ".join(sorted(nodes, key=node_order))
                 err("peer", f'unknown node {other!r} (nodes of this experiment: {known}, or "all")')
             elif other == n.target:
                 err("peer", "a link has two ends: the peer is the target itself")
-        elif n.action in NETWORK_ACTIONS and other not in ("all", NAMESRV_NODE, *exp.brokers):
-            err("broker", f'unknown broker {other!r} (brokers: {", ".join(exp.brokers)}, or "all")')
+        elif n.action in NETWORK_ACTIONS and other not in ("all", NAMESRV_NODE, *servers):
+            names = ", ".join(servers)
+            err("broker", f'unknown broker {other!r} (brokers: {names}, or "all")')
         if n.action == "fault" and n.params.get("client") is not None:
             c = n.params["client"]
             if c not in nodes or nodes[c].role not in ("consumer", "producer"):

@@ -261,6 +261,7 @@ class Runner:
             "fault": self._fault,
             "fault-clear": self._fault_clear,
             "policy": self._policy,
+            "failover": self._failover,
         }
 
     # -- output ----------------------------------------------------------------------------------
@@ -512,6 +513,24 @@ class Runner:
             release_locks_on_close=p.get("release_locks_on_close"),
         )
         self._nemesis("policy", step.target, **p)
+
+    async def _failover(self, step: Step) -> None:
+        """RocketMQ 4.9.8 has no automatic failover: what an operator can do is take the master down, so
+        that the name server drops it from the routes and consumers pull from the slave and commit their
+        offsets there (PROTOCOL.md, "Master and slaves"). The action stops (or kills) a master whose
+        slave is running; its undo after ``for`` starts the master again."""
+        master = step.target
+        live = [s for s in self.exp.slave_nodes(master) if self.backend.member(s).state == "running"]
+        if not live:
+            raise NodeError(f"{master} has no running slave to fail over to")
+        mode = step.params.get("mode", "stop")
+        if self.backend.member(master).state not in ("running", "paused"):
+            raise NodeError(f"{master} is {self.backend.member(master).state}, not running or paused")
+        self._nemesis("failover", master, mode=mode, slaves=live)
+        if mode == "kill":
+            await self.backend.kill(master)
+        else:
+            await self.backend.stop(master)
 
     # -- after the schedule -----------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ UNDO = {
     "hang": "unhang",
     "stop": "start",
     "kill": "start",
+    "failover": "start",  # the master comes back
     "latency": "heal",
     "blackhole": "heal",
     "reset": "heal",
@@ -163,6 +164,7 @@ def expand_schedule(
 _NEEDS = {
     "kill": ("running", "paused"),
     "stop": ("running", "paused"),
+    "failover": ("running", "paused"),
     "pause": ("running",),
     "hang": ("running",),
     "unhang": ("hung",),
@@ -194,7 +196,7 @@ class NodeStates:
 
     def apply(self, step: Step) -> None:
         a, node = step.action, step.target
-        if a in ("kill", "stop", "restart"):
+        if a in ("kill", "stop", "restart", "failover"):
             self._state[node] = "down" if a != "restart" else "running"
             self._hung.discard(node)
             if a == "restart":

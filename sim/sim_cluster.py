@@ -42,7 +42,7 @@ from rmqlab.client.producer_main import make_body
 from rmqlab.client.push_consumer import PushConsumer
 from rmqlab.lab.admin_client import AdminClient, route_brokers
 from rmqlab.lab.backend import NodeError, NodeFailed, nemesis_fields
-from rmqlab.lab.experiment import Experiment
+from rmqlab.lab.experiment import Experiment, slave_of
 from rmqlab.lab.runner import Console, Runner, RunResult, versions
 from rmqlab.lab.schedule import Step
 from rmqlab.lab.tally import RunTally, progress_line
@@ -258,7 +258,8 @@ class SimBackend:
         self._pids = 0
         self._faulty: dict[str, set[str]] = {}  # network nemesis target -> the nodes at the links' other end
         self.namesrv_addr = ""
-        self.brokers: dict[str, str] = {}
+        self.brokers: dict[str, str] = {}  # the masters
+        self.slaves: dict[str, str] = {}  # slave node (<broker>-s<id>) -> address
         self._client_ids: list[str] = []
         # Killed processes stay referenced until the run ends: collecting their tasks would close the
         # coroutines and run their finally blocks, which a SIGKILLed process never does.
@@ -318,6 +319,8 @@ class SimBackend:
         self.nodes["namesrv"] = SimNode("namesrv", "namesrv")
         for b in exp.brokers:
             self.nodes[b] = SimNode(b, "broker")
+        for s in exp.slave_nodes():
+            self.nodes[s] = SimNode(s, "broker")
         for c in exp.consumers:
             for node in c.nodes:
                 self.nodes[node] = SimNode(node, "consumer", c.group, c.topic, c)
@@ -352,6 +355,9 @@ class SimBackend:
         await self._start(self.nodes["namesrv"])
         for b in exp.brokers:
             await self._start(self.nodes[b])
+        # the slaves after their masters: each finds its master in the answer to its registration
+        for s in exp.slave_nodes():
+            await self._start(self.nodes[s])
         assert self.admin is not None
         for t in exp.topics:
             deadline = self.loop.time() + 30
@@ -445,7 +451,7 @@ class SimBackend:
         percent: float = 0,
     ) -> None:
         """Rules on the links between ``node`` and ``broker`` (every broker for "all"), both ways."""
-        peers = list(self.exp.brokers) if broker == "all" else [broker]
+        peers = [b for b in self._servers() if b != node] if broker == "all" else [broker]
         if action == "heal" and broker == "all":  # every link of the target's faults (the kernel's heal too)
             peers += sorted(self._faulty.get(node, set()) - set(peers))
         for b in peers:
@@ -484,11 +490,11 @@ class SimBackend:
 
     async def fault_add(self, broker: str, request: dict[str, Any]) -> int:
         assert self.admin is not None
-        return await self.admin.fault_add(self.brokers[broker], **request)
+        return await self.admin.fault_add(self._servers()[broker], **request)
 
     async def fault_clear(self, broker: str) -> None:
         assert self.admin is not None
-        await self.admin.fault_clear(self.brokers[broker])
+        await self.admin.fault_clear(self._servers()[broker])
 
     async def policy_set(
         self,
@@ -499,7 +505,7 @@ class SimBackend:
     ) -> None:
         assert self.admin is not None
         await self.admin.policy_set(
-            self.brokers[broker],
+            self._servers()[broker],
             notify_on_channel_expired=notify_on_channel_expired,
             release_locks_on_close=release_locks_on_close,
         )
@@ -527,8 +533,13 @@ class SimBackend:
         return {
             "namesrv": self.namesrv_addr,
             "brokers": dict(self.brokers),
+            "slaves": dict(self.slaves),
             "nodes": {name: n.info() for name, n in self.nodes.items()},
         }
+
+    def _servers(self) -> dict[str, str]:
+        """Every broker node's address: the masters, then their slaves."""
+        return {**self.brokers, **self.slaves}
 
     # -- processes -----------------------------------------------------------------------------------
     @staticmethod
@@ -679,8 +690,19 @@ class SimBackend:
 
     async def _broker(self, n: SimNode, ready: asyncio.Future[str]) -> int:
         exp = self.exp
+        slave = n.node in exp.slave_nodes()
+        master, broker_id = slave_of(n.node) if slave else (n.node, 0)
+        ha: dict[str, Any] = {}
+        if exp.slaves:  # the settings rmq-chaos gives as flags (Experiment.broker_flags, slave_flags)
+            ha = {
+                "broker_id": broker_id,
+                "broker_role": "SLAVE" if slave else exp.broker_role,
+                "slave_read_enable": exp.slave_read_enable,
+                "ha_replication_lag_ms": round(exp.replication_lag_ms) if slave else 0,
+            }
         cfg = BrokerConfig(
-            broker_name=n.node,
+            broker_name=master,
+            **ha,
             host=self.net.ip_of(n.node),
             port=BROKER_PORT,
             time_scale=exp.time_scale,
@@ -694,12 +716,13 @@ class SimBackend:
         await broker.start()
         n.server = broker
         try:
-            for t in exp.topics:
+            # a master creates the topics (as rmq-chaos's admin does); a slave copies them in its sync
+            for t in exp.topics if not slave else ():
                 per = exp.topic_queues_per_broker(t.name)
                 tc = TopicConfig(t.name, per, per, PERM_READ_WRITE)
                 if broker.topic_manager.put(tc):
                     broker.topic_created(tc)
-            self.brokers[n.node] = broker.address
+            (self.slaves if slave else self.brokers)[n.node] = broker.address
             ready.set_result(broker.address)
             await asyncio.Event().wait()
         finally:

@@ -31,8 +31,10 @@ def test_analyze_writes_summary_and_report_into_the_run_directory(
     assert isinstance(summary.pop("answer"), list)
     assert summary == summarize_run(run_dir)
     report = (run_dir / "report.html").read_text()
-    # Two groups, four pictures each (ownership, rate, duplicates, convergence), all inline.
-    assert report.count("src='data:image/png;base64,") == 8 and "src='http" not in report
+    # Two groups, four pictures each (ownership, rate, duplicates, convergence), and the offset
+    # regressions' picture for a group whose committed offsets moved back; all inline.
+    regressed = sum(1 for g in summary["groups"].values() if g["offset_regressions"])
+    assert report.count("src='data:image/png;base64,") == 8 + regressed and "src='http" not in report
     assert "kill consumer-2" in report and "Verdict OK" in report
     captured = capsys.readouterr()
     assert "verdict: OK" in captured.out

@@ -27,6 +27,7 @@ from rmqlab.lab.experiment import (
     JAVA_REMOTING_CLIENTS,
     NETWORK_ACTIONS,
     V5_CLIENTS,
+    ConsumerSpec,
     Experiment,
     ExperimentError,
     KeyLines,
@@ -381,17 +382,7 @@ class LocalCluster:
         for c in exp.consumers:
             for node in c.nodes:
                 if c.real:
-                    self.add_real_consumer(
-                        node,
-                        client=c.client,
-                        group=c.group,
-                        topic=c.topic,
-                        orderly=c.orderly,
-                        consume_ms=c.consume_ms,
-                        strategy=c.strategy,
-                        consume_from=c.consume_from,
-                        clients=self.clients,
-                    )
+                    self._add_real_consumer_of(node, c)
                     continue
                 self.add_consumer(
                     node,
@@ -412,6 +403,20 @@ class LocalCluster:
                     node, topic=topic, rate=w.rate, count=w.count, size=w.size, proxied=node in proxied
                 )
 
+    def _add_real_consumer_of(self, node: str, c: ConsumerSpec) -> Member:
+        """A real client's consumer as the experiment's consumer table declares it."""
+        return self.add_real_consumer(
+            node,
+            client=c.client,
+            group=c.group,
+            topic=c.topic,
+            orderly=c.orderly,
+            consume_ms=c.consume_ms,
+            strategy=c.strategy,
+            consume_from=c.consume_from,
+            clients=self.clients,
+        )
+
     def _declare_engine(self, exp: Experiment) -> None:
         """An Apache engine's name server and brokers (each broker creates the experiment's topics on
         itself), Apache's clients as the consumers, and Apache's Go producer as the workload: the lab's own
@@ -428,17 +433,7 @@ class LocalCluster:
             self.engine_nodes.add(b)
         for c in exp.consumers:
             for node in c.nodes:
-                self.add_real_consumer(
-                    node,
-                    client=c.client,
-                    group=c.group,
-                    topic=c.topic,
-                    orderly=c.orderly,
-                    consume_ms=c.consume_ms,
-                    strategy=c.strategy,
-                    consume_from=c.consume_from,
-                    clients=self.clients,
-                )
+                self._add_real_consumer_of(node, c)
         if exp.workload:
             w = exp.workload
             for node, topic in w.nodes:

@@ -220,10 +220,9 @@ class _AbstractStrategy:
         return current_cid in cid_all
 
 
-class AllocateMessageQueueAveragely(_AbstractStrategy):
-    """AVG: contiguous blocks; the first ``len(mq_all) % len(cid_all)`` clients get one extra queue."""
-
-    name = "AVG"
+class _SharingStrategy(_AbstractStrategy):
+    """A strategy whose share depends only on the client's index among the sorted ids (AVG, AVG_BY_CIRCLE):
+    ``share`` answers for an index, so a whole group's allocation can be computed in one pass."""
 
     def allocate(
         self,
@@ -235,6 +234,17 @@ class AllocateMessageQueueAveragely(_AbstractStrategy):
         if not self._check(current_cid, mq_all, cid_all):
             return []
         return self.share(list(cid_all).index(current_cid), mq_all, len(cid_all))
+
+    @staticmethod
+    def share(index: int, mq_all: Sequence[MessageQueue], c: int) -> list[MessageQueue]:
+        """The queues of the client at ``index`` of ``c`` sorted ids, the arguments already checked."""
+        raise NotImplementedError
+
+
+class AllocateMessageQueueAveragely(_SharingStrategy):
+    """AVG: contiguous blocks; the first ``len(mq_all) % len(cid_all)`` clients get one extra queue."""
+
+    name = "AVG"
 
     @staticmethod
     def share(index: int, mq_all: Sequence[MessageQueue], c: int) -> list[MessageQueue]:
@@ -251,21 +261,10 @@ class AllocateMessageQueueAveragely(_AbstractStrategy):
         return [mq_all[start + i] for i in range(count)]
 
 
-class AllocateMessageQueueAveragelyByCircle(_AbstractStrategy):
+class AllocateMessageQueueAveragelyByCircle(_SharingStrategy):
     """AVG_BY_CIRCLE: round robin, client ``i`` gets queues ``i, i + n, i + 2n, ...``."""
 
     name = "AVG_BY_CIRCLE"
-
-    def allocate(
-        self,
-        consumer_group: str,
-        current_cid: str,
-        mq_all: Sequence[MessageQueue],
-        cid_all: Sequence[str],
-    ) -> list[MessageQueue]:
-        if not self._check(current_cid, mq_all, cid_all):
-            return []
-        return self.share(list(cid_all).index(current_cid), mq_all, len(cid_all))
 
     @staticmethod
     def share(index: int, mq_all: Sequence[MessageQueue], c: int) -> list[MessageQueue]:

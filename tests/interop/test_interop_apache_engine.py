@@ -18,7 +18,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kit.interop import ROOT, Lab, consumed_positions, cpp_client_missing, max_offsets, ownership, wait_for
+from kit.interop import (
+    ROOT,
+    Lab,
+    averagely,
+    consumed_positions,
+    cpp_client_missing,
+    max_offsets,
+    ownership,
+    wait_for,
+)
 
 from rmqlab.interop.apache.engine import (
     BROKER_READY,
@@ -154,19 +163,6 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
         yield lab
     finally:
         lab.close()
-
-
-def averagely(clients: list[str], queues: int) -> dict[str, set[int]]:
-    """AllocateMessageQueueAveragely of one broker's queues over the sorted client ids."""
-    cids = sorted(clients)
-    n = len(cids)
-    out = {}
-    for i, cid in enumerate(cids):
-        mod = queues % n
-        size = queues // n + (1 if i < mod else 0) if queues > n else 1 if i < queues else 0
-        start = i * size if mod and i < mod else i * size + mod
-        out[cid] = {start + k for k in range(min(size, queues - start))} if size else set()
-    return out
 
 
 @pytest.mark.slow

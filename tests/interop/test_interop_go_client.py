@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kit.interop import ROOT, Lab, Proc, cpp_client_missing, max_offsets, ownership, wait_for
+from kit.interop import ROOT, Lab, Proc, averagely, cpp_client_missing, max_offsets, ownership, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -64,19 +64,6 @@ def go_consumer(lab: Lab, name: str, group: str, topic: str, *extra: str) -> Pro
     argv += ["--log-file", str(lab.dir / f"{name}.jsonl")]
     argv += ["--client-log-dir", str(lab.dir / f"{name}.client-log"), *extra]
     return lab.start(name, argv)
-
-
-def averagely(clients: list[str], queues: int) -> dict[str, set[int]]:
-    """AllocateMessageQueueAveragely of one broker's queues over the sorted client ids."""
-    cids = sorted(clients)
-    n = len(cids)
-    out = {}
-    for i, cid in enumerate(cids):
-        mod = queues % n
-        size = queues // n + (1 if i < mod else 0) if queues > n else 1 if i < queues else 0
-        start = i * size if mod and i < mod else i * size + mod
-        out[cid] = {start + k for k in range(min(size, queues - start))} if size else set()
-    return out
 
 
 def latest_rounds(lab: Lab, names: list[str], topic: str, clients: list[str]) -> dict[str, dict] | None:

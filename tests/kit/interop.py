@@ -262,3 +262,17 @@ def max_offsets(lab: Lab, topic: str) -> dict[int, int]:
         if e.get("topic") == topic:
             out[e["queue_id"]] = max(out.get(e["queue_id"], 0), e["queue_offset"] + 1)
     return out
+
+
+def averagely(clients: list[str], queues: int) -> dict[str, set[int]]:
+    """AllocateMessageQueueAveragely of one broker's queues (by id) over the sorted client ids, written
+    out independently of the lab's own strategy: what a settled group of real clients must hold."""
+    cids = sorted(clients)
+    n = len(cids)
+    out = {}
+    for i, cid in enumerate(cids):
+        mod = queues % n
+        size = queues // n + (1 if i < mod else 0) if queues > n else 1 if i < queues else 0
+        start = i * size if mod and i < mod else i * size + mod
+        out[cid] = {start + k for k in range(min(size, queues - start))} if size else set()
+    return out

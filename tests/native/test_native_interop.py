@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from kit.interop import (
     Lab,
+    averagely,
     consumed_positions,
     cpp_client_missing,
     js_client_missing,
@@ -49,22 +50,9 @@ def converged(
     if set(held) != set(clients):
         return None
     # Settled: every client holds what averagely gives it over this set of clients.
-    if held != expected_averagely(clients, queues):
+    if held != averagely(clients, queues):
         return None
     return held
-
-
-def expected_averagely(clients: list[str], queues: int) -> dict[str, set[int]]:
-    """AllocateMessageQueueAveragely over sorted client ids (queues of one broker, in id order)."""
-    cids = sorted(clients)
-    n = len(cids)
-    out = {}
-    for i, cid in enumerate(cids):
-        mod = queues % n
-        size = queues // n + (1 if i < mod else 0) if queues > n else 1 if i < queues else 0
-        start = i * size if mod and i < mod else i * size + mod
-        out[cid] = {start + k for k in range(min(size, queues - start))} if size else set()
-    return out
 
 
 @needs_cpp
@@ -90,7 +78,7 @@ def test_cpp_and_python_consumers_share_a_group(lab: Lab):
             lab,
         )
     # C++ and Python computed the same averagely allocation over the same sorted client ids.
-    assert held == expected_averagely(clients, queues)
+    assert held == averagely(clients, queues)
     for name in ids:
         latest = wait_for(
             f"{name}'s rebalance over all four",
@@ -129,7 +117,7 @@ def test_cpp_and_python_consumers_share_a_group(lab: Lab):
         30,
         lab,
     )
-    assert held == expected_averagely(survivors, queues)
+    assert held == averagely(survivors, queues)
 
     # Theirs -> everyone: a real producer's messages reach our consumers and theirs.
     assert lab.cpp_producer("cpp-producer", topic, 40, "cpp").popen.wait(30) == 0

@@ -4,9 +4,15 @@
 #   interop/js/node_modules/  ali-ons 3.12.0 (pure JS, npm)
 #   .venv-v5/                 Apache's RocketMQ 5 Python client 5.1.2 (PyPI rocketmq-python-client, gRPC)
 #   interop/js5/node_modules/ Apache's RocketMQ 5 Node.js client 1.0.8 (npm rocketmq-client-nodejs, gRPC)
+#   .cache/java/lib/          Apache's Java clients (Maven Central; scripts/setup_java_clients.sh)
+#   .cache/go/                the driver of Apache's Go client (Go module proxy; scripts/setup_go_client.sh)
+#   .cache/apache/            Apache's name server and broker, the apache-* engines (Maven Central;
+#                             scripts/setup_apache_engine.sh)
+# Maven and Go keep what they download in their own caches (~/.m2, Go's module cache), so a second
+# checkout on the same machine builds without fetching again.
 # The C++ and v5 Python packages both install a top-level module named `rocketmq`, so each has its own venv.
 # Idempotent: a stamp file per environment skips work already done. Skip one with SKIP_CPP=1 / SKIP_JS=1 /
-# SKIP_PY5=1 / SKIP_JS5=1.
+# SKIP_PY5=1 / SKIP_JS5=1 / SKIP_JAVA=1 / SKIP_GO=1 / SKIP_APACHE=1 (their tests then skip, saying why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
@@ -66,4 +72,22 @@ if [ "${SKIP_PY5:-0}" != 1 ]; then
 fi
 if [ "${SKIP_JS5:-0}" != 1 ]; then
     node_client interop/js5 "$JS5_PKG" rocketmq-client-nodejs "v5 Node.js client" SKIP_JS5
+fi
+if [ "${SKIP_JAVA:-0}" != 1 ]; then
+    bash scripts/setup_java_clients.sh || {
+        echo "error: Apache's Java clients could not be built (set SKIP_JAVA=1 to go on without them)" >&2
+        exit 1
+    }
+fi
+if [ "${SKIP_GO:-0}" != 1 ]; then
+    bash scripts/setup_go_client.sh || {
+        echo "error: Apache's Go client could not be built (set SKIP_GO=1 to go on without it)" >&2
+        exit 1
+    }
+fi
+if [ "${SKIP_APACHE:-0}" != 1 ]; then
+    bash scripts/setup_apache_engine.sh || {
+        echo "error: Apache's broker could not be fetched (set SKIP_APACHE=1 to go on without it)" >&2
+        exit 1
+    }
 fi

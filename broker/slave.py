@@ -84,6 +84,9 @@ class SlaveService:
             "suspendTimeoutMillis": suspend_ms,
             "slaveAddr": b.broker_addr,
         }
+        if cfg.controller_mode:
+            # AutoSwitchHAClient's handshake names the slave to the master's SyncStateSet check
+            ext["slaveBrokerId"] = cfg.broker_id
         req = RemotingCommand.request(RequestCode.HA_TRANSFER, ext)
         resp = await self._client.invoke(addr, req, suspend_ms / 1000 + max(1.0, cfg.scaled_s(3_000)))
         if resp.code != ResponseCode.SUCCESS:

@@ -39,7 +39,7 @@ class HAProcessor:
         if not 0 <= start <= len(log):
             raise InvalidParameter("offset", f"{offset} is outside this master's log [0, {len(log)}]")
         # the request reports what the slave holds: HAConnection's ReadSocketService
-        b.ha_report(conn, slave_addr, start)
+        b.ha_report(conn, slave_addr, start, cmd.ext_int("slaveBrokerId", None))
         if start == len(log) and suspend_ms > 0:
             await b.wait_log_growth(start, suspend_ms / 1000)
         entries, nxt = log.batch(start, b.config.ha_transfer_batch_bytes)

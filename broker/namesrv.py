@@ -94,7 +94,7 @@ class NamesrvProcessor:
                 "broker_registered", cluster=cluster, broker=name, broker_addr=addr, broker_id=broker_id
             )
         master = self.route_info.master_addr(name)
-        if broker_id == 0 and prev_master is not None and master != prev_master:
+        if broker_id == 0 and master != prev_master:
             self.log.emit(
                 "route_master_changed",
                 broker=name,

@@ -141,8 +141,11 @@ class LocalCluster:
     # Servers declared with native=True also open RocketMQ's native remoting port (--remoting-port 0);
     # a stand-alone name server then routes real clients to the brokers' native ports.
 
-    def add_namesrv(self, node: str = "namesrv", *, native: bool = False) -> Member:
+    def add_namesrv(
+        self, node: str = "namesrv", *, native: bool = False, flags: list[str] | None = None
+    ) -> Member:
         args = ["--host", "127.0.0.1", "--port", "0"] + (["--remoting-port", "0"] if native else [])
+        args += flags or []
         return self.sup.add(node, "namesrv", NAMESRV_MODULE, args + self._metrics_args(), port=0)
 
     def add_broker(
@@ -369,7 +372,7 @@ class LocalCluster:
             self._declare_engine(exp)
             return
         native = bool(real - set(V5_CLIENTS))
-        self.add_namesrv(native=native)
+        self.add_namesrv(native=native, flags=exp.namesrv_flags())
         acl = ["--acl", exp.acl.file] if exp.acl else []
         for b in exp.brokers:
             self.add_broker(b, durable=exp.durable, flags=exp.broker_flags() + acl, native=native)

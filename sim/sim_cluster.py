@@ -676,7 +676,12 @@ class SimBackend:
         return self._producer(n, proc, ready)
 
     async def _namesrv(self, n: SimNode, ready: asyncio.Future[str]) -> int:
-        cfg = NamesrvConfig(host=self.net.ip_of(n.node), port=NAMESRV_PORT, time_scale=self.exp.time_scale)
+        cfg = NamesrvConfig(
+            host=self.net.ip_of(n.node),
+            port=NAMESRV_PORT,
+            time_scale=self.exp.time_scale,
+            enable_controller_in_namesrv=self.exp.controller,
+        )
         ctl = NamesrvController(cfg, log=n.log, clock=self.clock)
         await ctl.start()
         self.namesrv_addr = ctl.address
@@ -696,7 +701,9 @@ class SimBackend:
         if exp.slaves:  # the settings rmq-chaos gives as flags (Experiment.broker_flags, slave_flags)
             ha = {
                 "broker_id": broker_id,
-                "broker_role": "SLAVE" if slave else exp.broker_role,
+                # in controller mode the controller decides; the role is the one taken as master
+                "broker_role": "SLAVE" if slave and not exp.controller else exp.broker_role,
+                "controller_mode": exp.controller,
                 "slave_read_enable": exp.slave_read_enable,
                 "ha_replication_lag_ms": round(exp.replication_lag_ms) if slave else 0,
             }
@@ -709,7 +716,7 @@ class SimBackend:
             namesrv=self.namesrv_addr,
             notify_on_channel_expired=exp.policies.notify_on_channel_expired,
             release_locks_on_close=exp.policies.release_locks_on_close,
-            rocketmq5=self.sx.sim.rocketmq5,
+            rocketmq5=self.sx.sim.rocketmq5 or exp.rocketmq5,
         )
         broker = BrokerController(cfg, log=n.log, clock=self.clock)
         broker.pull_events = self.sx.sim.pull_events

@@ -22,6 +22,7 @@ from rmqlab.chaos.fault_relay import ClientLinks
 from rmqlab.chaos.realclients import RealClients, check_environment
 from rmqlab.chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
 from rmqlab.lab.admin_client import AdminClient, route_brokers
+from rmqlab.lab.backend import NodeError
 from rmqlab.lab.experiment import (
     JAVA_CLIENTS,
     JAVA_REMOTING_CLIENTS,
@@ -534,6 +535,11 @@ class LocalCluster:
 
     async def fault_add(self, broker: str, request: dict[str, Any]) -> int:
         return await self.admin.fault_add(self._running_broker(broker), **request)
+
+    async def elect_master(self, broker: str, broker_id: int) -> None:
+        if self.namesrv is None:
+            raise NodeError("the name server is not up")
+        await self.admin.elect_master(self.namesrv, broker, broker_id)
 
     async def fault_clear(self, broker: str) -> None:
         await self.admin.fault_clear(self._running_broker(broker))

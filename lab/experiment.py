@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rmqlab.broker.plain_acl import AclConfigError, PlainAccessValidator
+from rmqlab.broker.replicas_info import FIRST_BROKER_CONTROLLER_ID
 from rmqlab.lab.schedule import (
     UNDO,
     NemesisSpec,
@@ -719,6 +720,12 @@ def slave_of(node: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
+def controller_broker_id(node: str) -> int:
+    """A broker node's brokerControllerId in controller mode: its configured brokerId + 1, so ``broker-a``
+    is 1 and ``broker-a-s1`` 2 (RocketMQ numbers a set's replicas from 1 as they apply)."""
+    return (slave_of(node)[1] if _SLAVE_NODE.fullmatch(node) else 0) + FIRST_BROKER_CONTROLLER_ID
+
+
 def request_code(value: int | str) -> int | None:
     """A request code given as a number or as its RocketMQ name (``PULL_MESSAGE``)."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -1352,6 +1359,12 @@ def _check_nemeses(exp: Experiment, pr: Problems) -> None:
         if n.action in BROKER_ACTIONS and not roles <= {"broker", "slave"}:
             err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")
         if n.action == "failover":
+            if exp.controller and n.for_s is not None:
+                err(
+                    "for",
+                    "under the controller 'failover' elects a slave and the old master stays up as a "
+                    "slave: there is nothing to undo, remove 'for'",
+                )
             if not exp.slaves:
                 err(None, "'failover' switches a master to its slave: give [cluster] slaves >= 1")
             elif roles != {"broker"}:

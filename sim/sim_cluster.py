@@ -492,6 +492,10 @@ class SimBackend:
         assert self.admin is not None
         return await self.admin.fault_add(self._servers()[broker], **request)
 
+    async def elect_master(self, broker: str, broker_id: int) -> None:
+        assert self.admin is not None
+        await self.admin.elect_master(self.namesrv_addr, broker, broker_id)
+
     async def fault_clear(self, broker: str) -> None:
         assert self.admin is not None
         await self.admin.fault_clear(self._servers()[broker])

@@ -12,6 +12,7 @@ from kit.ha import SHIPPED, lines, read_run
 
 from rmqlab.sim.sim_cluster import SimCluster
 from rmqlab.sim.sim_table import load
+from rmqlab.sim.sim_table import parse as parse_sim
 
 
 def events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
@@ -50,4 +51,56 @@ def test_the_controller_elects_the_slave_and_consumers_continue_on_it(tmp_path: 
         e["sync_state_set"] == [1, 2]
         for e in events(tmp_path, "sync_state_set_changed")
         if e["broker"] == "broker-a" and e["master_epoch"] == 2
+    )
+
+
+def simulate_with(tmp_path: Path, nemesis: str, errors: tuple[str, ...] = ()) -> Path:
+    text = (SHIPPED / "ha-controller-failover.toml").read_text()
+    text = text[: text.index("[[nemesis]]")] + nemesis
+    result = SimCluster(parse_sim(text, "controller.toml"), tmp_path, out=io.StringIO(), progress=False).run()
+    assert result.errors == list(errors)
+    assert result.drained
+    return tmp_path
+
+
+def test_failover_under_the_controller_elects_the_slave_and_demotes_the_running_master(
+    tmp_path: Path,
+) -> None:
+    d = simulate_with(tmp_path, '[[nemesis]]\naction = "failover"\ntarget = "broker-a"\nat = 150\n')
+    run = read_run(d, "TradeTopic")
+    assert ("failover", "broker-a") in run.nemeses and ("stop", "broker-a") not in run.nemeses
+    assert len(run.sent) == 450 and run.lost == 0
+    [e] = [e for e in events(d, "master_elected") if e["trigger"] == "designated"]
+    assert (e["broker"], e["old_master_id"], e["master_id"], e["master_epoch"]) == ("broker-a", 1, 2, 2)
+    demoted = [e for e in events(d, "broker_role_changed") if e["node"] == "broker-a"][-1]
+    assert (demoted["broker_role"], demoted["master_epoch"], demoted["broker_id"]) == ("SLAVE", 2, 1)
+
+
+def test_a_paused_master_loses_its_set_after_the_heartbeat_timeout_and_comes_back_a_slave(
+    tmp_path: Path,
+) -> None:
+    # the sends to the paused master time out: the producer gives some up (send_abandoned) and exits 1
+    d = simulate_with(
+        tmp_path,
+        '[[nemesis]]\naction = "pause"\ntarget = "broker-a"\nat = 150\nfor = 100\n',
+        ("producer-1 exited with code 1",),
+    )
+    run = read_run(d, "TradeTopic")
+    assert events(d, "send_abandoned") and len(run.sent) < 450 and run.lost == 0
+    [inactive] = [e for e in events(d, "controller_broker_inactive") if e["reason"] == "heartbeat_timeout"]
+    assert (inactive["broker"], inactive["broker_id"]) == ("broker-a", 1)
+    [e] = [
+        e
+        for e in events(d, "master_elected")
+        if e["trigger"] == "master_inactive" and e["ts_ms"] < inactive["ts_ms"] + 1_000
+    ]
+    assert (e["master_id"], e["master_epoch"]) == (2, 2)
+    back = [e for e in events(d, "broker_role_changed") if e["node"] == "broker-a"][-1]
+    assert (back["broker_role"], back["master_epoch"]) == ("SLAVE", 2)
+    # while it did not know, the resumed master's registrations did not take the route back
+    assert all(
+        e["broker_addr"] != r["master_addr"]
+        for e in events(d, "broker_registration_ignored")
+        for r in events(d, "route_master_changed")
+        if r["ts_ms"] > inactive["ts_ms"]
     )

@@ -104,3 +104,21 @@ def test_a_paused_master_loses_its_set_after_the_heartbeat_timeout_and_comes_bac
         for r in events(d, "route_master_changed")
         if r["ts_ms"] > inactive["ts_ms"]
     )
+
+
+def test_a_master_cut_off_from_the_controller_is_replaced_and_rejoins_as_a_slave(tmp_path: Path) -> None:
+    d = simulate_with(
+        tmp_path,
+        '[[nemesis]]\naction = "blackhole"\ntarget = "broker-a"\npeer = "namesrv"\nat = 150\nfor = 100\n',
+    )
+    run = read_run(d, "TradeTopic")
+    assert len(run.sent) == 300 and run.lost == 0
+    [inactive] = [e for e in events(d, "controller_broker_inactive") if e["reason"] == "heartbeat_timeout"]
+    elected = [e for e in events(d, "master_elected") if e["trigger"] == "master_inactive"]
+    assert (elected[0]["master_id"], elected[0]["master_epoch"]) == (2, 2)
+    assert elected[0]["ts_ms"] == inactive["ts_ms"]
+    # healed, the old master still registers as brokerId 0 with epoch 1 until it hears of epoch 2: ignored
+    ignored = events(d, "broker_registration_ignored")
+    assert ignored and all(e["broker_id"] == 0 and e["state_version"] == 1 for e in ignored)
+    back = [e for e in events(d, "broker_role_changed") if e["node"] == "broker-a"][-1]
+    assert (back["broker_role"], back["master_epoch"]) == ("SLAVE", 2)

@@ -73,3 +73,15 @@ def test_rocketmq5_and_controller_must_be_booleans() -> None:
     text = BASE.replace("controller = true", 'controller = "yes"')
     [(line, _msg)] = problems(text)
     assert line == line_of(text, 'controller = "yes"')
+
+
+def test_failover_under_the_controller_has_nothing_to_undo() -> None:
+    text = BASE + '\n[[nemesis]]\naction = "failover"\ntarget = "broker-a"\nat = 10\nfor = 20\n'
+    [(line, msg)] = problems(text)
+    assert line == line_of(text, "for = 20") and "remove 'for'" in msg
+    ex.parse(text.replace("for = 20\n", ""))  # without it, the file runs
+
+
+def test_nodes_map_to_their_controller_broker_ids() -> None:
+    assert ex.controller_broker_id("broker-a") == 1
+    assert ex.controller_broker_id("broker-a-s1") == 2 and ex.controller_broker_id("broker-c-s3") == 4

@@ -86,6 +86,7 @@ class BrokerController:
             config.scaled(config.ha_housekeeping_interval_ms), config.ha_slave_fallbehind_max_bytes
         )
         self.ha_epoch = 0
+        self.epoch_start_offsets: list[list[Any]] | None = None
         self._growth_waiters: list[asyncio.Future[None]] = []
         self.slave: SlaveService | None = (
             SlaveService(self) if self.role is BrokerRole.SLAVE and self.replicas is None else None
@@ -921,6 +922,14 @@ class BrokerController:
             if conn is not None:
                 conn.close()
 
+    def rebuild_replication_log(self, keep: Any) -> None:
+        """The log without the messages ``keep`` refuses (a slave's truncated tail), positions recounted."""
+        log = ReplicationLog()
+        for m in self.replication_log.entries:
+            if keep(m):
+                m.log_end = log.append(m, len(m.body))  # type: ignore[attr-defined]
+        self.replication_log = log
+
     async def wait_log_growth(self, length: int, timeout_s: float) -> None:
         """Return once the log is longer than ``length`` or ``timeout_s`` passed (WriteSocketService's
         wait for new data; an empty answer then is the heartbeat)."""
@@ -1012,6 +1021,10 @@ class BrokerController:
         self.role = self._master_role
         self.config = replace(self.config, broker_id=0)
         self.ha_epoch = self.clock.now_ms()
+        # the epoch's start (RocketMQ's EpochEntry, per queue): a slave cuts its log back to it
+        self.epoch_start_offsets = [
+            [topic, qid, cq.max_offset] for (topic, qid), cq in sorted(self.store.queues.items())
+        ]
         self._spawn_role(self._schedule_loop())
         self._spawn_role(self._revive_loop())
         self._role_changed(master_epoch, self.broker_addr)

@@ -62,6 +62,8 @@ class BrokerServices(Protocol):
     role: BrokerRole
     replication_log: ReplicationLog
     ha_epoch: int
+    # controller mode: each queue's end when this broker became master (its epoch's start), else None
+    epoch_start_offsets: list[list[Any]] | None
 
     @property
     def broker_addr(self) -> str: ...
@@ -91,5 +93,7 @@ class BrokerServices(Protocol):
     ) -> None: ...
 
     async def wait_log_growth(self, length: int, timeout_s: float) -> None: ...
+
+    def rebuild_replication_log(self, keep: Any) -> None: ...
 
     async def wait_replica(self, msg: Any) -> ResponseCode: ...

@@ -4,6 +4,7 @@ silent, the route's new master, and the old master coming back as a slave."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -33,9 +34,8 @@ async def cluster():
                 namesrv=ns.address,
                 time_scale=SCALE,
                 broker_id=broker_id,
-                broker_role="SYNC_MASTER",
                 controller_mode=True,
-                **{"port": 0, **kw},
+                **{"port": 0, "broker_role": "SYNC_MASTER", **kw},
             ),
             log=RecordingLog(),
         )
@@ -146,3 +146,42 @@ async def test_a_slave_outside_the_sync_state_set_is_not_elected(cluster, make_p
     await master.shutdown()
     await wait_until(lambda: cluster.namesrv.log.of("master_elected", reason="no_candidate"), what="vote")
     assert slave.role.value == "SLAVE"
+
+
+async def test_a_deposed_master_cuts_its_unreplicated_tail_back_to_the_new_epochs_start(cluster, make_peer):
+    # the slave stays in the SyncStateSet however far behind (haMaxTimeSlaveNotCatchup very long)
+    kw = {"broker_role": "ASYNC_MASTER", "ha_max_time_slave_not_catchup_ms": 10**9}
+    master = await cluster(0, **kw)
+    await wait_until(lambda: master.status()["brokerRole"] == "ASYNC_MASTER")
+    slave = await cluster(1, **kw)
+    ctl = cluster.namesrv.controller
+    await wait_until(lambda: ctl.replicas.sets["broker-a"].sync_state_set == {1, 2}, what="the set")
+    peer = make_peer(master.address)
+    for _ in range(2):
+        assert (await peer.send("T")).code == ResponseCode.SUCCESS
+    await wait_until(lambda: slave.store.get_max_offset("T", 0) == 2, what="the copy")
+    slave.config = replace(slave.config, ha_replication_lag_ms=10**7)  # batches after the next never land
+    assert (await peer.send("T")).code == ResponseCode.SUCCESS  # answers the transfer held already
+    await wait_until(lambda: slave.store.get_max_offset("T", 0) == 3, what="the last copy")
+    for _ in range(3):
+        assert (await peer.send("T")).code == ResponseCode.SUCCESS  # acknowledged by the master alone
+    assert master.store.get_max_offset("T", 0) == 6 and slave.store.get_max_offset("T", 0) == 3
+    # an operator's electMaster for the slave: the master is demoted, not stopped
+    resp = await make_peer(cluster.namesrv.address).call(
+        RequestCode.CONTROLLER_ELECT_MASTER, {"brokerName": "broker-a", "brokerId": 2, "designateElect": True}
+    )
+    assert resp.code == ResponseCode.SUCCESS and resp.ext["masterEpoch"] == 2
+    await wait_until(lambda: slave.role.value == "ASYNC_MASTER" and master.role.value == "SLAVE")
+    new = await make_peer(slave.address).send("T", body=b"after")
+    assert new.code == ResponseCode.SUCCESS and new.ext["queueOffset"] == 3
+    # the old master drops offsets 3..5 (the new master never had them) and copies the new offset 3
+    await wait_until(
+        lambda: [m.msg_id for m in master.store.consume_queue("T", 0).messages][-1:] == [new.ext["msgId"]]
+    )
+    assert [m.msg_id for m in master.store.consume_queue("T", 0).messages] == [
+        m.msg_id for m in slave.store.consume_queue("T", 0).messages
+    ]
+    assert master.log.of("replica_truncated", topic="T", queue_id=0, prev_max_offset=6, max_offset=3)
+    assert [m.msg_id for m in master.replication_log.entries] == [
+        m.msg_id for m in master.store.consume_queue("T", 0).messages
+    ]

@@ -72,6 +72,9 @@ class BrokerConfig:
     server_load_balancer_enable: bool = True
     load_balance_poll_name_server_interval_ms: int = 30_000
     revive_interval_ms: int = 1_000  # reviveInterval: how often POP checkpoints are checked for revive
+    # initPopOffsetByCheckMsgInMem (5.1.4, ISSUE #7117): a group's first POP of a queue with a MAX start
+    # begins at 0 while the queue still holds its first message; off, at the last message (as before)
+    init_pop_offset_by_check_msg_in_mem: bool = True
     # What-if policies, off by default (RocketMQ's behaviour).
     notify_on_channel_expired: bool = False
     release_locks_on_close: bool = False

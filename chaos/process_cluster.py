@@ -371,8 +371,15 @@ class LocalCluster:
         native = bool(real - set(V5_CLIENTS))
         self.add_namesrv(native=native)
         acl = ["--acl", exp.acl.file] if exp.acl else []
+        # a master creates the topics at each start, as the simulator's do: one started again without its
+        # store (durable = false) has them again, as an operator's updateTopic for the cluster would give
+        topics = [
+            f
+            for t in exp.topics
+            for f in ("--create-topic", f"{t.name}:{exp.topic_queues_per_broker(t.name)}")
+        ]
         for b in exp.brokers:
-            self.add_broker(b, durable=exp.durable, flags=exp.broker_flags() + acl, native=native)
+            self.add_broker(b, durable=exp.durable, flags=exp.broker_flags() + topics + acl, native=native)
             for s in exp.slave_nodes(b):
                 flags = exp.slave_flags(s) + acl
                 self.add_broker(s, durable=exp.durable, flags=flags, native=native, broker_name=b)

@@ -31,6 +31,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rmqlab.broker.plain_acl import AclConfigError, PlainAccessValidator
+from rmqlab.client.versions import (
+    CLIENT_VERSIONS,
+    DEFAULT_CLIENT_VERSION,
+    ROCKETMQ5_CLIENT_VERSION,
+    UnknownVersion,
+    check_version,
+)
 from rmqlab.lab.schedule import (
     UNDO,
     NemesisSpec,
@@ -266,6 +273,9 @@ class ConsumerSpec:
     start: float = 0.0  # lab seconds after the cluster is up at which the nodes join (0: with the cluster)
     assignment: str = "client"  # one of ASSIGNMENTS
     rocketmq5: bool = False  # the client's RocketMQ >= 5.2 behaviour (implied by a server assignment)
+    # the lab's client behaves as this release of Apache's (client.versions; None: 4.9.8, or the newest
+    # 5.x with rocketmq5 or a server assignment)
+    client_version: str | None = None
     # ConsumerConfig settings every consumer of the table is given (rmq-consumer --set), such as a known
     # problem's variant (lab.known); not a key of the file
     settings: tuple[tuple[str, Any], ...] = ()
@@ -275,9 +285,21 @@ class ConsumerSpec:
         """The mode the brokers keep for (topic, group): PULL or POP; None when the client balances."""
         return {"server-pull": "PULL", "server-pop": "POP"}.get(self.assignment)
 
+    @property
+    def effective_client_version(self) -> str:
+        """The release whose behaviour switches the consumers get (client.versions)."""
+        if self.client_version:
+            return self.client_version
+        rocketmq5 = self.rocketmq5 or self.assignment != "client"
+        return ROCKETMQ5_CLIENT_VERSION if rocketmq5 else DEFAULT_CLIENT_VERSION
+
     def client_args(self) -> list[str]:
-        """rmq-consumer flags for the assignment and the client version."""
-        args = ["--rocketmq5"] if self.rocketmq5 or self.assignment != "client" else []
+        """rmq-consumer flags for the assignment and the client version (a client_version's switches
+        stand for --rocketmq5's)."""
+        if self.client_version:
+            args = ["--set", f"client_version={self.client_version}"]
+        else:
+            args = ["--rocketmq5"] if self.rocketmq5 or self.assignment != "client" else []
         if self.assignment != "client":
             args += ["--set", "client_rebalance=false"]
         for key, value in self.settings:
@@ -308,6 +330,8 @@ class Policies:
 
     notify_on_channel_expired: bool = False
     release_locks_on_close: bool = False
+    # initPopOffsetByCheckMsgInMem (RocketMQ 5.1.4, on); off is the behaviour before (ISSUE #7117)
+    init_pop_offset_by_check_msg_in_mem: bool = True
 
     def broker_flags(self) -> list[str]:
         flags = []
@@ -315,6 +339,8 @@ class Policies:
             flags.append("--notify-on-channel-expired")
         if self.release_locks_on_close:
             flags.append("--release-locks-on-close")
+        if not self.init_pop_offset_by_check_msg_in_mem:
+            flags.append("--no-init-pop-offset-by-check-msg-in-mem")
         return flags
 
 
@@ -508,6 +534,7 @@ class Experiment:
                     "start": c.start,
                     "assignment": c.assignment,
                     "rocketmq5": c.rocketmq5,
+                    "client_version": c.effective_client_version if not c.real else None,
                     "settings": dict(c.settings),
                 }
                 for c in self.consumers
@@ -525,6 +552,7 @@ class Experiment:
             "policies": {
                 "notify_on_channel_expired": self.policies.notify_on_channel_expired,
                 "release_locks_on_close": self.policies.release_locks_on_close,
+                "init_pop_offset_by_check_msg_in_mem": self.policies.init_pop_offset_by_check_msg_in_mem,
             },
             "schedule": [
                 {"t": s.t, "action": s.action, "target": s.target, "group": s.group, "params": s.params}
@@ -965,6 +993,7 @@ def _policies(pol: _Table | None) -> Policies:
     policies = Policies(
         notify_on_channel_expired=pol.get("notify_on_channel_expired", "bool", False),
         release_locks_on_close=pol.get("release_locks_on_close", "bool", False),
+        init_pop_offset_by_check_msg_in_mem=pol.get("init_pop_offset_by_check_msg_in_mem", "bool", True),
     )
     pol.finish()
     return policies
@@ -1006,7 +1035,10 @@ def _consumers(tables: Iterable[_Table], declared: set[str]) -> list[ConsumerSpe
         join = c.get("start", "number", 0.0, _non_negative)
         assignment = c.get("assignment", "str", "client", _one_of(ASSIGNMENTS))
         rocketmq5 = c.get("rocketmq5", "bool", False)
+        version = c.get("client_version", "str", None, _client_version)
         c.finish()
+        if version is not None:
+            _check_client_version(c, version, client, bool(rocketmq5) or assignment not in (None, "client"))
         if assignment != "client" and (orderly or broadcast or client not in ("python", "java5")):
             c.err(
                 "assignment",
@@ -1036,9 +1068,34 @@ def _consumers(tables: Iterable[_Table], declared: set[str]) -> list[ConsumerSpe
                 start=float(join or 0.0),
                 assignment=assignment or "client",
                 rocketmq5=bool(rocketmq5),
+                client_version=version,
             )
         )
     return consumers
+
+
+def _client_version(v: str) -> str | None:
+    try:
+        check_version(v)
+    except UnknownVersion as e:
+        return str(e)
+    return None
+
+
+def _check_client_version(c: _Table, version: str, client: str | None, rocketmq5: bool) -> None:
+    """client_version selects behaviour switches of the lab's own client, within what the table allows."""
+    if client is not None and client in REAL_CLIENTS:
+        c.err(
+            "client_version",
+            f"client_version selects the behaviour of the lab's own client; {CLIENT_NAMES[client]} "
+            "runs its own release",
+        )
+    elif rocketmq5 and version in CLIENT_VERSIONS and version < "5":
+        c.err(
+            "client_version",
+            f"{version} is a 4.x release: rocketmq5 and a server assignment need a 5.x client_version "
+            f"({', '.join(v for v in CLIENT_VERSIONS if v >= '5')})",
+        )
 
 
 def _workload(w: _Table | None, topics: list[TopicSpec], declared: set[str]) -> WorkloadSpec | None:

@@ -379,7 +379,10 @@ class LocalCluster:
             for f in ("--create-topic", f"{t.name}:{exp.topic_queues_per_broker(t.name)}")
         ]
         for b in exp.brokers:
-            self.add_broker(b, durable=exp.durable, flags=exp.broker_flags() + topics + acl, native=native)
+            # brokerPermission 4 (read only): every topic registered without write permission
+            perm = ["--broker-permission", "4"] if b in exp.read_only_brokers else []
+            flags = exp.broker_flags() + perm + topics + acl
+            self.add_broker(b, durable=exp.durable, flags=flags, native=native)
             for s in exp.slave_nodes(b):
                 flags = exp.slave_flags(s) + acl
                 self.add_broker(s, durable=exp.durable, flags=flags, native=native, broker_name=b)

@@ -396,6 +396,9 @@ class Experiment:
     broker_role: str = "ASYNC_MASTER"  # the masters' brokerRole
     replication_lag_ms: float = 0  # the slaves hold each copied batch this long (RocketMQ ms)
     slave_read_enable: bool = False  # slaveReadEnable on every broker
+    # masters whose brokerPermission is 4: every topic registered read only (taken out of the producers'
+    # routes for maintenance), while the consumers still divide their queues
+    read_only_brokers: tuple[str, ...] = ()
     engine: str = "emulator"  # one of ENGINES: whose name server and brokers run the experiment
     # what the tables of the backend that parsed it hold (TableExtension.name -> its parse's result)
     extensions: Mapping[str, TableSettings] = field(default_factory=dict, compare=False, repr=False)
@@ -517,6 +520,7 @@ class Experiment:
             "replication_lag_ms": self.replication_lag_ms,
             "slave_read_enable": self.slave_read_enable,
             "slave_nodes": list(self.slave_nodes()),
+            "read_only_brokers": list(self.read_only_brokers),
             "engine": self.engine,
             "topics": [{"name": t.name, "queues": t.queues} for t in self.topics],
             "consumers": [
@@ -870,7 +874,7 @@ def _build(
 
 def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any]]:
     """[cluster]: (number of brokers, durable stores, the brokers' offset flush interval in ms, engine,
-    the master-slave settings as Experiment keywords)."""
+    the master-slave settings and the read-only brokers as Experiment keywords)."""
     if not cluster:
         return 1, False, 0, "emulator", {}
     n_brokers = cluster.get(
@@ -890,6 +894,8 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any
     lag = cluster.get("replication_lag_ms", "number", 0, _non_negative)
     slave_read = cluster.get("slave_read_enable", "bool", False)
     engine = cluster.get("engine", "str", "emulator", _engine)
+    names = broker_names(n_brokers or 1)
+    read_only = cluster.get("read_only_brokers", "str-list", [], lambda v: _brokers_among(v, names))
     cluster.finish()
     if not slaves:
         for key in ("broker_role", "replication_lag_ms", "slave_read_enable"):
@@ -900,8 +906,14 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any
         "broker_role": role or "ASYNC_MASTER",
         "replication_lag_ms": lag or 0,
         "slave_read_enable": bool(slave_read),
+        "read_only_brokers": tuple(read_only or ()),
     }
     return n_brokers, durable, flush_interval, engine, ha
+
+
+def _brokers_among(v: list[str], names: tuple[str, ...]) -> str | None:
+    wrong = [b for b in v if b not in names]
+    return f"{wrong[0]!r} is not a broker (brokers: {', '.join(names)})" if wrong else None
 
 
 def _engine(v: str) -> str | None:
@@ -960,6 +972,12 @@ def _check_engine(exp: Experiment, pr: Problems) -> None:
         )
     if exp.acl is not None:
         pr.add(("acl",), f"acl: the lab runs engine {engine!r} without ACL")
+    if exp.read_only_brokers:
+        pr.add(
+            ("cluster", "read_only_brokers"),
+            f"cluster.read_only_brokers: the lab sets brokerPermission on its own brokers only, not on "
+            f"engine {engine!r}'s",
+        )
     if exp.slaves:
         pr.add(
             ("cluster", "slaves"),

@@ -456,6 +456,34 @@ CATALOGUE: tuple[KnownProblem, ...] = (
             ),
         },
     ),
+    KnownProblem(
+        name="read-only-broker-idles-a-consumer",
+        issues=("apache/rocketmq#3465",),
+        affected="every release (4.x and 5.x)",
+        fixed_in="not fixed",
+        remedy="a strategy that spreads each broker's queues over the members, such as "
+        "AllocateMessageQueueAveragelyByCircle",
+        question="When a broker is read only (brokerPermission 4, for maintenance), does a consumer of the "
+        "group get only its queues and nothing to consume?",
+        figure="idle_consumers",
+        unit="consumers",
+        change="TopicRouteData: producers send to the writable queues only (TopicPublishInfo), while "
+        "RebalanceImpl.rebalanceByTopic divides every readable queue among the members; "
+        "AllocateMessageQueueAveragely gives each member a run of consecutive queues, which can be all "
+        "of the read-only broker's",
+        variants={
+            "affected": Variant(
+                {},
+                "the last member's run of queues is the read-only broker's: it consumes nothing "
+                "(idle_consumers = 1)",
+            ),
+            "fixed": Variant(
+                {},
+                "allocated by circle, every member holds writable queues: idle_consumers = 0",
+                scenario="read-only-broker-by-circle",
+            ),
+        },
+    ),
 )
 
 

@@ -48,6 +48,7 @@ from rmqlab.lab.schedule import Step
 from rmqlab.lab.tally import RunTally, progress_line
 from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import Message, MessageModel
+from rmqlab.protocol.route import PERM_READ, PERM_WRITE
 from rmqlab.sim.dist import Distribution
 from rmqlab.sim.loop import CURRENT, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
 from rmqlab.sim.network import Network
@@ -713,6 +714,7 @@ class SimBackend:
             notify_on_channel_expired=exp.policies.notify_on_channel_expired,
             release_locks_on_close=exp.policies.release_locks_on_close,
             init_pop_offset_by_check_msg_in_mem=exp.policies.init_pop_offset_by_check_msg_in_mem,
+            broker_permission=PERM_READ if master in exp.read_only_brokers else PERM_READ | PERM_WRITE,
             rocketmq5=self.sx.sim.rocketmq5,
         )
         broker = BrokerController(cfg, log=n.log, clock=self.clock)

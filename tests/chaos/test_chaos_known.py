@@ -179,3 +179,18 @@ def test_rmq_consumer_runs_the_switches_of_its_tables_client_version() -> None:
         assert {b.field: getattr(cfg, b.field) for b in BEHAVIOURS} == switches, spec.group
         got[spec.group] = spec.effective_client_version
     assert got == {"G_old": "4.9.0", "G_today": "4.9.8", "G_five": "5.3.3", "G_pop": "5.1.0"}
+
+
+def test_read_only_brokers_name_brokers_of_the_cluster() -> None:
+    from rmqlab.lab.experiment import ExperimentError, parse
+
+    text = known.scenario_text(known.find("read-only-broker-idles-a-consumer"))
+    assert parse(text, default_name="x").read_only_brokers == ("broker-c",)
+    bad = text.replace('read_only_brokers = ["broker-c"]', 'read_only_brokers = ["broker-d"]')
+    line = bad.splitlines().index('read_only_brokers = ["broker-d"]') + 1
+    with pytest.raises(
+        ExperimentError,
+        match=rf":{line}: cluster\.read_only_brokers: 'broker-d' is not a broker \(brokers: broker-a, "
+        r"broker-b, broker-c\)",
+    ):
+        parse(bad, default_name="x")

@@ -465,8 +465,7 @@ CATALOGUE: tuple[KnownProblem, ...] = (
         "AllocateMessageQueueAveragelyByCircle",
         question="When a broker is read only (brokerPermission 4, for maintenance), does a consumer of the "
         "group get only its queues and nothing to consume?",
-        figure="idle_consumers",
-        unit="consumers",
+        figure="consumers_without_messages",
         change="TopicRouteData: producers send to the writable queues only (TopicPublishInfo), while "
         "RebalanceImpl.rebalanceByTopic divides every readable queue among the members; "
         "AllocateMessageQueueAveragely gives each member a run of consecutive queues, which can be all "
@@ -475,11 +474,11 @@ CATALOGUE: tuple[KnownProblem, ...] = (
             "affected": Variant(
                 {},
                 "the last member's run of queues is the read-only broker's: it consumes nothing "
-                "(idle_consumers = 1)",
+                "(consumers_without_messages = 1)",
             ),
             "fixed": Variant(
                 {},
-                "allocated by circle, every member holds writable queues: idle_consumers = 0",
+                "allocated by circle, every member holds writable queues: consumers_without_messages = 0",
                 scenario="read-only-broker-by-circle",
             ),
         },

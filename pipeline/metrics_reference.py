@@ -455,7 +455,7 @@ class RunModel:
             ]
         return lines
 
-    def idle_consumers(self, group: str) -> int:
+    def consumers_without_messages(self, group: str) -> int:
         """The group's clients (of its consumer events) without a `message_consumed` line of the group."""
         if self._consuming is None:
             self._consuming = defaultdict(set)
@@ -626,7 +626,7 @@ class RunModel:
         out["stalled_ms"] = self.stalled_ms(group)
         out["concurrent_consume_ms"] = self.concurrent_consume_ms(group)
         out["order_violations"] = self.order_violations(group)
-        out["idle_consumers"] = self.idle_consumers(group)
+        out["consumers_without_messages"] = self.consumers_without_messages(group)
         out["convergence"] = self.convergence(group)
         out["offset_regressions"] = self.offset_regressions(group)
         out["regression_redelivered"] = sum(r["redelivered"] for r in out["offset_regressions"])

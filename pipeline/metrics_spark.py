@@ -353,7 +353,8 @@ class Analysis:
             entry: dict[str, Any] = {"topics": sorted(m.group_topics.get(g, ()))}
             for name in GROUP_METRICS:
                 entry[name] = int(row.get(name) or 0)
-            entry["idle_consumers"] = len(clients.get(g, set()) - self._consuming.get(g, set()))
+            silent = clients.get(g, set()) - self._consuming.get(g, set())
+            entry["consumers_without_messages"] = len(silent)
             entry["convergence"] = conv.get(g, [])
             entry["offset_regressions"] = regressions.get(g, [])
             entry["regression_redelivered"] = sum(r["redelivered"] for r in entry["offset_regressions"])

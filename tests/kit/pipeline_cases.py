@@ -227,13 +227,13 @@ def _message_counts(b: Builder) -> None:
 
 
 @case(
-    "idle_consumers", 100,
-    # clients of g: c1, c2 (started, rebalanced, consumed), c3 (started, rebalanced, owns b:2 of a topic
-    # nobody sends to: never consumed), c4 (started only) -> idle: c3, c4 = 2. c5 consumed for group h
-    # only: h has one client, consuming -> 0.
-    groups={"g": dict(idle_consumers=2), "h": dict(idle_consumers=0)},
+    "consumers_without_messages", 100,
+    # clients of g: c1, c2 (started, rebalanced, consumed), c3 (started, rebalanced, owns b:2, where
+    # nothing is sent: never consumed), c4 (started only) -> without messages: c3, c4 = 2. c5 consumed
+    # for group h only: h has one client, consuming -> 0.
+    groups={"g": dict(consumers_without_messages=2), "h": dict(consumers_without_messages=0)},
 )  # fmt: skip
-def _idle_consumers(b: Builder) -> None:
+def _consumers_without_messages(b: Builder) -> None:
     b.route(10, "n1", "c1", ["b:0", "b:1", "b:2"])
     for i, (node, client) in enumerate([("n1", "c1"), ("n2", "c2"), ("n3", "c3")]):
         b.started(10, node, client)

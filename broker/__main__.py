@@ -119,6 +119,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="what-if: notify the group when a registration expires (RocketMQ does not)",
     )
     p.add_argument(
+        "--broker-permission",
+        type=int,
+        choices=(2, 4, 6),
+        default=6,
+        help="brokerPermission: 4 registers every topic read only (a broker taken out of the producers' "
+        "routes for maintenance), 2 write only (default 6, read and write)",
+    )
+    p.add_argument(
+        "--no-init-pop-offset-by-check-msg-in-mem",
+        dest="init_pop_offset_by_check_msg_in_mem",
+        action="store_false",
+        help="a group's first POP of a queue with a MAX start begins at its last message even while the "
+        "queue holds its first one (RocketMQ before 5.1.4, ISSUE #7117)",
+    )
+    p.add_argument(
         "--release-locks-on-close",
         action="store_true",
         help="what-if: release a client's queue locks when its connection closes (RocketMQ does not)",
@@ -226,6 +241,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         notify_consumer_ids_changed=not args.disable_notify,
         notify_on_channel_expired=args.notify_on_channel_expired,
         release_locks_on_close=args.release_locks_on_close,
+        init_pop_offset_by_check_msg_in_mem=args.init_pop_offset_by_check_msg_in_mem,
+        broker_permission=args.broker_permission,
         admin_from=args.admin_from,
         acl_file=_acl_file(args.acl),
         flush_consumer_offset_interval_ms=args.flush_consumer_offset_interval,

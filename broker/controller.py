@@ -46,7 +46,7 @@ from rmqlab.protocol.client_id import local_ip
 from rmqlab.protocol.clock import Clock, SystemClock
 from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.remoting import Connection, RemotingClient, RemotingError, RemotingServer, SyncHandler
-from rmqlab.protocol.route import QueueData, TopicRouteData
+from rmqlab.protocol.route import PERM_READ, PERM_WRITE, QueueData, TopicRouteData
 
 ATTR_WRITE_SEQ = "write_seq"  # last durable write this connection caused
 ATTR_HA_SLAVE = "ha_slave"  # the slave address a connection's HA_TRANSFER requests named
@@ -816,6 +816,13 @@ class BrokerController:
     def topic_config_table(self) -> dict[str, Any]:
         return {t: tc.to_wire() for t, tc in self.topic_manager.table.items()}
 
+    def registered_perm(self, perm: int) -> int:
+        """A topic's perm as the broker registers it: BrokerController.registerBrokerAll gives every topic
+        brokerPermission when that lacks read or write (a broker made read only for maintenance)."""
+        full = PERM_READ | PERM_WRITE
+        bp = self.config.broker_permission
+        return perm & bp if bp & full != full else perm
+
     def _register_broker_request(self) -> RemotingCommand:
         cfg = self.config
         ext: dict[str, Any] = {
@@ -830,7 +837,14 @@ class BrokerController:
             # DataVersion.stateVersion = the master epoch: the name server ignores a deposed master
             ext["stateVersion"] = self.replicas.master_epoch
         return RemotingCommand.request(
-            RequestCode.REGISTER_BROKER, ext, {"topicConfigTable": self.topic_config_table()}
+            RequestCode.REGISTER_BROKER,
+            ext,
+            {
+                "topicConfigTable": {
+                    t: {**tc.to_wire(), "perm": self.registered_perm(tc.perm)}
+                    for t, tc in self.topic_manager.table.items()
+                }
+            },
         )
 
     def _unregister_broker_request(self) -> RemotingCommand:
@@ -849,7 +863,9 @@ class BrokerController:
         cfg = self.config
         if self.namesrv_processor is not None:
             topics = {
-                t: QueueData(cfg.broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm)
+                t: QueueData(
+                    cfg.broker_name, tc.read_queue_nums, tc.write_queue_nums, self.registered_perm(tc.perm)
+                )
                 for t, tc in self.topic_manager.table.items()
             }
             master = self.namesrv_processor.register_local(

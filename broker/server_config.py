@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from rmqlab.protocol.clock import TimeScale
 from rmqlab.protocol.command import DEFAULT_MAX_FRAME_BYTES
+from rmqlab.protocol.route import PERM_READ, PERM_WRITE
 
 # RocketMQ's messageDelayLevel: "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
 DELAY_LEVELS_MS: tuple[int, ...] = (
@@ -72,6 +73,12 @@ class BrokerConfig:
     server_load_balancer_enable: bool = True
     load_balance_poll_name_server_interval_ms: int = 30_000
     revive_interval_ms: int = 1_000  # reviveInterval: how often POP checkpoints are checked for revive
+    # initPopOffsetByCheckMsgInMem (5.1.4, ISSUE #7117): a group's first POP of a queue with a MAX start
+    # begins at 0 while the queue still holds its first message; off, at the last message (as before)
+    init_pop_offset_by_check_msg_in_mem: bool = True
+    # brokerPermission: 4 (read only) is how an operator takes a broker out of the producers' routes for
+    # maintenance (updateBrokerConfig, wipeWritePerm); the registration gives every topic this perm
+    broker_permission: int = PERM_READ | PERM_WRITE
     # What-if policies, off by default (RocketMQ's behaviour).
     notify_on_channel_expired: bool = False
     release_locks_on_close: bool = False

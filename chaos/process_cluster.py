@@ -375,8 +375,18 @@ class LocalCluster:
         native = bool(real - set(V5_CLIENTS))
         self.add_namesrv(native=native, flags=exp.namesrv_flags())
         acl = ["--acl", exp.acl.file] if exp.acl else []
+        # a master creates the topics at each start, as the simulator's do: one started again without its
+        # store (durable = false) has them again, as an operator's updateTopic for the cluster would give
+        topics = [
+            f
+            for t in exp.topics
+            for f in ("--create-topic", f"{t.name}:{exp.topic_queues_per_broker(t.name)}")
+        ]
         for b in exp.brokers:
-            self.add_broker(b, durable=exp.durable, flags=exp.broker_flags() + acl, native=native)
+            # brokerPermission 4 (read only): every topic registered without write permission
+            perm = ["--broker-permission", "4"] if b in exp.read_only_brokers else []
+            flags = exp.broker_flags() + perm + topics + acl
+            self.add_broker(b, durable=exp.durable, flags=flags, native=native)
             for s in exp.slave_nodes(b):
                 flags = exp.slave_flags(s) + acl
                 self.add_broker(s, durable=exp.durable, flags=flags, native=native, broker_name=b)

@@ -18,7 +18,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Self
 
-from rmqlab.client.versions import UnknownVersion, settings_for_version
+from rmqlab.client.versions import ROCKETMQ5_CLIENT_VERSION, UnknownVersion, settings_for_version
 from rmqlab.protocol.clock import TimeScale
 from rmqlab.protocol.model import ConsumeFromWhere, MessageModel
 
@@ -245,6 +245,9 @@ class ConsumerConfig(ClientConfig):
     # RocketMQ 5 server-side assignment (DefaultMQPushConsumer.clientRebalance, 5.x only): false asks the
     # broker (QUERY_ASSIGNMENT) and takes POP queues as the broker assigns them
     client_rebalance: bool = True
+    # <5.3.2 (tryQueryAssignment): after three QUERY_ASSIGNMENT timeouts or any other error the topic is
+    # balanced by the client for good, with client_rebalance = false (ISSUE #8686)
+    query_assignment_fallback: bool = True
     pop_invisible_time: int = 60_000  # popInvisibleTime; outside [5 s, 300 s] it is taken as 60 s
     pop_batch_nums: int = 32  # popBatchNums
     pop_threshold_for_queue: int = 96  # popThresholdForQueue: popped messages not yet acked, per queue
@@ -302,22 +305,8 @@ class ConsumerConfig(ClientConfig):
 
     @classmethod
     def rocketmq5(cls) -> dict[str, Any]:
-        """The settings that select RocketMQ >=5.2 client behaviour instead of 4.9's."""
-        return {
-            "rebalance_retry_when_unbalanced": True,
-            "pull_request_dispatch_delay": 500,
-            "orderly_unlock_5x": True,
-            "rebalance_later_on_lock_failure": True,
-            "offset_illegal_5x": True,
-            "lock_in_broadcasting": False,
-            "query_offset_error_as_not_found": False,
-            "rebalance_at_start_needs_heartbeat": True,
-            "lock_all_skips_dropped": True,
-            "send_back_only_cached": True,
-            "mark_dropped_before_release": True,
-            "message_queue_changed_without_route": True,
-            "heartbeat_on_connect": True,
-        }
+        """The behaviour switches of RocketMQ 5's client instead of 4.9's: the newest 5.x release's."""
+        return settings_for_version(ROCKETMQ5_CLIENT_VERSION)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,6 +45,7 @@ from rmqlab.protocol.pop_receipt import pop_retry_topic, real_topic
 from rmqlab.protocol.route import MASTER_ID, TopicRouteData
 
 QUERY_ASSIGNMENT_TIMEOUT_MS = 3_000  # RebalanceImpl.QUERY_ASSIGNMENT_TIMEOUT
+TIMEOUT_CHECK_TIMES = 3  # RebalanceImpl.TIMEOUT_CHECK_TIMES (5.0.0 to 5.3.1): tryQueryAssignment's tries
 POP_DISPATCH_DELAY_MS = 500  # dispatchPopPullRequest(popRequestList, 500)
 ACK_TIMEOUT_MS = 3_000  # ackAsync / changePopInvisibleTimeAsync: invokeAsync with 3 s
 
@@ -62,6 +63,10 @@ class RebalancePush5Impl(RebalancePushImpl):
         self.pop_process_queue_table: dict[MessageQueue, PopProcessQueue] = {}
         self.pop_service: ConsumeMessagePopConcurrentlyService | None = None
         self._last_assignment: dict[str, tuple[str, ...]] = {}
+        # tryQueryAssignment's memory (before 5.3.2): topics the broker answered for, and topics given up to
+        # the client's own allocation for good
+        self._topic_broker_rebalance: set[str] = set()
+        self._topic_client_rebalance: set[str] = set()
 
     def client_rebalance(self, topic: str) -> bool:
         """RebalancePushImpl#clientRebalance: orderly and broadcasting consumers always balance themselves."""
@@ -74,7 +79,60 @@ class RebalancePush5Impl(RebalancePushImpl):
     async def rebalance_by_topic(self, topic: str, is_order: bool) -> bool:
         if self.client_rebalance(topic):
             return await super().rebalance_by_topic(topic, is_order)
+        if self.config.query_assignment_fallback and not await self._try_query_assignment(topic):
+            return await super().rebalance_by_topic(topic, is_order)
         return await self.get_rebalance_result_from_broker(topic, is_order)
+
+    async def _try_query_assignment(self, topic: str) -> bool:
+        """RebalanceImpl#tryQueryAssignment (5.0.0 to 5.3.1): until the broker has answered once, ask it
+        up to three times (1, 2 and 3 s); three timeouts or any other error give the topic to the
+        client's own allocation for good, whatever the group's other members do (ISSUE #8686)."""
+        if topic in self._topic_client_rebalance:
+            return False
+        if topic in self._topic_broker_rebalance:
+            return True
+        for attempt in range(1, TIMEOUT_CHECK_TIMES + 1):
+            try:
+                await self._query_assignment(
+                    topic, QUERY_ASSIGNMENT_TIMEOUT_MS // TIMEOUT_CHECK_TIMES * attempt
+                )
+            except asyncio.CancelledError:
+                raise
+            except TimeoutError:
+                continue
+            except Exception as exc:
+                return self._give_up_query_assignment(topic, repr(exc))
+            self._topic_broker_rebalance.add(topic)
+            return True
+        return self._give_up_query_assignment(topic, f"{TIMEOUT_CHECK_TIMES} timeouts")
+
+    def _give_up_query_assignment(self, topic: str, error: str) -> bool:
+        self._topic_client_rebalance.add(topic)
+        self.log.warning(
+            "tryQueryAssignment failed: the client balances the topic itself from now on",
+            group=self.group,
+            topic=topic,
+            error=error,
+        )
+        return False
+
+    async def _query_assignment(self, topic: str, timeout_ms: int) -> list[tuple[MessageQueue, str]] | None:
+        """MQClientInstance#queryAssignment: QUERY_ASSIGNMENT to a broker of the topic (None without one)."""
+        addr = self._broker_addr_by_topic(topic)
+        if addr is None:
+            await self.routes.update_topic_route_info_from_name_server(topic)
+            addr = self._broker_addr_by_topic(topic)
+        if addr is None:
+            return None
+        return await self.pop_api.query_assignment(
+            addr,
+            topic=topic,
+            group=self.group,
+            client_id=self.client_id,
+            strategy_name=self.state.strategy.name,
+            message_model=self.state.message_model,
+            timeout_s=self.config.seconds(timeout_ms),
+        )
 
     def _broker_addr_by_topic(self, topic: str) -> str | None:
         """MQClientInstance#findBrokerAddrByTopic: a random broker of the topic's route."""
@@ -84,23 +142,8 @@ class RebalancePush5Impl(RebalancePushImpl):
         return self.random.choice(route.broker_datas).select_addr()
 
     async def get_rebalance_result_from_broker(self, topic: str, is_order: bool) -> bool:
-        cfg = self.config
-        addr = self._broker_addr_by_topic(topic)
-        if addr is None:
-            await self.routes.update_topic_route_info_from_name_server(topic)
-            addr = self._broker_addr_by_topic(topic)
-        if addr is None:
-            return False
         try:
-            assignments = await self.pop_api.query_assignment(
-                addr,
-                topic=topic,
-                group=self.group,
-                client_id=self.client_id,
-                strategy_name=self.state.strategy.name,
-                message_model=self.state.message_model,
-                timeout_s=cfg.seconds(QUERY_ASSIGNMENT_TIMEOUT_MS),
-            )
+            assignments = await self._query_assignment(topic, QUERY_ASSIGNMENT_TIMEOUT_MS)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

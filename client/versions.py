@@ -24,6 +24,9 @@ CLIENT_VERSIONS = (
     "4.9.0", "4.9.1", "4.9.2", "4.9.3", "4.9.4", "4.9.5", "4.9.6", "4.9.7", "4.9.8",
     "5.0.0", "5.1.0", "5.1.1", "5.1.2", "5.1.3", "5.1.4", "5.2.0", "5.3.0", "5.3.1", "5.3.2", "5.3.3",
 )  # fmt: skip
+# What a consumer with ``rocketmq5 = true`` (or a server assignment) runs when it names no client_version:
+# the newest 5.x release the table knows.
+ROCKETMQ5_CLIENT_VERSION = CLIENT_VERSIONS[-1]
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,16 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
         False,
         True,
         "MQClientInstance: a new broker connection gets a heartbeat, then a rebalance (ISSUE #7296)",
+    ),
+    Behaviour(
+        "query_assignment_fallback",
+        "5.3.2",
+        True,
+        False,
+        "RebalanceImpl.doRebalance: a consumer with clientRebalance = false asks the broker for its "
+        "assignment whatever the answer; before, tryQueryAssignment fell back to the client's own "
+        "allocation for good after three QUERY_ASSIGNMENT timeouts or any other error (ISSUE #8686, "
+        "#8957; PR #8958, commit d63373a152)",
     ),
     Behaviour(
         "lock_in_broadcasting",

@@ -32,6 +32,13 @@ from typing import Any, Protocol
 
 from rmqlab.broker.plain_acl import AclConfigError, PlainAccessValidator
 from rmqlab.broker.replicas_info import FIRST_BROKER_CONTROLLER_ID
+from rmqlab.client.versions import (
+    CLIENT_VERSIONS,
+    DEFAULT_CLIENT_VERSION,
+    ROCKETMQ5_CLIENT_VERSION,
+    UnknownVersion,
+    check_version,
+)
 from rmqlab.lab.schedule import (
     UNDO,
     NemesisSpec,
@@ -267,6 +274,9 @@ class ConsumerSpec:
     start: float = 0.0  # lab seconds after the cluster is up at which the nodes join (0: with the cluster)
     assignment: str = "client"  # one of ASSIGNMENTS
     rocketmq5: bool = False  # the client's RocketMQ >= 5.2 behaviour (implied by a server assignment)
+    # the lab's client behaves as this release of Apache's (client.versions; None: 4.9.8, or the newest
+    # 5.x with rocketmq5 or a server assignment)
+    client_version: str | None = None
     # ConsumerConfig settings every consumer of the table is given (rmq-consumer --set), such as a known
     # problem's variant (lab.known); not a key of the file
     settings: tuple[tuple[str, Any], ...] = ()
@@ -276,9 +286,21 @@ class ConsumerSpec:
         """The mode the brokers keep for (topic, group): PULL or POP; None when the client balances."""
         return {"server-pull": "PULL", "server-pop": "POP"}.get(self.assignment)
 
+    @property
+    def effective_client_version(self) -> str:
+        """The release whose behaviour switches the consumers get (client.versions)."""
+        if self.client_version:
+            return self.client_version
+        rocketmq5 = self.rocketmq5 or self.assignment != "client"
+        return ROCKETMQ5_CLIENT_VERSION if rocketmq5 else DEFAULT_CLIENT_VERSION
+
     def client_args(self) -> list[str]:
-        """rmq-consumer flags for the assignment and the client version."""
-        args = ["--rocketmq5"] if self.rocketmq5 or self.assignment != "client" else []
+        """rmq-consumer flags for the assignment and the client version (a client_version's switches
+        stand for --rocketmq5's)."""
+        if self.client_version:
+            args = ["--set", f"client_version={self.client_version}"]
+        else:
+            args = ["--rocketmq5"] if self.rocketmq5 or self.assignment != "client" else []
         if self.assignment != "client":
             args += ["--set", "client_rebalance=false"]
         for key, value in self.settings:
@@ -309,6 +331,8 @@ class Policies:
 
     notify_on_channel_expired: bool = False
     release_locks_on_close: bool = False
+    # initPopOffsetByCheckMsgInMem (RocketMQ 5.1.4, on); off is the behaviour before (ISSUE #7117)
+    init_pop_offset_by_check_msg_in_mem: bool = True
 
     def broker_flags(self) -> list[str]:
         flags = []
@@ -316,6 +340,8 @@ class Policies:
             flags.append("--notify-on-channel-expired")
         if self.release_locks_on_close:
             flags.append("--release-locks-on-close")
+        if not self.init_pop_offset_by_check_msg_in_mem:
+            flags.append("--no-init-pop-offset-by-check-msg-in-mem")
         return flags
 
 
@@ -375,6 +401,9 @@ class Experiment:
     # (enableControllerInNamesrv), which elects each broker set's master among the master and its slaves
     rocketmq5: bool = False
     controller: bool = False
+    # masters whose brokerPermission is 4: every topic registered read only (taken out of the producers'
+    # routes for maintenance), while the consumers still divide their queues
+    read_only_brokers: tuple[str, ...] = ()
     engine: str = "emulator"  # one of ENGINES: whose name server and brokers run the experiment
     # what the tables of the backend that parsed it hold (TableExtension.name -> its parse's result)
     extensions: Mapping[str, TableSettings] = field(default_factory=dict, compare=False, repr=False)
@@ -508,6 +537,7 @@ class Experiment:
             "rocketmq5": self.rocketmq5,
             "controller": self.controller,
             "slave_nodes": list(self.slave_nodes()),
+            "read_only_brokers": list(self.read_only_brokers),
             "engine": self.engine,
             "topics": [{"name": t.name, "queues": t.queues} for t in self.topics],
             "consumers": [
@@ -525,6 +555,7 @@ class Experiment:
                     "start": c.start,
                     "assignment": c.assignment,
                     "rocketmq5": c.rocketmq5,
+                    "client_version": c.effective_client_version if not c.real else None,
                     "settings": dict(c.settings),
                 }
                 for c in self.consumers
@@ -542,6 +573,7 @@ class Experiment:
             "policies": {
                 "notify_on_channel_expired": self.policies.notify_on_channel_expired,
                 "release_locks_on_close": self.policies.release_locks_on_close,
+                "init_pop_offset_by_check_msg_in_mem": self.policies.init_pop_offset_by_check_msg_in_mem,
             },
             "schedule": [
                 {"t": s.t, "action": s.action, "target": s.target, "group": s.group, "params": s.params}
@@ -865,7 +897,7 @@ def _build(
 
 def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any]]:
     """[cluster]: (number of brokers, durable stores, the brokers' offset flush interval in ms, engine,
-    the master-slave settings as Experiment keywords)."""
+    the master-slave settings and the read-only brokers as Experiment keywords)."""
     if not cluster:
         return 1, False, 0, "emulator", {}
     n_brokers = cluster.get(
@@ -887,6 +919,8 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any
     rocketmq5 = cluster.get("rocketmq5", "bool", False)
     controller = cluster.get("controller", "bool", False)
     engine = cluster.get("engine", "str", "emulator", _engine)
+    names = broker_names(n_brokers or 1)
+    read_only = cluster.get("read_only_brokers", "str-list", [], lambda v: _brokers_among(v, names))
     cluster.finish()
     if not slaves:
         for key in ("broker_role", "replication_lag_ms", "slave_read_enable"):
@@ -910,8 +944,14 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any
         "slave_read_enable": bool(slave_read),
         "rocketmq5": bool(rocketmq5),
         "controller": bool(controller),
+        "read_only_brokers": tuple(read_only or ()),
     }
     return n_brokers, durable, flush_interval, engine, ha
+
+
+def _brokers_among(v: list[str], names: tuple[str, ...]) -> str | None:
+    wrong = [b for b in v if b not in names]
+    return f"{wrong[0]!r} is not a broker (brokers: {', '.join(names)})" if wrong else None
 
 
 def _engine(v: str) -> str | None:
@@ -970,6 +1010,12 @@ def _check_engine(exp: Experiment, pr: Problems) -> None:
         )
     if exp.acl is not None:
         pr.add(("acl",), f"acl: the lab runs engine {engine!r} without ACL")
+    if exp.read_only_brokers:
+        pr.add(
+            ("cluster", "read_only_brokers"),
+            f"cluster.read_only_brokers: the lab sets brokerPermission on its own brokers only, not on "
+            f"engine {engine!r}'s",
+        )
     if exp.slaves:
         pr.add(
             ("cluster", "slaves"),
@@ -1003,6 +1049,7 @@ def _policies(pol: _Table | None) -> Policies:
     policies = Policies(
         notify_on_channel_expired=pol.get("notify_on_channel_expired", "bool", False),
         release_locks_on_close=pol.get("release_locks_on_close", "bool", False),
+        init_pop_offset_by_check_msg_in_mem=pol.get("init_pop_offset_by_check_msg_in_mem", "bool", True),
     )
     pol.finish()
     return policies
@@ -1044,7 +1091,10 @@ def _consumers(tables: Iterable[_Table], declared: set[str]) -> list[ConsumerSpe
         join = c.get("start", "number", 0.0, _non_negative)
         assignment = c.get("assignment", "str", "client", _one_of(ASSIGNMENTS))
         rocketmq5 = c.get("rocketmq5", "bool", False)
+        version = c.get("client_version", "str", None, _client_version)
         c.finish()
+        if version is not None:
+            _check_client_version(c, version, client, bool(rocketmq5) or assignment not in (None, "client"))
         if assignment != "client" and (orderly or broadcast or client not in ("python", "java5")):
             c.err(
                 "assignment",
@@ -1074,9 +1124,34 @@ def _consumers(tables: Iterable[_Table], declared: set[str]) -> list[ConsumerSpe
                 start=float(join or 0.0),
                 assignment=assignment or "client",
                 rocketmq5=bool(rocketmq5),
+                client_version=version,
             )
         )
     return consumers
+
+
+def _client_version(v: str) -> str | None:
+    try:
+        check_version(v)
+    except UnknownVersion as e:
+        return str(e)
+    return None
+
+
+def _check_client_version(c: _Table, version: str, client: str | None, rocketmq5: bool) -> None:
+    """client_version selects behaviour switches of the lab's own client, within what the table allows."""
+    if client is not None and client in REAL_CLIENTS:
+        c.err(
+            "client_version",
+            f"client_version selects the behaviour of the lab's own client; {CLIENT_NAMES[client]} "
+            "runs its own release",
+        )
+    elif rocketmq5 and version in CLIENT_VERSIONS and version < "5":
+        c.err(
+            "client_version",
+            f"{version} is a 4.x release: rocketmq5 and a server assignment need a 5.x client_version "
+            f"({', '.join(v for v in CLIENT_VERSIONS if v >= '5')})",
+        )
 
 
 def _workload(w: _Table | None, topics: list[TopicSpec], declared: set[str]) -> WorkloadSpec | None:

@@ -3,7 +3,9 @@
 An entry names the problem's reports, the releases it affects and the one that fixed it, the question it
 answers, the ``summary.json`` figure that shows it, and two variants: ``affected`` (the behaviour before
 the fix) and ``fixed``. A variant is a set of ``ConsumerConfig`` switches given to every consumer of ours
-(``client_version`` stands for the switches of that release, see ``client.versions``). The scenario is
+(``client_version`` selects the switches of that release, see ``client.versions``: it becomes the
+``client_version`` key of every ``[[consumers]]`` table) and of broker behaviour flags (the ``[policies]``
+keys, such as ``init_pop_offset_by_check_msg_in_mem``). The scenario is
 the experiment file ``lab/known/NAME.toml`` (without ``name`` and ``question``, which come from here):
 this module is the one place the list, the docs and the tests read.
 
@@ -16,7 +18,7 @@ import difflib
 import json
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rmqlab.cli import KNOWN_VARIANTS, Shelf, UnknownName
@@ -39,10 +41,21 @@ class Variant:
     # the scenario file (a stem on the known shelf) when it is not the entry's own: a problem no release
     # fixed is shown next to its remedy
     scenario: str = ""
+    # the brokers' behaviour flags ([policies] keys) that go with the variant
+    policies: Mapping[str, Any] = field(default_factory=dict)
 
     def consumer_settings(self) -> dict[str, Any]:
         """What every consumer of ours is given (ConsumerConfig settings; ``client_version`` included)."""
         return dict(self.settings)
+
+    @property
+    def client_version(self) -> str | None:
+        version = self.settings.get("client_version")
+        return None if version is None else str(version)
+
+    def named_settings(self) -> dict[str, Any]:
+        """The switches named one by one (the consumer tables carry ``client_version``)."""
+        return {k: v for k, v in self.settings.items() if k != "client_version"}
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,8 @@ class KnownProblem:
                 else ""
             ),
             "variants": {
-                name: {"settings": dict(v.settings), "expect": v.expect} for name, v in self.variants.items()
+                name: {"settings": dict(v.settings), "policies": dict(v.policies), "expect": v.expect}
+                for name, v in self.variants.items()
             },
         }
 
@@ -391,6 +405,84 @@ CATALOGUE: tuple[KnownProblem, ...] = (
             ),
         },
     ),
+    KnownProblem(
+        name="pop-max-start-skips-new-broker",
+        issues=("apache/rocketmq#7117",),
+        affected="5.0.0 to 5.1.3 (broker)",
+        fixed_in="5.1.4",
+        question="When a broker joins the cluster, do POP consumers that start from the max offset skip "
+        "what the producers sent to its queues before they first popped there?",
+        figure="lost",
+        unit="messages",
+        change="PopMessageProcessor.getInitOffset starts a queue the group has no offset for at 0 while it "
+        "still holds its first message (BrokerConfig.initPopOffsetByCheckMsgInMem, PR #7118, commit "
+        "04683ec058); before, a MAX start began at the queue's last message",
+        variants={
+            "affected": Variant(
+                {},
+                "the new broker's queues start at their last message at the group's first POP: what was "
+                "sent there before is never consumed (lost > 0)",
+                policies={"init_pop_offset_by_check_msg_in_mem": False},
+            ),
+            "fixed": Variant(
+                {},
+                "the new broker's queues still hold their first message and start at 0: lost = 0",
+                policies={"init_pop_offset_by_check_msg_in_mem": True},
+            ),
+        },
+    ),
+    KnownProblem(
+        name="pop-query-assignment-timeout-falls-back",
+        issues=("apache/rocketmq#8686", "apache/rocketmq#8957"),
+        affected="5.0.0 to 5.3.1",
+        fixed_in="5.3.2",
+        question="When a POP consumer's first QUERY_ASSIGNMENT times out (network jitter), does it balance "
+        "the topic by itself for good, and which messages are consumed twice?",
+        figure="duplicates",
+        unit="messages",
+        change="RebalanceImpl.doRebalance asks the broker whenever clientRebalance is false; "
+        "tryQueryAssignment, which gave the topic to the client's own allocation for good after three "
+        "timeouts, is gone (PR #8958, commit d63373a152)",
+        variants={
+            "affected": Variant(
+                {"client_version": "5.3.1"},
+                "the consumer that joined during the jitter pulls its share of the queues while the others "
+                "pop them all: duplicates > 0",
+            ),
+            "fixed": Variant(
+                {"client_version": "5.3.2"},
+                "it asks the broker again at each rebalance and pops with the others once the answers "
+                "come back: no duplicates",
+            ),
+        },
+    ),
+    KnownProblem(
+        name="read-only-broker-idles-a-consumer",
+        issues=("apache/rocketmq#3465",),
+        affected="every release (4.x and 5.x)",
+        fixed_in="not fixed",
+        remedy="a strategy that spreads each broker's queues over the members, such as "
+        "AllocateMessageQueueAveragelyByCircle",
+        question="When a broker is read only (brokerPermission 4, for maintenance), does a consumer of the "
+        "group get only its queues and nothing to consume?",
+        figure="consumers_without_messages",
+        change="TopicRouteData: producers send to the writable queues only (TopicPublishInfo), while "
+        "RebalanceImpl.rebalanceByTopic divides every readable queue among the members; "
+        "AllocateMessageQueueAveragely gives each member a run of consecutive queues, which can be all "
+        "of the read-only broker's",
+        variants={
+            "affected": Variant(
+                {},
+                "the last member's run of queues is the read-only broker's: it consumes nothing "
+                "(consumers_without_messages = 1)",
+            ),
+            "fixed": Variant(
+                {},
+                "allocated by circle, every member holds writable queues: consumers_without_messages = 0",
+                scenario="read-only-broker-by-circle",
+            ),
+        },
+    ),
 )
 
 
@@ -431,13 +523,23 @@ def scenario_files() -> set[str]:
 
 
 def experiment_text(entry: KnownProblem, variant: str, *, sim: bool) -> str:
-    """The experiment a backend runs: the name and question from the catalogue, the scenario, and for the
-    simulator the variant's switches as a ``[sim.client]`` table (so that the run directory's copy
-    replays the same variant)."""
-    # the simulator checks the settings as it checks any [sim.client] table; rmq-consumer its --set
-    settings = entry.variant(variant).consumer_settings()
+    """The experiment a backend runs: the name and question from the catalogue, the scenario with the
+    variant's ``client_version`` in every ``[[consumers]]`` table and its broker flags as ``[policies]``,
+    and for the simulator the switches it names one by one as a ``[sim.client]`` table (so that the run
+    directory's copy replays the same variant; processes get those as ``rmq-consumer --set``)."""
+    v = entry.variant(variant)
     head = f"name = {json.dumps(entry.name)}\nquestion = {json.dumps(entry.question)}\n"
     text = head + scenario_text(entry, variant)
+    if v.client_version is not None:
+        line = f"client_version = {_toml_value(v.client_version)}  # known/{entry.name}, variant {variant}"
+        text = "\n".join(
+            f"{row}\n{line}" if row.strip() == "[[consumers]]" else row for row in text.split("\n")
+        )
+    if v.policies:
+        text = text.rstrip("\n") + f"\n\n[policies]  # known/{entry.name}, variant {variant}\n"
+        text += "".join(f"{key} = {_toml_value(value)}\n" for key, value in sorted(v.policies.items()))
+    # the simulator checks the settings as it checks any [sim.client] table; rmq-consumer its --set
+    settings = v.named_settings()
     if sim and settings:
         lines = [f"{key} = {_toml_value(value)}" for key, value in sorted(settings.items())]
         text = text.rstrip("\n") + f"\n\n[sim.client]  # known/{entry.name}, variant {variant}\n"
@@ -446,9 +548,10 @@ def experiment_text(entry: KnownProblem, variant: str, *, sim: bool) -> str:
 
 
 def for_processes(entry: KnownProblem, variant: str, exp: Experiment) -> Experiment:
-    """The parsed scenario ``exp`` with the variant's switches given to every consumer of ours (the
-    processes get them as ``rmq-consumer --set``)."""
-    settings = tuple(sorted(entry.variant(variant).consumer_settings().items()))
+    """The parsed scenario ``exp`` (``experiment_text``'s, with ``sim=False``) with the switches the
+    variant names one by one given to every consumer of ours (the processes get them as
+    ``rmq-consumer --set``)."""
+    settings = tuple(sorted(entry.variant(variant).named_settings().items()))
     return replace(exp, consumers=tuple(replace(c, settings=settings) for c in exp.consumers))
 
 

@@ -346,9 +346,7 @@ class Runner:
         if exp.real_clients() & set(V5_CLIENTS):  # Apache's v5 clients speak gRPC to rmq-proxy
             self.say("starting rmq-proxy for the RocketMQ 5 clients")
         await backend.start_servers()
-        for c in exp.consumers:
-            if c.request_mode is not None:  # RocketMQ 5 server-side assignment: the brokers keep the mode
-                await backend.set_message_request_mode(c.topic, c.group, c.request_mode)
+        await self._set_request_modes()
         first = [n for c in exp.consumers if c.start <= 0 for n in c.nodes]
         self.console.starting_consumers(first, sorted({c.client for c in exp.consumers if c.start <= 0}))
         await backend.start(first)
@@ -441,13 +439,28 @@ class Runner:
     async def _stop(self, step: Step) -> None:
         await self.backend.stop(step.target)
 
+    async def _set_request_modes(self) -> None:
+        """RocketMQ 5 server-side assignment: the brokers keep each group's mode (setConsumeMode)."""
+        for c in self.exp.consumers:
+            if c.request_mode is not None:
+                await self.backend.set_message_request_mode(c.topic, c.group, c.request_mode)
+
     async def _start(self, step: Step) -> None:
         await self.backend.start([step.target], nemesis=True)
+        await self._broker_back(step.target)
 
     async def _restart(self, step: Step) -> None:
         p = step.params
         down_s = self.exp.wall(p.get("down", 0.0))
         await self.backend.restart(step.target, mode=p.get("mode", "stop"), down_s=down_s)
+        await self._broker_back(step.target)
+
+    async def _broker_back(self, node: str) -> None:
+        """A broker started again without its store (durable = false) has lost the groups' modes: the
+        lab sets them again as it did at setup, as an operator's setConsumeMode for the whole cluster
+        would; a new broker's queues are then popped, not pulled, as the experiment declares."""
+        if node in self.exp.brokers and not self.exp.durable:
+            await self._set_request_modes()
 
     async def _pause(self, step: Step) -> None:
         await self.backend.pause(step.target, gc=bool(step.params.get("gc")))

@@ -281,6 +281,7 @@ class RunModel:
             self.intervals_by_queue[(iv.group, iv.topic, iv.queue)].append(iv)
         self._converged_cache: dict[tuple[str, int], bool] = {}
         self._consumed: dict[str, list[Event]] = {}
+        self._consuming: dict[str, set[str]] | None = None
 
     # -- state at t ---------------------------------------------------------------------------------
 
@@ -454,6 +455,15 @@ class RunModel:
             ]
         return lines
 
+    def consumers_without_messages(self, group: str) -> int:
+        """The group's clients (of its consumer events) without a `message_consumed` line of the group."""
+        if self._consuming is None:
+            self._consuming = defaultdict(set)
+            for e in self.events:
+                if e.event == "message_consumed":
+                    self._consuming[e.get("group")].add(e.get("client_id"))
+        return len(self.group_clients[group] - self._consuming[group])
+
     def concurrent_consume_ms(self, group: str) -> int:
         per_queue: dict[Queue, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
         for e in self.consumed_lines(group):
@@ -616,6 +626,7 @@ class RunModel:
         out["stalled_ms"] = self.stalled_ms(group)
         out["concurrent_consume_ms"] = self.concurrent_consume_ms(group)
         out["order_violations"] = self.order_violations(group)
+        out["consumers_without_messages"] = self.consumers_without_messages(group)
         out["convergence"] = self.convergence(group)
         out["offset_regressions"] = self.offset_regressions(group)
         out["regression_redelivered"] = sum(r["redelivered"] for r in out["offset_regressions"])

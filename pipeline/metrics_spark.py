@@ -11,6 +11,7 @@ control events) reach the driver, in a handful of Spark jobs whatever the number
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +118,9 @@ class Analysis:
             del r[_ORDERLY_LINE]
         consumer_lines = [r for r in rows if r["event"] == _CONSUMER_NODE]
         consumer_nodes = [(r[G], r[C], r["node"]) for r in consumer_lines]
+        self._consuming: dict[str, set[str]] = defaultdict(set)  # group -> clients with a consumption
+        for r in consumer_lines:
+            self._consuming[r[G]].add(r[C])
         self.control = control.build(self.control_rows, consumer_nodes, self.run_end_of)
         spark = events.sparkSession
         pairs = sorted((g, t) for g, ts in self.control.group_topics.items() for t in ts)
@@ -340,12 +344,17 @@ class Analysis:
         conv = control.convergence(m, self.control_rows, self.run_end_of, self.unqualified)
         lines: dict[str, Mapping[str, Any]] = {r[G]: r.asDict() for r in self.group_metrics().collect()}
         regressions = self.offset_regressions()
+        clients: dict[str, set[str]] = defaultdict(set)  # the group's clients, of its consumer events
+        for g, c in m.group_clients:
+            clients[g].add(c)
         groups: dict[str, dict[str, Any]] = {}
         for g in sorted(m.groups):
             row = {**lines.get(g, {}), **own[g]}
             entry: dict[str, Any] = {"topics": sorted(m.group_topics.get(g, ()))}
             for name in GROUP_METRICS:
                 entry[name] = int(row.get(name) or 0)
+            silent = clients.get(g, set()) - self._consuming.get(g, set())
+            entry["consumers_without_messages"] = len(silent)
             entry["convergence"] = conv.get(g, [])
             entry["offset_regressions"] = regressions.get(g, [])
             entry["regression_redelivered"] = sum(r["redelivered"] for r in entry["offset_regressions"])

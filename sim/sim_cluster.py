@@ -48,6 +48,7 @@ from rmqlab.lab.schedule import Step
 from rmqlab.lab.tally import RunTally, progress_line
 from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import Message, MessageModel
+from rmqlab.protocol.route import PERM_READ, PERM_WRITE
 from rmqlab.sim.dist import Distribution
 from rmqlab.sim.loop import CURRENT, SimDeadlock, VirtualClock, VirtualLoop, VirtualProcess
 from rmqlab.sim.network import Network
@@ -227,11 +228,14 @@ class SimResult(RunResult):
 
 
 def consumer_flags(spec: Any) -> dict[str, Any]:
-    """What rmq-chaos's ``--rocketmq5`` and ``--set client_rebalance=false`` (ConsumerSpec.client_args)
-    set in the consumer's config: a RocketMQ 5 client, and with a server assignment the broker's
-    QUERY_ASSIGNMENT instead of the client's own allocation (then POP or PULL per the mode)."""
+    """What rmq-chaos's ``--rocketmq5`` or ``--set client_version=V``, and ``--set client_rebalance=false``
+    (ConsumerSpec.client_args) set in the consumer's config: a release's behaviour switches, and with a
+    server assignment the broker's QUERY_ASSIGNMENT instead of the client's own allocation (then POP or
+    PULL per the mode)."""
     flags: dict[str, Any] = {}
-    if spec.rocketmq5 or spec.assignment != "client":
+    if spec.client_version:  # its switches stand for --rocketmq5's (ConsumerConfig.from_mapping expands it)
+        flags["client_version"] = spec.client_version
+    elif spec.rocketmq5 or spec.assignment != "client":
         flags.update(ConsumerConfig.rocketmq5())
     if spec.assignment != "client":
         flags["client_rebalance"] = False
@@ -720,6 +724,8 @@ class SimBackend:
             namesrv=self.namesrv_addr,
             notify_on_channel_expired=exp.policies.notify_on_channel_expired,
             release_locks_on_close=exp.policies.release_locks_on_close,
+            init_pop_offset_by_check_msg_in_mem=exp.policies.init_pop_offset_by_check_msg_in_mem,
+            broker_permission=PERM_READ if master in exp.read_only_brokers else PERM_READ | PERM_WRITE,
             rocketmq5=self.sx.sim.rocketmq5 or exp.rocketmq5,
         )
         broker = BrokerController(cfg, log=n.log, clock=self.clock)

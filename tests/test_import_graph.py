@@ -119,7 +119,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "interop": {"protocol"},
     "pipeline": set(),  # the analysis reads files only
     "sweeps": set(),
-    "lab": {"protocol", "broker"},  # experiment files are checked with the broker's own ACL parser
+    "lab": {"protocol", "broker", "client"},  # experiment files are checked with the broker's own ACL
+    # parser, and client_version with the client's release table (client.versions)
     "sim": {"protocol", "broker", "client", "lab", "pipeline"},
     "chaos": {"protocol", "broker", "client", "proxy", "lab", "pipeline"},
 }

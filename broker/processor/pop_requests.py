@@ -300,11 +300,16 @@ class PopMessageProcessor:
 
     def _init_offset(self, req: _PopRequest, topic: str, queue_id: int) -> int:
         """getInitOffset: MIN mode and retry topics start at the first message; MAX mode at the last one,
-        or at 0 when the queue still holds its first message (initPopOffsetByCheckMsgInMem)."""
+        or at 0 when the queue still holds its first message (initPopOffsetByCheckMsgInMem, from 5.1.4:
+        before, a queue the group meets for the first time, such as a new broker's, skipped what it held)."""
         store = self.broker.store
         if req.init_mode == CONSUME_INIT_MODE_MIN or topic.startswith("%RETRY%"):
             return store.get_min_offset(topic, queue_id)
-        if store.get_min_offset(topic, queue_id) <= 0 and store.lookup(topic, queue_id, 0) is not None:
+        if (
+            self.broker.config.init_pop_offset_by_check_msg_in_mem
+            and store.get_min_offset(topic, queue_id) <= 0
+            and store.lookup(topic, queue_id, 0) is not None
+        ):
             return 0
         return max(0, store.get_max_offset(topic, queue_id) - 1)
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,44 @@ class Proc:
                 self.proc.send_signal(sig)
         async with asyncio.timeout(10):
             return await self.proc.wait()
+
+
+async def test_a_read_only_broker_registers_its_topics_without_write_permission(make_peer):
+    """brokerPermission 4 (maintenance): the name server routes the broker's topics readable only, so
+    producers leave it out (TopicRouteData's publish queues) and consumers still divide its queues."""
+    from rmqlab.protocol.route import PERM_READ, PERM_WRITE, TopicRouteData
+
+    ns = NamesrvController(NamesrvConfig(port=0, time_scale=0.01), log=RecordingLog())
+    await ns.start()
+    brokers = []
+    try:
+        for name, perm in (("broker-a", PERM_READ | PERM_WRITE), ("broker-b", PERM_READ)):
+            cfg = BrokerConfig(port=0, broker_name=name, namesrv=ns.address, time_scale=0.01)
+            b = BrokerController(replace(cfg, broker_permission=perm), log=RecordingLog())
+            await b.start()
+            brokers.append(b)
+            assert (await make_peer(b.address).send("T")).code == ResponseCode.SUCCESS
+        client = make_peer(ns.address)
+
+        async def perms() -> dict[str, int]:
+            resp = await client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
+            if resp.code != ResponseCode.SUCCESS:
+                return {}
+            return {q["brokerName"]: q["perm"] for q in resp.body["queueDatas"]}
+
+        for _ in range(100):
+            if len(await perms()) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert await perms() == {"broker-a": PERM_READ | PERM_WRITE, "broker-b": PERM_READ}
+        resp = await client.ok(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
+        route = TopicRouteData.from_wire(resp.body)
+        assert {mq.broker_name for mq in route.publish_queues("T")} == {"broker-a"}
+        assert {mq.broker_name for mq in route.subscribe_queues("T")} == {"broker-a", "broker-b"}
+    finally:
+        for b in brokers:
+            await b.shutdown()
+        await ns.shutdown()
 
 
 async def start_proc(module: str, *args: str) -> Proc:

@@ -296,3 +296,15 @@ async def test_pop_ack_and_assignment_on_the_native_port(make_broker, make_peer)
         assert broker.pop_state.in_flight() == 0 and broker.offset_manager.query_offset("g", "T", 0) == 2
     finally:
         await n.close()
+
+
+async def test_a_max_start_pops_a_new_queue_from_its_first_message_unless_switched_off(
+    make_broker, make_peer
+) -> None:
+    """initPopOffsetByCheckMsgInMem (5.1.4, ISSUE #7117): a group's first POP of a queue that still holds
+    its first message starts at 0 with ConsumeInitMode.MAX; before, at the queue's last message."""
+    for check_in_mem, offsets in ((True, [0, 1, 2]), (False, [2])):
+        _broker, p = await setup(make_broker, make_peer, init_pop_offset_by_check_msg_in_mem=check_in_mem)
+        resp = await pop(p, 0, initMode=1)
+        assert resp.code == ResponseCode.SUCCESS
+        assert [r.queue_offset for r in receipts(resp)] == offsets, check_in_mem

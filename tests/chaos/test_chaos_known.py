@@ -33,8 +33,12 @@ def test_an_entry_is_complete_and_its_variants_are_switches(entry: known.KnownPr
     assert set(entry.needs) <= set(known.NEEDS) and entry.needs
     assert tuple(entry.variants) == known.VARIANTS
     affected, fixed = (entry.variant(v) for v in known.VARIANTS)
-    # the fix is a switch, or (a problem no release fixed) its remedy is another scenario
-    assert switches(affected) != switches(fixed) or affected.scenario != fixed.scenario
+    # the fix is a client or broker switch, or (a problem no release fixed) its remedy is another scenario
+    assert (
+        switches(affected) != switches(fixed)
+        or affected.policies != fixed.policies
+        or affected.scenario != fixed.scenario
+    )
     # the scenario leaves name and question to the catalogue, and runs with each variant
     for v in known.VARIANTS:
         assert not {"name", "question"} & known.scenario_keys(known.scenario_text(entry, v))
@@ -127,6 +131,14 @@ def test_rmq_chaos_runs_an_entry_with_its_variant_given_to_every_consumer() -> N
                 args = c.client_args()
                 sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
                 assert [s for s in sets if s.split("=")[0] in switches] == flags
+                # a client_version's switches stand for --rocketmq5's
+                assert ("--rocketmq5" in args) == (
+                    c.rocketmq5 and "client_version" not in entry.variant(v).settings
+                )
+            # the variant's broker flags go to every broker
+            flags = exp.broker_flags()
+            pop_offset = entry.variant(v).policies.get("init_pop_offset_by_check_msg_in_mem", True)
+            assert ("--no-init-pop-offset-by-check-msg-in-mem" in flags) == (not pop_offset)
 
 
 def test_rmq_chaos_refuses_what_only_the_simulator_runs_and_a_variant_without_an_entry(
@@ -141,3 +153,44 @@ def test_rmq_chaos_refuses_what_only_the_simulator_runs_and_a_variant_without_an
     assert "--variant goes with a catalogue entry (known/NAME)" in capsys.readouterr().err
     assert main(["run", "known/nope", "--out", str(tmp_path / "c")]) == 2
     assert "(the catalogue: known/different-subscriptions-in-one-group, " in capsys.readouterr().err
+
+
+def test_rmq_consumer_runs_the_switches_of_its_tables_client_version() -> None:
+    """What rmq-chaos gives each consumer process (ConsumerSpec.client_args) makes rmq-consumer's config
+    the switches of the table's client_version: 4.9.8 by default, the newest 5.x with rocketmq5."""
+    from rmqlab.client.consumer_main import build_parser, make_config
+    from rmqlab.client.versions import settings_for_version
+    from rmqlab.lab.experiment import parse
+
+    text = 'duration = 60\n\n[[topics]]\nname = "T"\nqueues = 4\n'
+    tables = {
+        "G_old": 'client_version = "4.9.0"',
+        "G_today": "",
+        "G_five": "rocketmq5 = true",
+        "G_pop": 'assignment = "server-pop"\nclient_version = "5.1.0"',
+    }
+    for group, keys in tables.items():
+        text += f'\n[[consumers]]\ngroup = "{group}"\ntopic = "T"\n{keys}\n'
+    got = {}
+    for spec in parse(text).consumers:
+        base = ["--namesrv", "127.0.0.1:9876", "--group", spec.group, "--topic", "T"]
+        cfg = make_config(build_parser().parse_args(base + spec.client_args()))
+        switches = settings_for_version(spec.effective_client_version)
+        assert {b.field: getattr(cfg, b.field) for b in BEHAVIOURS} == switches, spec.group
+        got[spec.group] = spec.effective_client_version
+    assert got == {"G_old": "4.9.0", "G_today": "4.9.8", "G_five": "5.3.3", "G_pop": "5.1.0"}
+
+
+def test_read_only_brokers_name_brokers_of_the_cluster() -> None:
+    from rmqlab.lab.experiment import ExperimentError, parse
+
+    text = known.scenario_text(known.find("read-only-broker-idles-a-consumer"))
+    assert parse(text, default_name="x").read_only_brokers == ("broker-c",)
+    bad = text.replace('read_only_brokers = ["broker-c"]', 'read_only_brokers = ["broker-d"]')
+    line = bad.splitlines().index('read_only_brokers = ["broker-d"]') + 1
+    with pytest.raises(
+        ExperimentError,
+        match=rf":{line}: cluster\.read_only_brokers: 'broker-d' is not a broker \(brokers: broker-a, "
+        r"broker-b, broker-c\)",
+    ):
+        parse(bad, default_name="x")

@@ -23,11 +23,8 @@ def test_the_default_version_is_the_default_config() -> None:
 
 
 def test_the_newest_5x_is_what_rocketmq5_selects() -> None:
-    newest = settings_for_version(CLIENT_VERSIONS[-1])
-    assert {k: newest[k] for k in ConsumerConfig.rocketmq5() if k in newest} == {
-        k: v for k, v in ConsumerConfig.rocketmq5().items() if k in newest
-    }
-    assert set(ConsumerConfig.rocketmq5()) - set(newest) == set()
+    assert ConsumerConfig.rocketmq5() == settings_for_version(CLIENT_VERSIONS[-1])
+    assert ConsumerConfig.rocketmq5() != settings_for_version(DEFAULT_CLIENT_VERSION)
 
 
 @pytest.mark.parametrize(
@@ -41,6 +38,8 @@ def test_the_newest_5x_is_what_rocketmq5_selects() -> None:
         ("5.2.0", "orderly_unlock_5x", True),
         ("5.3.1", "lock_in_broadcasting", True),
         ("5.3.2", "lock_in_broadcasting", False),
+        ("5.3.1", "query_assignment_fallback", True),
+        ("5.3.2", "query_assignment_fallback", False),
         ("4.9.8", "pull_request_dispatch_delay", 0),
         ("5.0.0", "pull_request_dispatch_delay", 500),
     ],

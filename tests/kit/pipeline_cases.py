@@ -227,6 +227,27 @@ def _message_counts(b: Builder) -> None:
 
 
 @case(
+    "consumers_without_messages", 100,
+    # clients of g: c1, c2 (started, rebalanced, consumed), c3 (started, rebalanced, owns b:2, where
+    # nothing is sent: never consumed), c4 (started only) -> without messages: c3, c4 = 2. c5 consumed
+    # for group h only: h has one client, consuming -> 0.
+    groups={"g": dict(consumers_without_messages=2), "h": dict(consumers_without_messages=0)},
+)  # fmt: skip
+def _consumers_without_messages(b: Builder) -> None:
+    b.route(10, "n1", "c1", ["b:0", "b:1", "b:2"])
+    for i, (node, client) in enumerate([("n1", "c1"), ("n2", "c2"), ("n3", "c3")]):
+        b.started(10, node, client)
+        b.rebalance(20, node, client, ["c1", "c2", "c3"], [f"b:{i}"])
+        b.added(20, node, client, f"b:{i}")
+    b.started(30, "n4", "c4")
+    b.started(10, "n5", "c5", group="h")
+    for i, msg in enumerate(["m1", "m2"]):
+        b.sent(40 + i, msg, f"b:{i}", 0)
+        b.consumed(50 + i, f"n{i + 1}", f"c{i + 1}", msg, f"b:{i}", 0)
+    b.consumed(60, "n5", "c5", "m1", "b:0", 0, group="h")
+
+
+@case(
     "half_open_handover", 100,
     # b:1: c1 [20,60) then c2 [60,100): they touch at 60 but [s, e) never share an instant -> overlap 0.
     # c2's [70,70) on b:0 is empty. b:0: c1 [20,100). Nothing unowned after T0 = 20 -> orphan 0.

@@ -265,3 +265,17 @@ def test_a_drain_that_never_ends_stops_at_the_drain_timeout() -> None:
     assert kill_at - producers_started(fake) == pytest.approx((100 - 5 + 20) * SCALE, abs=0.25)
     assert not runner.result.drained and runner.result.quick_verdict == "fail"
     assert "producers still running: producer-1" in out
+
+
+def test_a_broker_started_again_without_its_store_gets_the_groups_modes_again() -> None:
+    """The lab sets a server assignment's mode (setConsumeMode) at setup; a broker that comes back with
+    an empty store gets it again, a durable one keeps its own."""
+    steps = nemesis("kill", "broker-a", 10) + nemesis("start", "broker-a", 20)
+    restart = nemesis("restart", "broker-a", 40)
+    _, fake, _, _ = run(BASE + steps + restart)
+    calls = [(n, a[0]) for _t, n, a in fake.calls if n in ("set_message_request_mode", "start", "restart")]
+    after = [calls[i - 1] for i, c in enumerate(calls) if c[0] == "set_message_request_mode"][1:]
+    assert after == [("start", ("broker-a",))] * 2, calls  # a restart is a stop, then a start
+    durable = BASE.replace("[[topics]]", "[cluster]\ndurable = true\n\n[[topics]]", 1)
+    _, fake, _, _ = run(durable + steps + restart)
+    assert fake.called("set_message_request_mode") == [("T", "H", "POP")]

@@ -6,7 +6,6 @@ native port is all the clients know."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from kit import wait_until
@@ -126,11 +125,26 @@ async def test_orderly_consumer_locks_its_queues_over_native(native_cluster: Clu
         await api.remoting.close()
 
 
-async def test_protocol_setting_is_checked(tmp_path: Any) -> None:
-    from rmqlab.client.client_config import ConfigError, ConsumerConfig
+def test_protocol_setting_is_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    from rmqlab.client.cli_common import layered_settings
+    from rmqlab.client.client_config import ConfigError, ConsumerConfig, ProducerConfig
+    from rmqlab.client.consumer_main import build_parser, make_config
+    from rmqlab.client.producer_main import build_parser as producer_parser
 
     with pytest.raises(ConfigError, match="protocol must be one of msgpack, native, got 'grpc'"):
         ConsumerConfig.from_mapping({"protocol": "grpc"})
     with pytest.raises(ConfigError, match="does not sign"):
         ConsumerConfig.from_mapping({"protocol": "native", "access_key": "a", "secret_key": "b"})
-    await asyncio.sleep(0)
+    base = ["--namesrv", "127.0.0.1:9876", "--group", "g", "--topic", "T"]
+    assert make_config(build_parser().parse_args(base)).protocol == "msgpack"
+    assert make_config(build_parser().parse_args([*base, "--protocol", "native"])).protocol == "native"
+    args = producer_parser().parse_args(["--namesrv", "h:1", "--topic", "T", "--rate", "1", "--count", "1"])
+    args.protocol = "native"
+    assert (
+        ProducerConfig.from_mapping(layered_settings(ProducerConfig, args, "producer", {})).protocol
+        == "native"
+    )
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args([*base, "--protocol", "grpc"])
+    assert info.value.code == 2
+    assert "--protocol: invalid choice: 'grpc' (choose from 'msgpack', 'native')" in capsys.readouterr().err

@@ -148,3 +148,26 @@ def test_protocol_setting_is_checked(capsys: pytest.CaptureFixture[str]) -> None
         build_parser().parse_args([*base, "--protocol", "grpc"])
     assert info.value.code == 2
     assert "--protocol: invalid choice: 'grpc' (choose from 'msgpack', 'native')" in capsys.readouterr().err
+
+
+async def test_admin_creates_a_topic_and_reads_its_route_over_native(native_cluster: Cluster) -> None:
+    from rmqlab.lab.admin_client import AdminClient, route_brokers
+
+    addr = native_cluster.brokers[0].native_addr
+    assert addr is not None
+    async with AdminClient(timeout_s=5.0, native=True) as admin:
+        assert await admin.route(addr, "Fresh") is None  # TOPIC_NOT_EXIST, read from a native answer
+        await admin.topic_create(addr, "Fresh", 3)
+        route = await admin.route(addr, "Fresh")
+    assert route_brokers(route) == {"broker-a"}
+    assert route is not None and route["queueDatas"][0]["readQueueNums"] == 3
+
+
+def test_rmq_admin_refuses_access_keys_over_native(capsys: pytest.CaptureFixture[str]) -> None:
+    from rmqlab.chaos.admin_main import main
+
+    argv = ["--broker", "h:1", "--protocol", "native", "--access-key", "a", "--secret-key", "b", "status"]
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "--protocol native does not sign requests" in capsys.readouterr().err

@@ -171,3 +171,33 @@ def test_rmq_admin_refuses_access_keys_over_native(capsys: pytest.CaptureFixture
         main(argv)
     assert info.value.code == 2
     assert "--protocol native does not sign requests" in capsys.readouterr().err
+
+
+async def test_lite_pull_consumer_polls_and_commits_over_native(native_cluster: Cluster) -> None:
+    from rmqlab.client.lite_pull_consumer import LitePullConsumer
+
+    c = native_cluster
+    lite = LitePullConsumer(
+        "lg",
+        namesrv=c.namesrv,
+        time_scale=c.scale,
+        protocol="native",
+        consume_from_where="first",
+        auto_commit=False,
+        log=c.log("lite-1", "consumer"),
+    )
+    lite.subscribe("T")
+    c.closers.append(lite.shutdown)
+    await lite.start()
+    producer = c.producer(protocol="native")
+    await producer.start()
+    sent = {(await producer.send("T", b"l%d" % i)).msg_id for i in range(12)}
+    polled: set[str] = set()
+    async with asyncio.timeout(20):
+        while not sent <= polled:
+            polled.update(m.msg_id for m in await lite.poll(timeout_ms=1000))
+    await lite.commit()
+    broker = c.brokers[0]
+    await wait_until(
+        lambda: sum(max(broker.offset_manager.query_offset("lg", "T", q), 0) for q in range(4)) == 12, 10
+    )

@@ -87,11 +87,14 @@ count = 2
 def test_an_experiment_apache_broker_cannot_run_is_refused_at_its_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # the lab's own consumers join Apache's broker (over RocketMQ's protocol); rmq-proxy's clients cannot
+    text = OURS_ONLY.replace("count = 2\n", 'count = 2\nclient = "py5"\n')
     f = tmp_path / "ours.toml"
-    f.write_text(OURS_ONLY)
+    f.write_text(text)
     assert main(["compare", str(f), "--out", str(tmp_path / "cmp")]) == 2
     err = capsys.readouterr().err
-    assert f"{f}:{line_of(OURS_ONLY, '[[consumers]]')}: consumers[1]: engine 'apache-4.9.7'" in err
+    line = line_of(text, "py5")
+    assert f"{f}:{line}: consumers[1]: engine 'apache-4.9.7'" in err
     assert not (tmp_path / "cmp").exists()
 
 

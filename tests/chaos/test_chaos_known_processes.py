@@ -3,18 +3,18 @@ problem shows with the affected behaviour and not with the fix, as simulated.
 
 Every entry runs simulated with both variants in tests/sim; here, by default, two entries stand for the
 rest on processes, one switch of the client and one of the broker, so that the whole suite stays within
-its time. ``RMQ_KNOWN_PROCESSES=all`` runs every entry that runs on processes (about 10 minutes), as was
-done for the numbers of the catalogue page."""
+its time. ``RMQ_EXHAUSTIVE=1`` runs every entry that runs on processes (about 10 minutes), as was done
+for the numbers of the catalogue page."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
-import os
 from pathlib import Path
 
 import pytest
+from kit import exhaustive
 
 from rmqlab.chaos.__main__ import main
 from rmqlab.lab import known
@@ -28,13 +28,7 @@ ON_PROCESSES = [e.name for e in known.CATALOGUE if "processes" in e.needs]
 REPRESENTATIVES = ["offset-query-error-skips-backlog", "read-only-broker-idles-a-consumer"]
 
 
-def test_the_representatives_are_entries_that_run_on_processes() -> None:
-    assert set(REPRESENTATIVES) <= set(ON_PROCESSES), ON_PROCESSES
-
-
-@pytest.mark.parametrize(
-    "name", ON_PROCESSES if os.environ.get("RMQ_KNOWN_PROCESSES") == "all" else REPRESENTATIVES
-)
+@pytest.mark.parametrize("name", exhaustive(ON_PROCESSES, REPRESENTATIVES))
 def test_with_processes_the_problem_shows_only_with_the_affected_behaviour(tmp_path: Path, name: str) -> None:
     entry = known.find(name)
     seen = {}

@@ -11,12 +11,18 @@
   analysis, and the Spark summary of a run.
 - ``wait_until``: poll a condition spread over several components. ``protocol.clock.ManualClock`` is the
   hand-moved clock.
+- ``exhaustive``: the whole suite's long real-process runs take representatives of a set (the whole
+  suite must stay within its time); ``RMQ_EXHAUSTIVE=1`` runs every member.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 async def wait_until(
@@ -29,3 +35,11 @@ async def wait_until(
                 await asyncio.sleep(step)
     except TimeoutError:
         raise AssertionError(f"timed out after {within}s waiting for {what}") from None
+
+
+def exhaustive(every: Sequence[T], representatives: Sequence[T]) -> list[T]:
+    """``every`` under ``RMQ_EXHAUSTIVE=1``, else ``representatives`` (which must be among ``every``)."""
+    missing = [r for r in representatives if r not in every]
+    if missing:
+        raise ValueError(f"representatives {missing} are not among {list(every)}")
+    return list(every if os.environ.get("RMQ_EXHAUSTIVE") == "1" else representatives)

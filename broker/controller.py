@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import inspect
 import os
+import random
 from collections import defaultdict
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
@@ -61,6 +62,7 @@ class BrokerController:
         self.config = config = config or BrokerConfig()
         self.log = log or EventLog.null(config.broker_name, "broker")
         self.clock: Clock = clock or SystemClock()
+        self.random = random.Random(config.random_seed)
         self.role = BrokerRole.parse(config.broker_role)
         # RocketMQ 5's controller mode: the controller makes this broker master or slave; until it has
         # said which, the broker takes no writes and does not register with the name server
@@ -145,7 +147,7 @@ class BrokerController:
         # QUERY_ASSIGNMENT balances over (TopicRouteInfoManager's cache: topic -> (queues, fetched at))
         self.pop_state = PopState()
         self.pop_polling = PopLongPollingService()
-        self.pop_processor = PopMessageProcessor(self)
+        self.pop_processor = PopMessageProcessor(self, self.random)
         self.request_modes = MessageRequestModeTable()
         self._subscribe_info: dict[str, tuple[frozenset[MessageQueue] | None, int]] = {}
 

@@ -79,6 +79,9 @@ class BrokerConfig:
     # brokerPermission: 4 (read only) is how an operator takes a broker out of the producers' routes for
     # maintenance (updateBrokerConfig, wipeWritePerm); the registration gives every topic this perm
     broker_permission: int = PERM_READ | PERM_WRITE
+    # Seeds the broker's random choices (the queue a POP of every queue starts at); None: the OS's
+    # entropy, as RocketMQ's. A simulation sets it so that a seed replays the same run.
+    random_seed: int | None = None
     # What-if policies, off by default (RocketMQ's behaviour).
     notify_on_channel_expired: bool = False
     release_locks_on_close: bool = False

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -81,6 +82,7 @@ class PushConsumer(ConsumerBase):
                 clock=self.clock,
                 pop_api=PopClientAPI(self.instance.remoting),
                 routes=self.instance,
+                rng=random.Random(self.config.random_seed),
             )
         return RebalancePushImpl(
             self.state, self.api, self.pulls, self.offset_store, self.log, clock=self.clock

@@ -727,6 +727,7 @@ class SimBackend:
             init_pop_offset_by_check_msg_in_mem=exp.policies.init_pop_offset_by_check_msg_in_mem,
             broker_permission=PERM_READ if master in exp.read_only_brokers else PERM_READ | PERM_WRITE,
             rocketmq5=self.sx.sim.rocketmq5 or exp.rocketmq5,
+            random_seed=self.rng(n.node, n.incarnation, "broker").getrandbits(63),
         )
         broker = BrokerController(cfg, log=n.log, clock=self.clock)
         broker.pull_events = self.sx.sim.pull_events

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from rmqlab.broker.ha_state import BrokerRole
@@ -210,7 +209,7 @@ class SendMessageProcessor:
             draft = b.schedule_service.schedule_draft(
                 level,
                 rt.topic_name,
-                random.randrange(rt.write_queue_nums),
+                b.random.randrange(rt.write_queue_nums),
                 orig.body,
                 tags=orig.tags,
                 keys=orig.keys,

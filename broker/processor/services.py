@@ -5,6 +5,7 @@ broker-wide actions a request can cause (commit an offset, hold a pull ...), and
 
 from __future__ import annotations
 
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -40,6 +41,7 @@ class BrokerServices(Protocol):
     config: BrokerConfig
     log: EventLog
     clock: Clock
+    random: random.Random  # the broker's random choices, seeded by BrokerConfig.random_seed
     server: RemotingServer
     store: MemoryMessageStore
     consumer_manager: ConsumerManager

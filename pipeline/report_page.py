@@ -172,8 +172,9 @@ def render_html(
             parts.append(f"<tr><td>{key}</td>")
             for g in summary["groups"].values():
                 rmq = (g.get("rocketmq_time") or {}).get(key)
+                # .get: a summary.json written before idle_member_ms lacks it
                 cell = (
-                    f"{g[key]}"
+                    f"{g.get(key, '-')}"
                     if rmq is None
                     else f"{rmq_s(rmq)} RocketMQ<br><small>{g[key]} ms {clock.kind}</small>"
                 )

@@ -26,8 +26,8 @@ def test_every_summary_field_is_present(tmp_path: Path) -> None:
     group = summary["groups"]["g"]
     assert set(group) == {
         "topics", "sent", "consumed_unique", "lost", "duplicates", "duplicated_messages", "overlap_ms",
-        "orphan_ms", "stalled_ms", "concurrent_consume_ms", "order_violations", "convergence",
-        "offset_regressions", "regression_redelivered", "verdict",
+        "orphan_ms", "idle_member_ms", "stalled_ms", "concurrent_consume_ms", "order_violations",
+        "convergence", "offset_regressions", "regression_redelivered", "verdict",
     }  # fmt: skip
     for entry in group["convergence"]:
         assert set(entry) == {"change_ms", "cause", "converged", "convergence_ms"}

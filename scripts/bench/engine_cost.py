@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -187,12 +188,20 @@ def one_run(source_text: str, engine: str, work: Path, interval: float) -> dict[
     thread = threading.Thread(target=sampler.run, daemon=True)
     t0 = time.monotonic()
     thread.start()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate()
+    except BaseException:
+        # Interrupted: the run stops its processes on SIGTERM; it must not outlive the benchmark.
+        proc.terminate()
+        proc.wait(120)
+        raise
+    finally:
+        sampler.stop()
+        thread.join()
     wall = time.monotonic() - t0
-    sampler.stop()
-    thread.join()
     if proc.returncode not in (0, 1):
-        raise RuntimeError(f"{engine}: rmq-chaos run exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{engine}: rmq-chaos run exited {proc.returncode}:\n{stderr[-3000:]}")
     members: dict[str, dict[str, Any]] = {}
     for r in sampler.readings.values():
         m = members.setdefault(
@@ -207,7 +216,7 @@ def one_run(source_text: str, engine: str, work: Path, interval: float) -> dict[
     servers = {n: m for n, m in members.items() if m["role"] in SERVER_ROLES}
     return {
         "exit_code": proc.returncode,
-        "verdict_line": next((ln for ln in proc.stdout.splitlines() if ln.startswith("verdict")), None),
+        "verdict_line": next((ln for ln in stdout.splitlines() if ln.startswith("verdict")), None),
         "wall_s": round(wall, 1),
         "startup_s": startup_s(run_dir),
         "servers_rss_kb_max": sum(m["rss_kb_max"] for m in servers.values()),
@@ -234,6 +243,10 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("experiment", nargs="?", default="java-kill-one-of-four", help="a shipped name or a file")
@@ -243,6 +256,8 @@ def main() -> int:
     p.add_argument("--workdir", default=None, help="keep the runs here (default: a temp dir, removed)")
     args = p.parse_args()
 
+    # SIGTERM unwinds like ^C: the running experiment is stopped and the temp dir removed.
+    signal.signal(signal.SIGTERM, _interrupt)
     exp = resolve(args.experiment)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="engine-cost-"))
     results: dict[str, list[dict[str, Any]]] = {e: [] for e in args.engines}

@@ -257,6 +257,7 @@ GROUP_METRICS: Final = (
     "duplicated_messages",
     "overlap_ms",
     "orphan_ms",
+    "idle_member_ms",
     "stalled_ms",
     "concurrent_consume_ms",
     "order_violations",

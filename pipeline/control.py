@@ -232,7 +232,8 @@ def _clip(spans: Iterable[Span], lo: int, hi: int) -> list[Span]:
 
 
 def ownership_metrics(m: ControlModel, run_end: Callable[[str], int]) -> dict[str, dict[str, int]]:
-    """overlap_ms, stalled_ms and orphan_ms per group (EVENTS.md), summed over queues."""
+    """overlap_ms, stalled_ms and orphan_ms per group (EVENTS.md), summed over queues, and
+    idle_member_ms."""
     by_queue: dict[QueueId, list[Interval]] = defaultdict(list)
     for iv in m.intervals:
         by_queue[(iv.group, iv.topic, iv.queue)].append(iv)
@@ -258,6 +259,44 @@ def ownership_metrics(m: ControlModel, run_end: Callable[[str], int]) -> dict[st
         entry["overlap_ms"] += _length(points, 3, lambda n: n[0] >= 2)
         entry["stalled_ms"] += _length(points, 3, lambda n: n[0] >= 1 and n[0] == n[1])
         entry["orphan_ms"] += _length(points, 3, lambda n: n[0] == 0 and n[2] >= 1)
+    for g, idle in idle_member_ms(m, run_end).items():
+        out[g]["idle_member_ms"] = idle
+    return out
+
+
+def idle_member_ms(m: ControlModel, run_end: Callable[[str], int]) -> dict[str, int]:
+    """idle_member_ms per group (EVENTS.md): per topic of the group and live member, the time from the
+    member's first rebalance of the topic on during which it held no queue of it while the topic had at
+    least as many queues as the group had live members. 0 for a server-assigned group."""
+    first_rebalance: dict[tuple[str, str, str], int] = {}
+    for e in m.rebalances:  # in event order: the first is the earliest
+        first_rebalance.setdefault((e["group"], e["client_id"], e["topic"]), e["ts_ms"])
+    held: dict[tuple[str, str, str], list[Span]] = defaultdict(list)
+    for iv in m.intervals:
+        held[(iv.group, iv.client_id, iv.topic)].append((iv.start, iv.end))
+    out = {g: 0 for g in m.groups}
+    for g in m.groups:
+        if g in m.server_assigned:
+            continue
+        end = run_end(g)
+        live = {c: _clip(spans, -INF, end) for (gg, c), spans in m.live.items() if gg == g}
+        for t in m.group_topics.get(g, ()):
+            queues = sum(1 for tt, _q in m.universe.get(g, ()) if tt == t)
+            if not queues:
+                continue
+            for c, spans in live.items():
+                first = first_rebalance.get((g, c, t))
+                if first is None:
+                    continue
+                points: dict[int, list[int]] = {}  # counters: live members, this one live, its queues
+                for other in live.values():
+                    for span in other:
+                        _add(points, span, 0, 3)
+                for span in _clip(spans, first, end):
+                    _add(points, span, 1, 3)
+                for span in held.get((g, c, t), ()):
+                    _add(points, span, 2, 3)
+                out[g] += _length(points, 3, lambda n, q=queues: n[1] >= 1 and n[2] == 0 and n[0] <= q)
     return out
 
 

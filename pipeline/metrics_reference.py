@@ -423,6 +423,40 @@ class RunModel:
                     total += b - a
         return total
 
+    def idle_member_ms(self, group: str) -> int:
+        if group in self.server_assigned:
+            return 0  # the broker, not the members, decides who holds what
+        liveness = self.liveness_times(group)
+        members = sorted(c for (g, c) in self.starts.ts if g == group)
+        total = 0
+        for topic in sorted(self.group_topics[group]):
+            queues = sum(1 for t, _q in self.universe[group] if t == topic)
+            if not queues:
+                continue
+            for client in members:
+                rebalanced = self.rebalances.ts.get((group, client, topic))
+                if not rebalanced:
+                    continue
+                first = rebalanced[0]
+                held = [
+                    iv
+                    for iv in self.intervals
+                    if iv.group == group and iv.client == client and iv.topic == topic
+                ]
+                bounds = sorted(
+                    {first, self.run_end} | liveness | {x for iv in held for x in (iv.start, iv.end)}
+                )
+                for a, b in itertools.pairwise(bounds):
+                    if (
+                        first <= a
+                        and b <= self.run_end
+                        and self.is_live(group, client, a)
+                        and not any(iv.start <= a < iv.end for iv in held)
+                        and len(self.live_set(group, a)) <= queues
+                    ):
+                        total += b - a
+        return total
+
     def stalled_ms(self, group: str) -> int:
         nemesis_times = {e.ts for e in self.events if e.event == "nemesis"}
         total = 0
@@ -623,6 +657,7 @@ class RunModel:
         out.update(self.message_counts(group))
         out["overlap_ms"] = self.overlap_ms(group)
         out["orphan_ms"] = self.orphan_ms(group)
+        out["idle_member_ms"] = self.idle_member_ms(group)
         out["stalled_ms"] = self.stalled_ms(group)
         out["concurrent_consume_ms"] = self.concurrent_consume_ms(group)
         out["order_violations"] = self.order_violations(group)

@@ -39,6 +39,9 @@ METRICS: dict[str, str] = {
     "queues). Happens briefly during a rebalance, before the old owner lets go.",
     "orphan_ms": "Time during which a queue of the group had no owner at all, counted from the group's "
     "first queue assignment to the end of the run (summed over queues). Messages on it wait.",
+    "idle_member_ms": "Time during which a live consumer owned no queue of a topic that had at least as "
+    "many queues as the group had live consumers (summed over consumers and topics): the members' "
+    "allocations disagree, or one has not rebalanced yet.",
     "stalled_ms": "Time during which a queue was owned only by paused (frozen) consumers, summed over "
     "queues: owned on paper but nobody working on it.",
     "concurrent_consume_ms": "Time during which two different consumers were processing messages of "
@@ -169,8 +172,9 @@ def render_html(
             parts.append(f"<tr><td>{key}</td>")
             for g in summary["groups"].values():
                 rmq = (g.get("rocketmq_time") or {}).get(key)
+                # .get: a summary.json written before idle_member_ms lacks it
                 cell = (
-                    f"{g[key]}"
+                    f"{g.get(key, '-')}"
                     if rmq is None
                     else f"{rmq_s(rmq)} RocketMQ<br><small>{g[key]} ms {clock.kind}</small>"
                 )

@@ -134,6 +134,13 @@ def group_story(
             f"Queues had two owners at once for {rmq_s(rmq['overlap_ms'])} "
             f"({g['overlap_ms']} ms {clock.kind}), summed over queues."
         )
+    idle = g.get("idle_member_ms")  # absent from a summary.json written before it
+    if idle:
+        out.append(
+            f"Members held no queue while their topic had one for each member for "
+            f"{rmq_s(rmq.get('idle_member_ms', clock.rmq_ms(idle)))} ({idle} ms {clock.kind}), summed over "
+            "members: their allocations disagreed, or one had not rebalanced yet."
+        )
     if g["stalled_ms"]:
         out.append(
             f"Queues were held only by paused consumers for {rmq_s(rmq['stalled_ms'])} "

@@ -192,7 +192,8 @@ def table_rows(result: RootResult) -> tuple[list[str], list[dict[str, Any]]]:
             row = dict(base, group=name)
             if g is not None:
                 conv = g["convergence"]
-                row.update({m: g[m] for m in GROUP_METRICS})
+                # .get: idle_member_ms is absent from a summary.json written before it
+                row.update({m: g.get(m) for m in GROUP_METRICS})
                 row["changes"] = len(conv)
                 row["not_converged"] = sum(1 for c in conv if not c["converged"])
                 row["max_convergence_ms"] = max(

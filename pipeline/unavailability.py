@@ -361,7 +361,7 @@ def broker_markers(
     return out
 
 
-RMQ_METRICS = ("overlap_ms", "orphan_ms", "stalled_ms", "concurrent_consume_ms")
+RMQ_METRICS = ("overlap_ms", "orphan_ms", "idle_member_ms", "stalled_ms", "concurrent_consume_ms")
 
 
 def extend_summary(

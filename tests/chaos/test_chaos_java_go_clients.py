@@ -216,8 +216,8 @@ def test_the_versions_come_from_the_pinned_builds() -> None:
 
 def test_the_shipped_mixed_sdk_experiment_parses() -> None:
     exp = resolve("mixed-sdk-kill")
-    assert [c.client for c in exp.consumers] == ["python", "java", "go"]
+    assert [c.client for c in exp.consumers] == ["python", "java", "go", "cpp"]
     assert [(s.action, s.target) for s in exp.schedule()] == [("kill", "consumer-3")]
-    assert exp.nodes()["consumer-3"].client == "java"
+    assert exp.nodes()["consumer-3"].client == "java" and exp.nodes()["consumer-5"].client == "cpp"
     wall = exp.wall(exp.duration + exp.drain_timeout)
     assert exp.time_scale >= ex.REAL_CLIENT_MIN_TIME_SCALE and wall <= 90

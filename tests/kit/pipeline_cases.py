@@ -305,6 +305,32 @@ def _two_owners(b: Builder) -> None:
 
 
 @case(
+    "idle_member_stale_view", 100,
+    # c1 holds b:0 and b:1 from 20. c2 starts at 50 and at 60 allocates over a stale member list of
+    # three (nothing for itself), while c1, over [c1, c2], gives b:1 up at 60; c2 takes b:1 at 90.
+    # Two queues of T, two live members: c2 holds nothing of T from its first rebalance (60) to 90 ->
+    # idle_member_ms 30 (its time from its start at 50 to 60 is before its first rebalance); c1 always
+    # holds a queue. b:1 unowned [60,90) -> orphan 30; overlap 0.
+    groups={"g": dict(idle_member_ms=30, orphan_ms=30, overlap_ms=0, verdict="ok")},
+    # start c1 at 10 -> whole at 20; start c2 at 50 -> at 90 both hold a queue over [c1, c2] -> 40 ms
+    convergence={"g": [(10, True, 10), (50, True, 40)]},
+)  # fmt: skip
+def _idle_member(b: Builder) -> None:
+    b.started(10, "n1", "c1")
+    b.route(10, "n1", "c1", ["b:0", "b:1"])
+    b.rebalance(20, "n1", "c1", ["c1"], ["b:0", "b:1"])
+    b.added(20, "n1", "c1", "b:0")
+    b.added(20, "n1", "c1", "b:1")
+    b.started(50, "n2", "c2")
+    b.route(50, "n2", "c2", ["b:0", "b:1"])
+    b.rebalance(60, "n2", "c2", ["c0", "c1", "c2"], [])
+    b.rebalance(60, "n1", "c1", ["c1", "c2"], ["b:0"])
+    b.removed(60, "n1", "c1", "b:1")
+    b.rebalance(90, "n2", "c2", ["c1", "c2"], ["b:1"])
+    b.added(90, "n2", "c2", "b:1")
+
+
+@case(
     "kill_without_mq_removed", 400,
     # c2 on n2 is killed at 300 and never writes mq_removed: its b:1 interval is [20,300).
     # c1 takes b:1 at 340 -> b:1 unowned [300,340) = 40 -> orphan 40; overlap 0.

@@ -13,7 +13,7 @@ from rmqlab.pipeline import control
 from rmqlab.pipeline.contract import CID_ALL, CID_ALL_DIGEST, STR_LIST, has_type, is_digest, queue_key
 from rmqlab.pipeline.metrics_reference import load_run
 
-OWNERSHIP = ("overlap_ms", "orphan_ms", "stalled_ms")
+OWNERSHIP = ("overlap_ms", "orphan_ms", "idle_member_ms", "stalled_ms")
 
 
 def control_inputs(run_dir: Path) -> tuple[list[dict[str, Any]], set[tuple[str, str, str]], int]:
@@ -84,4 +84,5 @@ def test_intervals_close_on_removal_stop_kill_and_the_run_end() -> None:
         "overlap_ms": 0,
         "stalled_ms": 2,
         "orphan_ms": 0,
+        "idle_member_ms": 0,  # no topic_route: the universe has no queue of T
     }

@@ -26,7 +26,7 @@ def test_every_summary_field_is_present(tmp_path: Path) -> None:
     group = summary["groups"]["g"]
     assert set(group) == {
         "topics", "sent", "consumed_unique", "lost", "duplicates", "duplicated_messages", "overlap_ms",
-        "orphan_ms", "stalled_ms", "concurrent_consume_ms", "order_violations",
+        "orphan_ms", "idle_member_ms", "stalled_ms", "concurrent_consume_ms", "order_violations",
         "consumers_without_messages", "convergence", "offset_regressions", "regression_redelivered",
         "verdict",
     }  # fmt: skip

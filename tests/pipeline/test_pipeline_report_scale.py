@@ -370,3 +370,17 @@ def test_the_rates_of_many_consumers_are_one_summed_line_and_the_title_says_so(
     assert "G: consumption rate of its 21 consumers together" in many_titles
     assert few == ["consumer-0", "consumer-1", "consumer-2"]
     assert "G: consumption rate per consumer" in few_titles
+
+
+def test_the_story_tells_idle_members_in_rocketmq_time_and_is_silent_without_them() -> None:
+    g = {"topics": ["T"], "sent": 1, "consumed_unique": 1, "lost": 0, "duplicates": 0,
+         "duplicated_messages": 0, "overlap_ms": 0, "orphan_ms": 0, "idle_member_ms": 1500,
+         "stalled_ms": 0, "concurrent_consume_ms": 0, "order_violations": 0, "verdict": "ok",
+         "convergence": []}  # fmt: skip
+    said = [s for s in group_story("G", g, RunClock(0, 0.5), False) if s.startswith("Members held")]
+    assert said == [
+        "Members held no queue while their topic had one for each member for 3.0 s (1500 ms wall), summed "
+        "over members: their allocations disagreed, or one had not rebalanced yet."
+    ]
+    for quiet in ({**g, "idle_member_ms": 0}, {k: v for k, v in g.items() if k != "idle_member_ms"}):
+        assert not [s for s in group_story("G", quiet, CLOCK, False) if s.startswith("Members held")]

@@ -106,7 +106,7 @@ def _rocketmq_twenty_times_wall(summary: dict[str, Any]) -> None:
     assert un["by_cause_rocketmq_ms"]["owner_paused"] == 20 * WALL_PAUSED_MS
     assert un["total_rocketmq_ms"] == 20 * un["total_ms"] > 0
     assert g["rocketmq_time"]["unavailable_ms"] == un["total_rocketmq_ms"]
-    for key in ("overlap_ms", "orphan_ms", "stalled_ms", "concurrent_consume_ms"):
+    for key in ("overlap_ms", "orphan_ms", "idle_member_ms", "stalled_ms", "concurrent_consume_ms"):
         assert g["rocketmq_time"][key] == 20 * g[key], key
     assert g["stalled_ms"] > 0
     for e in g["convergence"]:

@@ -47,6 +47,13 @@ APACHE_ENGINE_MODULE = "rmqlab.interop.apache.engine"
 APACHE_READY_TIMEOUT_S = 120.0
 
 
+def engine_workload_is_ours(exp: Experiment) -> bool:
+    """Whether an engine run's workload is the lab's producer (over RocketMQ's protocol) rather than
+    Apache's Go producer: when the lab's own consumers are in the experiment, so that a run of the lab's
+    client on Apache's broker is the lab's client throughout; Apache's clients keep Apache's producer."""
+    return any(not c.real for c in exp.consumers)
+
+
 def check_engine_environment(exp: Experiment, clients: RealClients, python: str = sys.executable) -> None:
     """ExperimentError at the engine's line when it cannot run here (no JDK, jars not fetched), and at
     [workload] when the Go client, its producer, is not built."""
@@ -66,7 +73,7 @@ def check_engine_environment(exp: Experiment, clients: RealClients, python: str 
         problems.append(
             (lines.line_of(("cluster", "engine")), f"cluster.engine: {why.removeprefix('error: ')}")
         )
-    if exp.workload and (missing := clients.missing("go")):
+    if exp.workload and not engine_workload_is_ours(exp) and (missing := clients.missing("go")):
         problems.append(
             (
                 lines.line_of(("workload",)),
@@ -284,11 +291,15 @@ class LocalCluster:
         size: int = 128,
         group: str | None = None,
         proxied: bool = False,
+        native: bool = False,
     ) -> Member:
+        """The lab's producer; ``native``: over RocketMQ's own protocol (an Apache engine's broker)."""
         args = ["--namesrv", self._namesrv_arg(node, proxied), "--topic", topic]
         args += ["--rate", f"{rate:g}", "--count", str(count), "--size", str(size)]
         if group:
             args += ["--group", group]
+        if native:
+            args += ["--protocol", "native"]
         return self.sup.add(node, "producer", PRODUCER_MODULE, args, expect_exit=True)
 
     async def start_all(
@@ -384,24 +395,30 @@ class LocalCluster:
                 if c.real:
                     self._add_real_consumer_of(node, c)
                     continue
-                self.add_consumer(
-                    node,
-                    group=c.group,
-                    topic=c.topic,
-                    strategy=c.strategy,
-                    orderly=c.orderly,
-                    broadcast=c.broadcast,
-                    consume_ms=c.consume_ms,
-                    consume_from=c.consume_from,
-                    proxied=node in proxied,
-                    extra=c.client_args(),
-                )
+                self._add_consumer_of(node, c, proxied=node in proxied)
         if exp.workload:
             w = exp.workload
             for node, topic in w.nodes:
                 self.add_producer(
                     node, topic=topic, rate=w.rate, count=w.count, size=w.size, proxied=node in proxied
                 )
+
+    def _add_consumer_of(
+        self, node: str, c: ConsumerSpec, *, proxied: bool, extra: list[str] | None = None
+    ) -> Member:
+        """The lab's own consumer as the experiment's consumer table declares it."""
+        return self.add_consumer(
+            node,
+            group=c.group,
+            topic=c.topic,
+            strategy=c.strategy,
+            orderly=c.orderly,
+            broadcast=c.broadcast,
+            consume_ms=c.consume_ms,
+            consume_from=c.consume_from,
+            proxied=proxied,
+            extra=[*c.client_args(), *(extra or [])],
+        )
 
     def _add_real_consumer_of(self, node: str, c: ConsumerSpec) -> Member:
         """A real client's consumer as the experiment's consumer table declares it."""
@@ -419,8 +436,9 @@ class LocalCluster:
 
     def _declare_engine(self, exp: Experiment) -> None:
         """An Apache engine's name server and brokers (each broker creates the experiment's topics on
-        itself), Apache's clients as the consumers, and Apache's Go producer as the workload: the lab's own
-        client and producer speak only the lab's protocol, Apache's broker only RocketMQ's."""
+        itself) and the consumers: Apache's clients, and the lab's own over RocketMQ's protocol
+        (``--protocol native``). The workload is the lab's producer over that protocol when the lab's
+        consumers are in the experiment, else Apache's Go producer (``engine_workload_is_ours``)."""
         self._check_engine(exp)
         base = ["--engine", exp.engine, "--run-dir", str(self.run_dir / "engine"), "--port", "0"]
         self.sup.add("namesrv", "namesrv", APACHE_MEMBER_MODULE, ["--role", "namesrv", *base], port=0)
@@ -433,8 +451,15 @@ class LocalCluster:
             self.engine_nodes.add(b)
         for c in exp.consumers:
             for node in c.nodes:
-                self._add_real_consumer_of(node, c)
-        if exp.workload:
+                if c.real:
+                    self._add_real_consumer_of(node, c)
+                else:  # the lab's own consumer over RocketMQ's protocol, as Apache's broker speaks
+                    self._add_consumer_of(node, c, proxied=False, extra=["--protocol", "native"])
+        if exp.workload and engine_workload_is_ours(exp):
+            w = exp.workload
+            for node, topic in w.nodes:
+                self.add_producer(node, topic=topic, rate=w.rate, count=w.count, size=w.size, native=True)
+        elif exp.workload:
             w = exp.workload
             for node, topic in w.nodes:
                 args = ["--namesrv", "{namesrv_native}", "--topic", topic, "--rate", f"{w.rate:g}"]

@@ -217,6 +217,9 @@ class MQClientAPI:
         msgs: list[Message] = []
         if status is PullStatus.FOUND and isinstance(resp.body, dict):
             for i, raw in enumerate(field_list(resp.body, "messages", "body", [])):
+                if isinstance(raw, dict) and "brokerName" not in raw:
+                    # a native record names no broker: the queue pulled does (processPullResult)
+                    raw = {**raw, "brokerName": mq.broker_name}
                 msgs.append(Message.from_wire(raw, f"body.messages[{i}]"))
         return PullResult(
             status,
@@ -287,6 +290,8 @@ class MQClientAPI:
             "delayLevel": delay_level,
             "maxReconsumeTimes": max_reconsume_times,
         }
+        if msg.commit_log_offset is not None:
+            ext["commitLogOffset"] = msg.commit_log_offset  # for the native codec, which sends it
         cmd = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext)
         _check(await self._invoke(addr, cmd, timeout_s), addr)
 
@@ -431,6 +436,8 @@ class PopClientAPI:
         msgs: list[Message] = []
         if status == "FOUND" and isinstance(resp.body, dict):
             for i, raw in enumerate(field_list(resp.body, "messages", "body", [])):
+                if isinstance(raw, dict) and "brokerName" not in raw:
+                    raw = {**raw, "brokerName": mq.broker_name}  # as a pull's (see pull_message)
                 msgs.append(Message.from_wire(raw, f"body.messages[{i}]"))
         return PopResult(
             status,

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rmqlab.cli import add_access_keys
-from rmqlab.client.client_config import ClientConfig, ConfigError, _parse_scalar
+from rmqlab.client.client_config import PROTOCOLS, ClientConfig, ConfigError, _parse_scalar
 from rmqlab.client.errors import MQClientError
 from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.main_loop import run_async_main
@@ -27,6 +27,13 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="any client setting by its field name, e.g. --set pull_batch_size=16 (repeatable)",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default=None,
+        help="wire to the name server and brokers: msgpack (the lab's servers, the default) or native "
+        "(RocketMQ's own remoting protocol: Apache's broker and name server, or our servers' native ports)",
     )
     add_access_keys(parser)
 
@@ -55,7 +62,7 @@ def layered_settings(
         if key not in types:
             raise ConfigError(f"unknown setting {key!r} for --set")
         out[key] = _parse_scalar(key, types[key], raw.strip())
-    for key in ("access_key", "secret_key"):
+    for key in ("protocol", "access_key", "secret_key"):
         if getattr(args, key, None) is not None:
             out[key] = getattr(args, key)
     for key, value in list(out.items()):

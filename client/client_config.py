@@ -22,6 +22,9 @@ from rmqlab.client.versions import UnknownVersion, settings_for_version
 from rmqlab.protocol.clock import TimeScale
 from rmqlab.protocol.model import ConsumeFromWhere, MessageModel
 
+# What ClientConfig.protocol takes (the clients' --protocol).
+PROTOCOLS = ("msgpack", "native")
+
 
 class ConfigError(ValueError):
     """A configuration value is unknown or out of RocketMQ's allowed range."""
@@ -71,6 +74,9 @@ class ClientConfig:
     poll_name_server_first_delay: int = 10
     heartbeat_first_delay: int = 1_000
     persist_consumer_offset_first_delay: int = 10_000
+    # The wire to brokers and name servers: "msgpack" (PROTOCOL.md, the lab's servers) or "native"
+    # (RocketMQ's own remoting protocol: Apache's broker and name server, or our servers' native ports).
+    protocol: str = "msgpack"
     # ACL session credentials (AclClientRPCHook): with them every request is signed.
     access_key: str | None = None
     secret_key: str | None = None
@@ -105,6 +111,12 @@ class ClientConfig:
             raise ConfigError(f"namesrv_addr must be host:port, got {self.namesrv_addr!r}")
         if bool(self.access_key) != bool(self.secret_key):
             raise ConfigError("access_key and secret_key go together: give both or neither")
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+        if self.protocol == "native" and self.access_key:
+            # our requests are signed over the msgpack content; RocketMQ's signature covers the native
+            # header strings, which this client does not compute
+            raise ConfigError("protocol native does not sign requests: access_key/secret_key need msgpack")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.type in ("int",) and (isinstance(v, bool) or not isinstance(v, int)):

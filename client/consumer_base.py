@@ -129,6 +129,7 @@ class ConsumerBase:
                 InstanceOffsetApi(self.api, self.config),
                 log=self.log,
                 broker_error_as_not_found=self.config.query_offset_error_as_not_found,
+                record_commits=self.config.protocol == "native",
             )
         self.state = GroupState(group, self.client_id, self.config, self.strategy, self.consume_type)
         self.rebalance_impl = self._build_rebalance_impl()

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import os
 import random
+import time
 from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
@@ -29,8 +31,14 @@ from rmqlab.protocol.client_id import build_client_id
 from rmqlab.protocol.clock import Clock, SystemClock
 from rmqlab.protocol.event_log import EventLog
 from rmqlab.protocol.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData
+from rmqlab.protocol.native import native_client_codec_factory
+from rmqlab.protocol.native.message_ext import UniqIdGenerator
 from rmqlab.protocol.remoting import RemotingClient
 from rmqlab.protocol.route import MASTER_ID, FindBrokerResult, TopicRouteData, find_broker_in_subscribe
+
+
+def _wall_ms() -> float:
+    return time.time() * 1000.0
 
 
 class ConsumerInner(RegisteredConsumer, Protocol):
@@ -79,7 +87,14 @@ class MQClientInstance:
         self.clock = clock or SystemClock()
         # scaled like every other timer, with a floor so a slow loopback connect is not cut short
         connect_s = max(0.2, config.seconds(config.connect_timeout_millis))
+        codec_factory = None
+        if config.protocol == "native":
+            # RocketMQ's own remoting protocol; messages sent get a UNIQ_KEY as the Java producer gives
+            salt = random.Random(config.random_seed).getrandbits(32)
+            uniq_ids = UniqIdGenerator(self.client_id.partition("@")[0], os.getpid(), salt, _wall_ms)
+            codec_factory = native_client_codec_factory(uniq_ids)
         self.remoting = RemotingClient(
+            codec_factory=codec_factory,
             log=self.log,
             connect_timeout_s=connect_s,
             close_socket_if_timeout=config.client_close_socket_if_timeout,

@@ -133,10 +133,15 @@ class RemoteBrokerOffsetStore(OffsetStore):
         log: EventLog | None = None,
         *,
         broker_error_as_not_found: bool = True,
+        record_commits: bool = False,
     ) -> None:
         super().__init__(group)
         self.api = api
         self.log = log
+        # Write a consumer-side ``offset_committed`` for each offset sent that moved (EVENTS.md): for a
+        # broker that writes no events of its own (Apache's), as the Java drivers' offset store does.
+        self.record_commits = record_commits
+        self._sent: dict[MessageQueue, int] = {}
         # 4.9 reads any broker error code as "no offset" (-1); >=5.0 only QUERY_NOT_FOUND, others are -2.
         self.broker_error_as_not_found = broker_error_as_not_found
 
@@ -184,6 +189,17 @@ class RemoteBrokerOffsetStore(OffsetStore):
         except Exception as exc:
             self._warn_persist(mq, exc)
             return None
+        if self.record_commits and self.log is not None and self._sent.get(mq) != off:
+            self._sent[mq] = off
+            self.log.emit(
+                "offset_committed",
+                group=self.group,
+                topic=mq.topic,
+                broker=mq.broker_name,
+                queue_id=mq.queue_id,
+                offset=off,
+                store="broker",
+            )
         return None if pending is None else self._finish_send(mq, pending)
 
     async def _finish_send(self, mq: MessageQueue, pending: Awaitable[None]) -> None:

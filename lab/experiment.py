@@ -99,6 +99,8 @@ ENGINES_NOT_SERVED = {
 }
 # Clients that speak RocketMQ's own remoting protocol, the only one Apache's broker speaks.
 NATIVE_CLIENTS = ("cpp", "js", "java", "java5", "java-lite", "go")
+# Clients an Apache engine runs: those, and the lab's own over its native transport (--protocol native).
+ENGINE_CLIENTS = ("python", *NATIVE_CLIENTS)
 # The broker scales its channel expiry (120 s) and its queue-lock lifetime (60 s) with the time scale,
 # but a real client still heartbeats every 30 s and an orderly one renews its locks every 20 s. At 0.5
 # the broker expires a silent channel after 60 s (two heartbeats) and a lock after 30 s (1.5 renewals);
@@ -900,12 +902,13 @@ def with_engine(exp: Experiment, engine: str) -> Experiment:
 
 
 def _check_engine(exp: Experiment, pr: Problems) -> None:
-    """What an Apache engine cannot run: the lab's own client and rmq-proxy (they speak the lab's protocol,
-    Apache's broker only RocketMQ's remoting), and the emulator's own broker controls."""
+    """What an Apache engine cannot run: rmq-proxy (it speaks the lab's protocol, Apache's broker only
+    RocketMQ's remoting; the lab's own consumers and producer speak RocketMQ's there), a server-side
+    assignment, and the emulator's own broker controls."""
     engine = exp.engine
     lines = pr.lines
     for i, c in enumerate(exp.consumers):
-        if c.client in NATIVE_CLIENTS:
+        if c.client in ENGINE_CLIENTS:
             if c.assignment != "client":
                 pr.add(
                     ("consumers", i, "assignment"),
@@ -914,16 +917,11 @@ def _check_engine(exp: Experiment, pr: Problems) -> None:
                 )
             continue
         where = ("consumers", i, "client") if ("consumers", i, "client") in lines.lines else ("consumers", i)
-        why = (
-            "needs rmq-proxy, which reaches the brokers with the lab's own client"
-            if c.client in V5_CLIENTS
-            else "the lab's own client speaks only the lab's protocol"
-        )
         pr.add(
             where,
             f"consumers[{i + 1}]: engine {engine!r} runs Apache's broker, which speaks only RocketMQ's "
-            f"remoting protocol, and {CLIENT_NAMES[c.client]} {why}: use client = "
-            + ", ".join(f'"{k}"' for k in NATIVE_CLIENTS),
+            f"remoting protocol, and {CLIENT_NAMES[c.client]} needs rmq-proxy, which reaches the brokers "
+            "with the lab's own protocol: use client = " + ", ".join(f'"{k}"' for k in ENGINE_CLIENTS),
         )
     if exp.policies != Policies():
         pr.add(

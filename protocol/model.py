@@ -323,6 +323,9 @@ class Message:
     store_timestamp: int = 0
     reconsume_times: int = 0
     properties: dict[str, str] = field(default_factory=dict)
+    # The commit-log offset of a message pulled over RocketMQ's native protocol (MessageExt's), which
+    # CONSUMER_SEND_MSG_BACK names it by there; None over msgpack, which names the queue offset.
+    commit_log_offset: int | None = None
 
     @property
     def queue(self) -> MessageQueue:
@@ -346,7 +349,7 @@ class Message:
             "storeTimestamp": self.store_timestamp,
             "reconsumeTimes": self.reconsume_times,
             "properties": dict(self.properties),
-        }
+        } | ({} if self.commit_log_offset is None else {"commitLogOffset": self.commit_log_offset})
 
     @classmethod
     def from_wire(cls, d: Any, where: str = "message") -> Message:
@@ -364,6 +367,7 @@ class Message:
             _opt(d, "storeTimestamp", int, where, 0),
             _opt(d, "reconsumeTimes", int, where, 0),
             {str(k): str(v) for k, v in props.items()},
+            _opt(d, "commitLogOffset", int, where, None),
         )
 
 

@@ -697,8 +697,11 @@ class RemotingClient:
         close_socket_if_timeout: bool = True,
         log: Any = None,
         credentials: SessionCredentials | None = None,
+        codec_factory: CodecFactory | None = None,
     ) -> None:
         self.credentials = credentials
+        # one codec per connection: msgpack (PROTOCOL.md), or RocketMQ's own remoting format
+        self.codec_factory: CodecFactory = codec_factory or MsgpackCodec
         self.max_frame_bytes = max_frame_bytes
         self.max_inflight = max_inflight
         self.connect_timeout_s = connect_timeout_s
@@ -771,6 +774,7 @@ class RemotingClient:
                 max_inflight=self.max_inflight,
                 on_close=on_close,
                 log=self._log,
+                codec=self.codec_factory(self.max_frame_bytes),
                 credentials=self.credentials,
             )
 

@@ -1,27 +1,35 @@
 """The per-connection codec that lets real RocketMQ clients talk to the same handlers as our own.
 
-It plugs into ``RemotingServer(codec_factory=...)``: ``feed`` turns native frames into typed commands and
-``encode`` turns commands back into native frames. It remembers the request code of every request in flight
-in both directions (by opaque), because native answers are shaped by the request they answer (a pull's
-messages, a route's addresses) and carry no code of their own.
+It plugs into ``RemotingServer(codec_factory=...)`` and ``RemotingClient(codec_factory=...)``: ``feed``
+turns native frames into typed commands and ``encode`` turns commands back into native frames. It remembers
+the request code of every request in flight in both directions (by opaque), because native answers are
+shaped by the request they answer (a pull's messages, a route's addresses) and carry no code of their own.
+On the client side it also remembers the UNIQ_KEY it gave each SEND_MESSAGE, which becomes the send's
+message id as in RocketMQ's SendResult.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TypeVar
 
+from rmqlab.protocol.codes import RequestCode
 from rmqlab.protocol.command import DEFAULT_MAX_FRAME_BYTES, RemotingCommand
 from rmqlab.protocol.native.frame import NativeFrameDecoder
 from rmqlab.protocol.native.message_ext import StoreHost
 from rmqlab.protocol.native.translate import (
+    CLIENT_LANGUAGE,
     TranslateContext,
     encode_native,
     request_from_native,
     request_to_native,
     response_from_native,
     response_to_native,
+    send_uniq_key,
 )
+
+_V = TypeVar("_V")
 
 # Requests that never got an answer (a handler that returned nothing) must not pile up.
 MAX_TRACKED_REQUESTS = 65536
@@ -37,15 +45,16 @@ class NativeCodec:
     ) -> None:
         self._decoder = NativeFrameDecoder(max_frame_bytes)
         self.context = context or TranslateContext()
-        # opaque -> request code, for requests from the peer and for requests to it
+        # opaque -> request code, for requests from the peer; for requests to it, with the UNIQ_KEY sent
         self._incoming: OrderedDict[int, int] = OrderedDict()
-        self._outgoing: OrderedDict[int, int] = OrderedDict()
+        self._outgoing: OrderedDict[int, tuple[int, str | None]] = OrderedDict()
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
         out: list[RemotingCommand] = []
         for frame in self._decoder.feed(data):
             if frame.is_response:
-                out.append(response_from_native(self._outgoing.pop(frame.opaque, None), frame))
+                code, uniq_key = self._outgoing.pop(frame.opaque, (None, None))
+                out.append(response_from_native(code, frame, uniq_key))
                 continue
             cmd = request_from_native(frame)
             if not cmd.is_oneway:
@@ -61,14 +70,17 @@ class NativeCodec:
         if cmd.is_response:
             frame = response_to_native(self._incoming.pop(cmd.opaque, None), cmd, self.context)
         else:
+            uniq_key = None
+            if cmd.code == RequestCode.SEND_MESSAGE and self.context.uniq_ids is not None:
+                uniq_key = send_uniq_key(cmd) or self.context.uniq_ids()
             if not cmd.is_oneway:
-                _remember(self._outgoing, cmd.opaque, cmd.code)
-            frame = request_to_native(cmd)
+                _remember(self._outgoing, cmd.opaque, (cmd.code, uniq_key))
+            frame = request_to_native(cmd, uniq_key, self.context.language)
         return encode_native(frame)
 
 
-def _remember(table: OrderedDict[int, int], opaque: int, code: int) -> None:
-    table[opaque] = code
+def _remember(table: OrderedDict[int, _V], opaque: int, value: _V) -> None:
+    table[opaque] = value
     table.move_to_end(opaque)
     while len(table) > MAX_TRACKED_REQUESTS:
         table.popitem(last=False)
@@ -86,6 +98,17 @@ def port_rewriter(primary_port: int, native_port: int, *also: int) -> Callable[[
         return addr
 
     return rewrite
+
+
+def native_client_codec_factory(uniq_ids: Callable[[], str]) -> Callable[[int], NativeCodec]:
+    """The codec factory of a client speaking RocketMQ's protocol to a broker or name server
+    (``RemotingClient(codec_factory=...)``); ``uniq_ids`` makes the UNIQ_KEY of each message sent
+    (``message_ext.UniqIdGenerator``), shared by the client's connections."""
+
+    def factory(max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> NativeCodec:
+        return NativeCodec(max_frame_bytes, TranslateContext(language=CLIENT_LANGUAGE, uniq_ids=uniq_ids))
+
+    return factory
 
 
 def native_codec_factory(

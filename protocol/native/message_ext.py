@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -165,3 +165,108 @@ def encode_record(rec: MessageRecord) -> bytes:
     return b"".join(
         (head, struct.pack(">i", len(rec.body)), rec.body, topic_field, struct.pack(">h", len(props)), props)
     )
+
+
+class RecordError(ValueError):
+    """A pull body that is not a sequence of MessageExt records."""
+
+
+def _decode_one(data: bytes, pos: int) -> tuple[MessageRecord, int]:
+    end = len(data)
+    if pos + _HEAD.size > end:
+        raise RecordError(f"record at byte {pos}: {end - pos} bytes left, a record head takes {_HEAD.size}")
+    (
+        total,
+        magic,
+        _crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_ts,
+        born_ip,
+        born_port,
+        store_ts,
+        store_ip,
+        store_port,
+        reconsume,
+        prepared,
+    ) = _HEAD.unpack_from(data, pos)
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        raise RecordError(f"record at byte {pos}: magic code {magic:#x} is not a MessageExt's")
+    if total < _HEAD.size or pos + total > end:
+        raise RecordError(f"record at byte {pos}: total size {total} does not fit the {end - pos} bytes left")
+    record_end = pos + total
+    p = pos + _HEAD.size
+
+    def take(n: int, what: str) -> bytes:
+        nonlocal p
+        if n < 0 or p + n > record_end:
+            raise RecordError(f"record at byte {pos}: {what} of {n} bytes runs past the record")
+        out = data[p : p + n]
+        p += n
+        return out
+
+    (body_len,) = struct.unpack(">i", take(4, "body length"))
+    body = take(body_len, "body")
+    if magic == MAGIC_V2:
+        (topic_len,) = struct.unpack(">h", take(2, "topic length"))
+    else:
+        (topic_len,) = struct.unpack(">b", take(1, "topic length"))
+    topic = take(topic_len, "topic")
+    (props_len,) = struct.unpack(">h", take(2, "properties length"))
+    props = take(props_len, "properties")
+    try:
+        topic_text = topic.decode("utf-8")
+        props_text = props.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"record at byte {pos}: topic or properties are not UTF-8 ({exc})") from None
+    rec = MessageRecord(
+        topic=topic_text,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        body=body,
+        properties=string_to_properties(props_text),
+        born_timestamp=born_ts,
+        store_timestamp=store_ts,
+        reconsume_times=reconsume,
+        physical_offset=physical_offset,
+        flag=flag,
+        sys_flag=sys_flag,
+        born_host=StoreHost(born_ip, born_port),
+        store_host=StoreHost(store_ip, store_port),
+        prepared_transaction_offset=prepared,
+    )
+    return rec, record_end
+
+
+def decode_records(data: bytes) -> list[MessageRecord]:
+    """A pull body's records (MessageDecoder.decodes); RecordError naming the byte where one is broken.
+    Bodies are returned as stored: a compressed body (sysFlag bit 0) is for the caller to inflate."""
+    out: list[MessageRecord] = []
+    pos = 0
+    while pos < len(data):
+        rec, pos = _decode_one(data, pos)
+        out.append(rec)
+    return out
+
+
+class UniqIdGenerator:
+    """Message ids as RocketMQ's MessageClientIDSetter makes them for UNIQ_KEY: 16 bytes in upper-case hex,
+    the client's IPv4 address, its pid (16 bits), a per-generator random word, the milliseconds since the
+    generator started (32 bits) and a counter (16 bits). ``clock_ms`` is the wall clock in milliseconds."""
+
+    __slots__ = ("_clock_ms", "_counter", "_prefix", "_start_ms")
+
+    def __init__(self, ip: str, pid: int, salt: int, clock_ms: Callable[[], float]) -> None:
+        host = StoreHost.parse(f"{ip}:0")
+        self._prefix = host.ip + struct.pack(">HI", pid & 0xFFFF, salt & 0xFFFFFFFF)
+        self._clock_ms = clock_ms
+        self._start_ms = int(clock_ms())
+        self._counter = 0
+
+    def __call__(self) -> str:
+        self._counter = (self._counter + 1) & 0xFFFF
+        elapsed = (int(self._clock_ms()) - self._start_ms) & 0xFFFFFFFF
+        return (self._prefix + struct.pack(">IH", elapsed, self._counter)).hex().upper()

@@ -22,19 +22,23 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from rmqlab.protocol.acl_signing import native_signed_content
-from rmqlab.protocol.codes import Flag, RequestCode, ResponseCode
+from rmqlab.protocol.codes import Flag, RequestCode, ResponseCode, code_name
 from rmqlab.protocol.command import RemotingCommand
 from rmqlab.protocol.model import retry_topic
-from rmqlab.protocol.native.frame import NativeFrame, encode_frame
+from rmqlab.protocol.native.frame import LANGUAGE, NativeFrame, encode_frame
 from rmqlab.protocol.native.message_ext import (
     COMPRESSED_FLAG,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     MessageRecord,
+    RecordError,
     StoreHost,
+    decode_records,
     encode_record,
+    offset_msg_id,
     pack_physical_offset,
+    properties_to_string,
     string_to_properties,
     unpack_physical_offset,
 )
@@ -43,6 +47,9 @@ from rmqlab.protocol.pop_receipt import bitset_indices
 INT: Final = "int"
 STR: Final = "str"
 BOOL: Final = "bool"
+
+# The language our client announces in its requests (answers say JAVA, as a broker's do).
+CLIENT_LANGUAGE: Final = "PYTHON"
 
 # ClientRPCHook's fields, sent by some clients on every request; the emulator has no ACL.
 RPC_HOOK_FIELDS: Final = frozenset({"AccessKey", "SecretKey", "Signature", "OnsChannel", "SecurityToken"})
@@ -164,6 +171,31 @@ REQUEST_SCHEMAS: Final[dict[int, dict[str, str]]] = {
     },
 }
 
+# Header fields of the answers our client reads (the *ResponseHeader classes), by the request they answer.
+RESPONSE_SCHEMAS: Final[dict[int, dict[str, str]]] = {
+    RequestCode.SEND_MESSAGE: {"msgId": STR, "queueId": INT, "queueOffset": INT, "transactionId": STR},
+    RequestCode.PULL_MESSAGE: {
+        "suggestWhichBrokerId": INT,
+        "nextBeginOffset": INT,
+        "minOffset": INT,
+        "maxOffset": INT,
+    },
+    RequestCode.QUERY_CONSUMER_OFFSET: {"offset": INT},
+    RequestCode.GET_MAX_OFFSET: {"offset": INT},
+    RequestCode.GET_MIN_OFFSET: {"offset": INT},
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: {"offset": INT},
+    RequestCode.POP_MESSAGE: {
+        "popTime": INT,
+        "invisibleTime": INT,
+        "reviveQid": INT,
+        "restNum": INT,
+        "startOffsetInfo": STR,
+        "msgOffsetInfo": STR,
+        "orderCountInfo": STR,
+    },
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: {"extraInfo": STR, "invisibleTime": INT, "popTime": INT},
+}
+
 # SendMessageRequestHeaderV2's one-letter names.
 SEND_V2_NAMES: Final = {
     "a": "producerGroup",
@@ -180,6 +212,20 @@ SEND_V2_NAMES: Final = {
     "l": "maxReconsumeTimes",
     "m": "batch",
     "n": "brokerName",
+}
+
+NAMES_SEND_V2: Final = {long: short for short, long in SEND_V2_NAMES.items()}
+
+# SendMessageRequestHeader's fields that RocketMQ's broker requires (@CFNotNull) and our requests may leave
+# out, with what DefaultMQProducerImpl.sendKernelImpl writes there.
+_SEND_DEFAULTS: Final = {
+    "defaultTopic": "TBW102",
+    "defaultTopicQueueNums": 4,
+    "sysFlag": 0,
+    "flag": 0,
+    "reconsumeTimes": 0,
+    "unitMode": False,
+    "batch": False,
 }
 
 # PullSysFlag bits.
@@ -222,6 +268,9 @@ class TranslateContext:
     store_host: StoreHost = field(default_factory=lambda: StoreHost(b"\x7f\x00\x00\x01", 0))
     # Maps a broker address in a route to the address real clients must use (the native port).
     rewrite_broker_addr: Callable[[str], str] = lambda addr: addr
+    # Client side: the language our requests announce, and where SEND_MESSAGE's UNIQ_KEYs come from.
+    language: str = LANGUAGE
+    uniq_ids: Callable[[], str] | None = None
 
 
 # -- values ------------------------------------------------------------------------------------------------
@@ -489,12 +538,65 @@ def request_from_native(frame: NativeFrame) -> RemotingCommand:
     return cmd
 
 
-def response_from_native(request_code: int | None, frame: NativeFrame) -> RemotingCommand:
-    """A real client's answer to a request the server sent it."""
-    parsed = parse_json_body(frame.body)
-    body = parsed if parsed is not None else frame.body
-    ext = typed_ext(frame.ext, None)
-    return RemotingCommand(frame.code, frame.opaque, frame.flag | Flag.RESPONSE, frame.remark, ext, body)
+def message_from_record(rec: MessageRecord) -> dict[str, Any]:
+    """A MessageExt record as PROTOCOL.md's message map, without ``brokerName`` (the record has none: the
+    client names the queue it pulled, as PullAPIWrapper.processPullResult does). The message id is
+    UNIQ_KEY, else the offset message id (MessageClientExt.getMsgId); ``commitLogOffset`` is kept for
+    CONSUMER_SEND_MSG_BACK."""
+    props = rec.properties
+    body = rec.body
+    if rec.sys_flag & COMPRESSED_FLAG:
+        try:
+            body = inflate_bounded(body, MAX_INFLATED_BODY)
+        except zlib.error as exc:
+            raise RecordError(f"message {rec.topic}:{rec.queue_id}@{rec.queue_offset}: body: {exc}") from None
+    msg: dict[str, Any] = {
+        "msgId": props.get(PROPERTY_UNIQ_KEY) or offset_msg_id(rec.store_host, rec.physical_offset),
+        "topic": rec.topic,
+        "queueId": rec.queue_id,
+        "queueOffset": rec.queue_offset,
+        "body": body,
+        "bornTimestamp": rec.born_timestamp,
+        "storeTimestamp": rec.store_timestamp,
+        "reconsumeTimes": rec.reconsume_times,
+        "properties": props,
+        "commitLogOffset": rec.physical_offset,
+    }
+    if props.get(PROPERTY_TAGS):
+        msg["tags"] = props[PROPERTY_TAGS]
+    if props.get(PROPERTY_KEYS):
+        msg["keys"] = props[PROPERTY_KEYS]
+    return msg
+
+
+def response_from_native(
+    request_code: int | None, frame: NativeFrame, uniq_key: str | None = None
+) -> RemotingCommand:
+    """An answer to a request we sent, in the form the request's caller reads: header fields typed by
+    RESPONSE_SCHEMAS, JSON bodies as maps, a pull's records as ``{"messages": [...]}``. For SEND_MESSAGE
+    the message id is the UNIQ_KEY sent (``uniq_key``) and the broker's own id is ``offsetMsgId``, as
+    in RocketMQ's SendResult. A body that cannot be read becomes a SYSTEM_ERROR answer naming why, so
+    the caller fails with a clear error and the connection lives on."""
+    ext = typed_ext(frame.ext, RESPONSE_SCHEMAS.get(request_code) if request_code is not None else None)
+    flag = frame.flag | Flag.RESPONSE
+    body: Any
+    if (
+        request_code in (RequestCode.PULL_MESSAGE, RequestCode.POP_MESSAGE)
+        and frame.code == ResponseCode.SUCCESS
+    ):
+        try:
+            body = {"messages": [message_from_record(r) for r in decode_records(frame.body or b"")]}
+        except RecordError as exc:
+            remark = f"the {code_name(request_code, response=False)} answer cannot be read: {exc}"
+            return RemotingCommand(ResponseCode.SYSTEM_ERROR, frame.opaque, flag, remark, ext, None)
+    else:
+        parsed = parse_json_body(frame.body)
+        body = parsed if parsed is not None else frame.body
+    if request_code == RequestCode.SEND_MESSAGE and uniq_key is not None:
+        if "msgId" in ext:
+            ext["offsetMsgId"] = ext["msgId"]
+        ext["msgId"] = uniq_key
+    return RemotingCommand(frame.code, frame.opaque, flag, frame.remark, ext, body)
 
 
 # -- answers to real clients -------------------------------------------------------------------------------
@@ -601,15 +703,71 @@ def response_to_native(request_code: int | None, cmd: RemotingCommand, ctx: Tran
     )
 
 
-def request_to_native(cmd: RemotingCommand) -> NativeFrame:
-    """A request the server pushes to a real client (NOTIFY_CONSUMER_IDS_CHANGED and the like)."""
+def send_uniq_key(cmd: RemotingCommand) -> str | None:
+    """The UNIQ_KEY property a SEND_MESSAGE request already carries, if any."""
+    props = cmd.body.get("properties") if isinstance(cmd.body, dict) else None
+    value = props.get(PROPERTY_UNIQ_KEY) if isinstance(props, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _send_to_native(ext: dict[str, Any], payload: Any, uniq_key: str | None) -> tuple[dict[str, Any], bytes]:
+    """SEND_MESSAGE as DefaultMQProducerImpl.sendKernelImpl writes it (then SEND_MESSAGE_V2's names):
+    tags and keys travel as properties, the body as the frame's body."""
+    payload = payload if isinstance(payload, dict) else {}
+    props = {str(k): str(v) for k, v in (payload.get("properties") or {}).items()}
+    tags = ext.pop("tags", None)
+    keys = ext.pop("keys", None)
+    if tags is not None:
+        props[PROPERTY_TAGS] = str(tags)
+    if keys is not None:
+        props[PROPERTY_KEYS] = str(keys)
+    if uniq_key is not None:
+        props.setdefault(PROPERTY_UNIQ_KEY, uniq_key)
+    out = {**_SEND_DEFAULTS, **ext, "properties": properties_to_string(props)}
+    body = payload.get("body") or b""
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    return {NAMES_SEND_V2.get(k, k): v for k, v in out.items()}, bytes(body)
+
+
+def _send_back_to_native(ext: dict[str, Any]) -> dict[str, Any]:
+    """CONSUMER_SEND_MSG_BACK names its message by commit-log offset (ConsumerSendMsgBackRequestHeader has
+    no queue id): the offset the pulled record carried, else the one our broker's native port made up."""
+    ext = dict(ext)
+    queue_id = ext.pop("queueId", None)
+    physical = ext.pop("commitLogOffset", None)
+    if physical is None and isinstance(queue_id, int) and isinstance(ext.get("offset"), int):
+        physical = pack_physical_offset(str(ext.get("originTopic") or ""), queue_id, ext["offset"])
+    if physical is not None:
+        ext["offset"] = physical
+    ext.setdefault("unitMode", False)
+    return ext
+
+
+def request_to_native(
+    cmd: RemotingCommand, uniq_key: str | None = None, language: str = LANGUAGE
+) -> NativeFrame:
+    """A request in the form RocketMQ's Java client sends it: our client's requests to a broker or name
+    server (SEND_MESSAGE as SEND_MESSAGE_V2, ``uniq_key`` its UNIQ_KEY when it has none), and the requests
+    a server pushes to a real client (NOTIFY_CONSUMER_IDS_CHANGED and the like)."""
+    code = cmd.code
+    ext = dict(cmd.ext)
+    body: bytes | None
+    if code == RequestCode.SEND_MESSAGE:
+        code = int(RequestCode.SEND_MESSAGE_V2)
+        ext, body = _send_to_native(ext, cmd.body, uniq_key)
+    elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
+        ext, body = _send_back_to_native(ext), None
+    else:
+        body = _body_to_native(cmd.body)
     return NativeFrame(
-        code=cmd.code,
+        code=code,
         opaque=cmd.opaque,
         flag=cmd.flag & Flag.ONEWAY,
         remark=cmd.remark,
-        ext=ext_to_native(cmd.ext),
-        body=_body_to_native(cmd.body),
+        ext=ext_to_native(ext),
+        body=body,
+        language=language,
     )
 
 

@@ -403,12 +403,15 @@ def render_markdown(doc: Mapping[str, Any], figures: Sequence[str] = HEADLINE) -
     for name, exp in doc.get("experiments", {}).items():
         for group, rows in exp.get("groups", {}).items():
             seeds = exp.get("seeds", [])
+            # a combination short of runs (an interrupted comparison) says how many its cells hold
+            runs = {c: len(exp.get("runs", {}).get(c, seeds)) for c in combos}
+            heads = [c if runs[c] >= len(seeds) else f"{c} ({runs[c]} of {len(seeds)} seeds)" for c in combos]
             out += [
                 f"#### {name}, group {group}",
                 "",
                 f"Seeds {', '.join(str(s) for s in seeds)}.",
                 "",
-                "| figure | " + " | ".join(combos) + " | agree |",
+                "| figure | " + " | ".join(heads) + " | agree |",
                 "|---|" + "---|" * len(combos) + "---|",
             ]
             for figure in figures:

@@ -297,6 +297,20 @@ def test_the_shipped_comparison_set_runs_on_every_combination() -> None:
     assert len({c.topic for c in resolve("compare-seed-different-subscriptions").consumers}) == 2
 
 
+def test_an_offset_flush_is_compared_only_at_the_interval_apache_broker_runs() -> None:
+    exp = resolve("compare-broker-kill-restart")
+    assert exp.durable and exp.flush_consumer_offset_interval == 5000
+    assert combination(exp, COMBOS["apache+java"], "apache-4.9.7").flush_consumer_offset_interval == 5000
+    text = exp.text.replace("flush_consumer_offset_interval = 5000", "flush_consumer_offset_interval = 3000")
+    with pytest.raises(ExperimentError) as e:
+        combination(parse(text, source="flush.toml"), COMBOS["apache+java"], "apache-4.9.7")
+    line = line_of(text, "flush_consumer_offset_interval")
+    assert f"flush.toml:{line}: combination apache+java: cluster.flush_consumer_offset_interval" in str(
+        e.value
+    )
+    assert "5000 ms, scaled with time_scale" in str(e.value)
+
+
 def _missing() -> str | None:
     why = [w for kind in ("java", "go") if (w := RealClients().missing(kind))]
     try:

@@ -506,12 +506,13 @@ def _compare_run(
 
 def _compare_summary(exp: Experiment, run_dir: Path, rc: int) -> dict[str, Any]:
     """The summary of one run with its event figures; a failed run's groups have the verdict 'run failed'."""
-    from rmqlab.chaos.compare import with_event_figures
+    from rmqlab.chaos.compare import before_teardown, with_event_figures
     from rmqlab.pipeline.metrics_reference import load_run, summarize
 
     if rc not in (0, 1):
         return {"groups": {c.group: {"verdict": "run failed"} for c in exp.consumers}}
     events, malformed = load_run(run_dir)
+    events = before_teardown(events)
     return with_event_figures(summarize(events, malformed), (e.rec for e in events), exp.time_scale)
 
 

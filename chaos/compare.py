@@ -9,7 +9,8 @@ other, every cell the values over the seeds (``min..max`` when they differ), and
 the verdict and the count of lost messages must be equal, the other figures' ranges over the seeds must
 overlap.
 
-Three figures are not in the analysis's summary and are derived here from the run's events
+The runs are analysed up to the runner's ``teardown`` (``before_teardown``). Three figures are not in
+the analysis's summary and are derived here from the run's events
 (``event_figures``): rebalance rounds per member, the window after a pause (past the channel expiry)
 until the other members hold the paused one's queues, and an orderly group's take-over after a kill.
 Every time is in RocketMQ milliseconds (wall milliseconds divided by the experiment's time scale), so
@@ -24,7 +25,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 from rmqlab.lab.experiment import (
     CLIENT_NAMES,
@@ -290,6 +291,24 @@ def event_figures(events: Iterable[Mapping[str, Any]], time_scale: float = 1.0) 
         for g, nodes in members.items()
         if nodes
     }
+
+
+class _Timed(Protocol):
+    event: str
+    ts: int
+
+
+_E = TypeVar("_E", bound=_Timed)
+
+
+def before_teardown(events: Sequence[_E]) -> list[_E]:
+    """The events up to the runner's ``teardown`` (inclusive): the experiment, without the lab's ending
+    of it. At the teardown every client is SIGKILLed unannounced and the servers stop after it (an
+    Apache engine's JVMs take seconds), so a queue a client added as another died there, and every
+    ownership interval, would run on to the last server's exit: overlap measured by how fast a broker
+    shuts down, not by the experiment."""
+    end = next((e.ts for e in events if e.event == "teardown"), None)
+    return list(events) if end is None else [e for e in events if e.ts <= end]
 
 
 def with_event_figures(

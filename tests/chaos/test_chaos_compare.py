@@ -19,6 +19,7 @@ from rmqlab.chaos.compare import (
     COMPARE_SET,
     Cell,
     agree,
+    before_teardown,
     combination,
     compare_groups,
     event_figures,
@@ -31,6 +32,7 @@ from rmqlab.chaos.compare import (
 from rmqlab.chaos.realclients import RealClients
 from rmqlab.interop.apache.engine import EngineUnavailable, check_environment
 from rmqlab.lab.experiment import ExperimentError, parse
+from rmqlab.pipeline.metrics_reference import Event
 
 
 def summary(**groups: dict[str, Any]) -> dict[str, Any]:
@@ -149,6 +151,13 @@ def test_event_figures_measure_the_window_after_a_pause_and_the_rounds_per_membe
     assert figures["rebalance_rounds"] == 1.5 and figures["orderly_takeover_ms"] is None
     # a queue never taken over leaves the window unknown rather than short
     assert event_figures(events[:-1])["g"]["expiry_window_ms"] is None
+
+
+def test_a_run_is_measured_up_to_the_teardown() -> None:
+    recs = [ev(5, "mq_added"), ev(9, "nemesis"), ev(20, "teardown"), ev(20, "x"), ev(21, "mq_added")]
+    events = [Event(r["ts_ms"], "chaos.jsonl", i, r) for i, r in enumerate(recs, 1)]
+    assert [e.line for e in before_teardown(events)] == [1, 2, 3, 4]
+    assert before_teardown(events[:2]) == events[:2]
 
 
 def consumed(ts: int, client: str, queue: int) -> dict[str, Any]:

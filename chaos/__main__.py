@@ -470,9 +470,12 @@ def _compare_run(
                 file=say,
                 flush=True,
             )
+            record = run_dir / "compare-run.json"
+            earlier = json.loads(record.read_text()) if record.is_file() else {}
             return 0, {
                 "dir": str(run_dir),
                 "wall_s": round((m["ended_ms"] - m["started_ms"]) / 1000, 1),
+                **earlier,
                 "kept": True,
             }
     if args.resume and run_dir.exists():
@@ -496,6 +499,8 @@ def _compare_run(
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "exit_code": rc,
     }
+    if run_dir.is_dir():
+        (run_dir / "compare-run.json").write_text(json.dumps(record, indent=2) + "\n")
     if rc not in (0, 1, 130):
         print(
             f"rmq-chaos compare: the run {run_dir} failed (exit code {rc}); the comparison goes on",

@@ -394,4 +394,7 @@ def test_a_small_comparison_runs_two_combinations(tmp_path: Path) -> None:
         timeout=120,
     )
     assert again.returncode == done.returncode and "kept from before" in again.stderr
-    assert json.loads(again.stdout)["experiments"]["compare-small"]["groups"] == exp["groups"]
+    redone = json.loads(again.stdout)["experiments"]["compare-small"]
+    assert redone["groups"] == exp["groups"]
+    kept = redone["runs"]["apache+java"][0]
+    assert kept["kept"] and kept["load_average"] == exp["runs"]["apache+java"][0]["load_average"]

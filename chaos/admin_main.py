@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rmqlab.cli import add_access_keys, command_parser, host_port, non_negative_int, positive_int
+from rmqlab.client.client_config import PROTOCOLS
 from rmqlab.lab.admin_client import PERM_READ_WRITE, AdminClient, AdminError
 from rmqlab.protocol.acl_signing import SessionCredentials
 from rmqlab.protocol.codes import RequestCode
@@ -76,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--broker", required=True, type=host_port, metavar="HOST:PORT", help="the broker to talk to"
     )
     p.add_argument("--timeout", type=float, default=5.0, metavar="S", help="request timeout in seconds (5)")
+    p.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="msgpack",
+        help="msgpack (the lab's brokers, the default) or native (RocketMQ's own protocol: Apache's broker "
+        "or our brokers' native ports; Apache's broker answers the lab's own codes (fault, policy, status) "
+        "REQUEST_CODE_NOT_SUPPORTED)",
+    )
     add_access_keys(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -145,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def _run(args: argparse.Namespace) -> int:
     credentials = SessionCredentials.resolve(args.access_key, args.secret_key)
-    async with AdminClient(timeout_s=args.timeout, credentials=credentials) as admin:
+    native = args.protocol == "native"
+    async with AdminClient(timeout_s=args.timeout, credentials=credentials, native=native) as admin:
         b = args.broker
         if args.command == "fault":
             if args.fault_command == "add":
@@ -202,9 +212,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         parser.error("policy needs --notify-on-channel-expired and/or --release-locks-on-close")
     try:
-        SessionCredentials.resolve(args.access_key, args.secret_key)
+        credentials = SessionCredentials.resolve(args.access_key, args.secret_key)
     except ValueError as exc:
         parser.error(str(exc))
+    if credentials is not None and args.protocol == "native":
+        parser.error("--protocol native does not sign requests: access keys need msgpack")
     try:
         return asyncio.run(_run(args))
     except AdminError as e:

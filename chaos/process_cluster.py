@@ -56,7 +56,7 @@ def engine_workload_is_ours(exp: Experiment) -> bool:
 
 def check_engine_environment(exp: Experiment, clients: RealClients, python: str = sys.executable) -> None:
     """ExperimentError at the engine's line when it cannot run here (no JDK, jars not fetched), and at
-    [workload] when the Go client, its producer, is not built."""
+    [workload] when Apache's Go producer sends it (``engine_workload_is_ours``) and is not built."""
     lines = KeyLines(exp.text)
     problems: list[tuple[int | None, str]] = []
     try:

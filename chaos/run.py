@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rmqlab.chaos.container import ContainerCluster, ImageInfo
-from rmqlab.chaos.process_cluster import LocalCluster
+from rmqlab.chaos.process_cluster import LocalCluster, engine_workload_is_ours
 from rmqlab.chaos.realclients import RealClients
 from rmqlab.cli import Progress
 from rmqlab.lab.experiment import Experiment, ExperimentError
@@ -194,7 +194,7 @@ class ChaosRun:
         out: dict[str, Any] = {}
         if self.exp.engine != "emulator":
             out["engine"] = self.exp.engine
-            if self.exp.workload:
+            if self.exp.workload and not engine_workload_is_ours(self.exp):
                 kinds.add("go")  # Apache's Go producer sends the workload
         if kinds:
             out["real_clients"] = self.clients.versions(kinds)

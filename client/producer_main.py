@@ -22,7 +22,7 @@ from rmqlab.cli import (
 )
 from rmqlab.client.cli_common import add_config_args, layered_settings, run_client_main
 from rmqlab.client.client_config import ConfigError, ProducerConfig
-from rmqlab.client.errors import MQClientError
+from rmqlab.client.errors import MQBrokerError, MQClientError
 from rmqlab.client.producer import DEFAULT_PRODUCER_GROUP, Producer, check_topic
 from rmqlab.protocol.event_log import EventLog
 
@@ -84,7 +84,7 @@ async def run(args: argparse.Namespace, log: EventLog, node: str) -> int:
             acked += 1
             if args.progress_every and acked % args.progress_every == 0:
                 print(f"acked {acked}/{args.count}", flush=True)
-        except MQClientError as exc:
+        except (MQClientError, MQBrokerError) as exc:  # a broker error code no retry covers (SYSTEM_BUSY)
             failed += 1
             print(f"rmq-producer: message {i} failed: {exc}", file=sys.stderr, flush=True)
             log.emit("send_abandoned", topic=args.topic, index=i, error=str(exc))

@@ -10,6 +10,7 @@ from typing import Any
 from rmqlab.protocol.acl_signing import SessionCredentials
 from rmqlab.protocol.codes import RequestCode, ResponseCode
 from rmqlab.protocol.command import RemotingCommand
+from rmqlab.protocol.native import native_client_codec_factory
 from rmqlab.protocol.remoting import RemotingClient
 
 PERM_READ_WRITE = 6
@@ -36,9 +37,16 @@ class AdminClient:
         client: RemotingClient | None = None,
         timeout_s: float = 5.0,
         credentials: SessionCredentials | None = None,
+        *,
+        native: bool = False,
     ) -> None:
+        """``native``: speak RocketMQ's own protocol (Apache's broker and name server, or our servers'
+        native ports): topic creation and routes; the lab's own admin codes exist on our brokers only."""
         self._own = client is None
-        self.client = client or RemotingClient(connect_timeout_s=timeout_s, credentials=credentials)
+        codec = native_client_codec_factory() if native else None
+        self.client = client or RemotingClient(
+            connect_timeout_s=timeout_s, credentials=credentials, codec_factory=codec
+        )
         self.timeout_s = timeout_s
 
     async def close(self) -> None:

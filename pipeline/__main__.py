@@ -248,6 +248,17 @@ def _known(run_dir: str) -> dict[str, Any] | None:
     return known if isinstance(known, dict) else None
 
 
+def _engine(run_dir: str) -> str | None:
+    """The Apache engine that ran the run, from its manifest (None: the emulator, or no manifest)."""
+    from rmqlab.pipeline.report_story import manifest_engine
+
+    try:
+        manifest = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest_engine(manifest)
+
+
 def _start_spark(master: str | None, progress: Progress) -> SparkHandle | int:
     """The session, or exit status 2 with the reason printed when Spark cannot start."""
     try:
@@ -394,7 +405,8 @@ def analyze(args: argparse.Namespace) -> int:
             from rmqlab.pipeline.report_story import answers
 
             # without the report's plot data only a known problem's first sentence is said
-            summary["answer"] = answers(summary, None, _known(args.run_dir))
+            engine = _engine(args.run_dir)
+            summary["answer"] = answers(summary, None, _known(args.run_dir), engine)
             if args.no_report:
                 _write_summary(out_dir, summary)
             else:
@@ -403,7 +415,7 @@ def analyze(args: argparse.Namespace) -> int:
 
                 with progress.stage("report"):
                     data = collect_plot_data(analysis, clock=clock)
-                    summary["answer"] = answers(summary, data, _known(args.run_dir))
+                    summary["answer"] = answers(summary, data, _known(args.run_dir), engine)
                     _write_summary(out_dir, summary)
                     name, question = _experiment(args.run_dir)
                     title = f"Run {Path(args.run_dir).resolve().name}" + (f" ({name})" if name else "")

@@ -508,12 +508,38 @@ def known_answer(known: dict[str, Any], summary: dict[str, Any]) -> str:
     return f"No: the problem of {name} did not appear, {shown}, {behaviour}."
 
 
-def answers(summary: dict[str, Any], data: PlotData | None, known: dict[str, Any] | None = None) -> list[str]:
+def manifest_engine(manifest: Any) -> str | None:
+    """The Apache engine a run's manifest names (``versions.engine``), None for the emulator's runs."""
+    versions = manifest.get("versions") if isinstance(manifest, dict) else None
+    engine = versions.get("engine") if isinstance(versions, dict) else None
+    return engine if isinstance(engine, str) and engine != "emulator" else None
+
+
+def engine_note(engine: str) -> str:
+    """What a run on Apache's own broker cannot show: the broker-side events the lab's broker writes."""
+    return (
+        f"The name server and brokers of this run were Apache RocketMQ's own (engine {engine}), which write "
+        "none of the lab's events, so the broker-side figures are missing: consumer registrations and "
+        "channel closes or expiry (consumer_registered, consumer_unregistered), the notifications the "
+        "broker sent, queue-lock grants, the broker's pulls and sends, and its own offset table (the "
+        "offset figures come from the clients' commits); every consumer-side figure and the verdict come "
+        "from the clients' events."
+    )
+
+
+def answers(
+    summary: dict[str, Any],
+    data: PlotData | None,
+    known: dict[str, Any] | None = None,
+    engine: str | None = None,
+) -> list[str]:
     """The experiment's question answered, one sentence per change, from summary.json's numbers; a
-    catalogue entry's run (``known``, from its manifest) says first whether the problem appeared."""
+    catalogue entry's run (``known``, from its manifest) says first whether the problem appeared; a run
+    on an Apache ``engine`` says last which figures its broker could not give."""
     first = [known_answer(known, summary)] if known else []
+    last = [engine_note(engine)] if engine else []
     if data is None:
-        return first
+        return first + last
     clock = clock_of(data, summary)
     out = first
     for name, g in summary["groups"].items():
@@ -522,4 +548,4 @@ def answers(summary: dict[str, Any], data: PlotData | None, known: dict[str, Any
         if len(summary["groups"]) == 1:  # the group's name adds nothing
             said = [_capital(x[len(name) + 2 :]) for x in said]
         out += said
-    return out
+    return out + last

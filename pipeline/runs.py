@@ -22,7 +22,7 @@ from rmqlab.pipeline.ingest import RUN_SEP, load_json_runs, run_prefix
 from rmqlab.pipeline.metrics_spark import Analysis
 from rmqlab.pipeline.pop_spark import add_pop_metrics_of_runs
 from rmqlab.pipeline.report_data import MAX_INTERVALS, PlotData, plot_data_by_run
-from rmqlab.pipeline.report_story import answers
+from rmqlab.pipeline.report_story import answers, manifest_engine
 from rmqlab.pipeline.unavailability import CAUSES
 
 if TYPE_CHECKING:
@@ -135,7 +135,10 @@ def analyse_runs(
                 result.plot_data[run.rel] = data[prefix]
             known = run.manifest.get("known")
             summary["answer"] = answers(
-                summary, None if data is None else data[prefix], known if isinstance(known, dict) else None
+                summary,
+                None if data is None else data[prefix],
+                known if isinstance(known, dict) else None,
+                manifest_engine(run.manifest),
             )
         if extra is not None:
             result.extra = extra(analysis)

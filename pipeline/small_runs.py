@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import rmqlab
 from rmqlab.pipeline.discover import BadRun, RunDir, clock_word
 from rmqlab.pipeline.report_data import MAX_INTERVALS, MAX_NEMESES, PlotData, pick_bucket_ms
-from rmqlab.pipeline.report_story import answers
+from rmqlab.pipeline.report_story import answers, manifest_engine
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -172,7 +172,8 @@ def analyse_run(run: RunDir, plots: bool) -> tuple[dict[str, Any], PlotData | No
         clock = replace(run_clock(side_events(events), start, None), kind=clock_word(run.path))
         data = plot_data(model, clock)
     known = run.manifest.get("known")
-    summary["answer"] = answers(summary, data, known if isinstance(known, dict) else None)
+    engine = manifest_engine(run.manifest)
+    summary["answer"] = answers(summary, data, known if isinstance(known, dict) else None, engine)
     return summary, data
 
 

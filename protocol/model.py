@@ -336,7 +336,7 @@ class Message:
         return zlib.crc32(self.body)
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire = {
             "msgId": self.msg_id,
             "topic": self.topic,
             "brokerName": self.broker_name,
@@ -349,7 +349,10 @@ class Message:
             "storeTimestamp": self.store_timestamp,
             "reconsumeTimes": self.reconsume_times,
             "properties": dict(self.properties),
-        } | ({} if self.commit_log_offset is None else {"commitLogOffset": self.commit_log_offset})
+        }
+        if self.commit_log_offset is not None:
+            wire["commitLogOffset"] = self.commit_log_offset
+        return wire
 
     @classmethod
     def from_wire(cls, d: Any, where: str = "message") -> Message:

@@ -307,6 +307,10 @@ def broker_properties(
         "flushConsumerOffsetInterval": str(_scaled(5_000, time_scale)),
         "shortPollingTimeMills": str(_scaled(1_000, time_scale)),
         "serverChannelMaxIdleTimeSeconds": str(max(1, round(120 * time_scale))),
+        # BrokerFastFailure answers SYSTEM_BUSY ([TIMEOUT_CLEAN_QUEUE]) to a send that waited 200 ms in
+        # the send queue, which a JVM still warming up on a loaded machine exceeds; a Java producer does
+        # not retry that code, and the run's workload would lose the send for a cause of no interest.
+        "waitTimeMillsInSendQueue": "2000",
     }
     if home is not None:
         props["rocketmqHome"] = str(home)
@@ -341,6 +345,10 @@ def namesrv_properties(
         "kvConfigPath": str(d / "kvConfig.json"),
         "configStorePath": str(d / "namesrv-runtime.properties"),
         "serverChannelMaxIdleTimeSeconds": str(max(1, round(120 * time_scale))),
+        # BrokerFastFailure answers SYSTEM_BUSY ([TIMEOUT_CLEAN_QUEUE]) to a send that waited 200 ms in
+        # the send queue, which a JVM still warming up on a loaded machine exceeds; a Java producer does
+        # not retry that code, and the run's workload would lose the send for a cause of no interest.
+        "waitTimeMillsInSendQueue": "2000",
     }
     if home is not None:
         props["rocketmqHome"] = str(home)

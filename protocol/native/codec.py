@@ -100,10 +100,11 @@ def port_rewriter(primary_port: int, native_port: int, *also: int) -> Callable[[
     return rewrite
 
 
-def native_client_codec_factory(uniq_ids: Callable[[], str]) -> Callable[[int], NativeCodec]:
+def native_client_codec_factory(uniq_ids: Callable[[], str] | None = None) -> Callable[[int], NativeCodec]:
     """The codec factory of a client speaking RocketMQ's protocol to a broker or name server
     (``RemotingClient(codec_factory=...)``); ``uniq_ids`` makes the UNIQ_KEY of each message sent
-    (``message_ext.UniqIdGenerator``), shared by the client's connections."""
+    (``message_ext.UniqIdGenerator``), shared by the client's connections (None: a client that sends
+    no messages, or sends them with their own UNIQ_KEY)."""
 
     def factory(max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> NativeCodec:
         return NativeCodec(max_frame_bytes, TranslateContext(language=CLIENT_LANGUAGE, uniq_ids=uniq_ids))

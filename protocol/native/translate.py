@@ -228,6 +228,10 @@ _SEND_DEFAULTS: Final = {
     "batch": False,
 }
 
+# CreateTopicRequestHeader's required fields (@CFNotNull) beyond the queue counts and permission, as
+# MQAdminImpl/DefaultMQAdminExt fill them.
+_CREATE_TOPIC_DEFAULTS: Final = {"defaultTopic": "TBW102", "topicFilterType": "SINGLE_TAG", "order": False}
+
 # PullSysFlag bits.
 PULL_COMMIT_OFFSET: Final = 0x1
 PULL_SUSPEND: Final = 0x2
@@ -758,6 +762,8 @@ def request_to_native(
         ext, body = _send_to_native(ext, cmd.body, uniq_key)
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         ext, body = _send_back_to_native(ext), None
+    elif code == RequestCode.UPDATE_AND_CREATE_TOPIC:
+        ext, body = {**_CREATE_TOPIC_DEFAULTS, **ext}, _body_to_native(cmd.body)
     else:
         body = _body_to_native(cmd.body)
     return NativeFrame(

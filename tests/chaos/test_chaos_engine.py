@@ -83,14 +83,16 @@ def test_an_unknown_engine_names_the_ones_that_exist_and_4_9_8_says_why_not() ->
     assert "use apache-4.9.7" in msg
 
 
-def test_the_lab_own_client_and_the_v5_clients_cannot_reach_apache_broker() -> None:
+def test_the_lab_own_client_joins_apache_broker_and_the_v5_clients_cannot() -> None:
     text = ENGINE.replace('client = "go"\n', "").replace('client = "java"\n', 'client = "py5"\n')
     got = dict(problems(text))
-    ours = got[line_of(text, "[[consumers]]", 2)]  # no client key: the table's line
-    assert ours.startswith("consumers[2]: engine 'apache-4.9.7' runs Apache's broker")
-    assert "the lab's own client speaks only the lab's protocol" in ours and '"java"' in ours
     assert "needs rmq-proxy" in got[line_of(text, 'client = "py5"')]
-    assert len(got) == 2
+    assert '"python"' in got[line_of(text, 'client = "py5"')]
+    assert len(got) == 1  # the lab's own consumer (no client key) speaks RocketMQ's protocol there
+    # a server-side assignment is set through the lab's admin protocol, which Apache's broker lacks
+    text = ENGINE.replace('client = "go"\n', 'assignment = "server-pull"\n')
+    got = dict(problems(text))
+    assert "does not serve" in got[line_of(text, 'assignment = "server-pull"')] and len(got) == 1
 
 
 def test_what_apache_broker_cannot_do_is_refused_on_its_line() -> None:
@@ -171,6 +173,26 @@ def test_the_process_backend_declares_apache_jvms_and_apache_clients(tmp_path: P
         assert producer.args[:2] == ["--namesrv", "{namesrv_native}"]
         assert {members[f"consumer-{i}"].client for i in (1, 2, 3)} == {"java", "go"}
         assert "proxy" not in members
+    finally:
+        cluster.sup.close()
+
+
+OURS = ENGINE.replace('client = "java"\n', "").replace('client = "go"\n', "orderly = true\n")
+
+
+@pytest.mark.skipif(apache_engine_missing("apache-4.9.7") is not None, reason="apache-4.9.7 not fetched")
+def test_the_lab_own_consumers_and_producer_speak_native_to_an_engine(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "run", time_scale=0.5, clients=RealClients(tmp_path / "no-go"))
+    try:
+        cluster.declare(ex.parse(OURS))  # no Go client needed: the producer is ours
+        members = cluster.sup.members
+        for node in ("consumer-1", "consumer-2", "consumer-3", "producer-1"):
+            args = members[node].args
+            assert args[args.index("--protocol") + 1] == "native", node
+            assert args[args.index("--namesrv") + 1] == "{namesrv}", node
+        assert "--orderly" in members["consumer-3"].args
+        assert members["producer-1"].module == "rmqlab.client.producer_main"
+        assert members["producer-1"].expect_exit
     finally:
         cluster.sup.close()
 

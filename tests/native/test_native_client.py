@@ -6,7 +6,6 @@ native port is all the clients know."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from kit import wait_until
@@ -126,11 +125,79 @@ async def test_orderly_consumer_locks_its_queues_over_native(native_cluster: Clu
         await api.remoting.close()
 
 
-async def test_protocol_setting_is_checked(tmp_path: Any) -> None:
-    from rmqlab.client.client_config import ConfigError, ConsumerConfig
+def test_protocol_setting_is_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    from rmqlab.client.cli_common import layered_settings
+    from rmqlab.client.client_config import ConfigError, ConsumerConfig, ProducerConfig
+    from rmqlab.client.consumer_main import build_parser, make_config
+    from rmqlab.client.producer_main import build_parser as producer_parser
 
     with pytest.raises(ConfigError, match="protocol must be one of msgpack, native, got 'grpc'"):
         ConsumerConfig.from_mapping({"protocol": "grpc"})
     with pytest.raises(ConfigError, match="does not sign"):
         ConsumerConfig.from_mapping({"protocol": "native", "access_key": "a", "secret_key": "b"})
-    await asyncio.sleep(0)
+    base = ["--namesrv", "127.0.0.1:9876", "--group", "g", "--topic", "T"]
+    assert make_config(build_parser().parse_args(base)).protocol == "msgpack"
+    assert make_config(build_parser().parse_args([*base, "--protocol", "native"])).protocol == "native"
+    args = producer_parser().parse_args(["--namesrv", "h:1", "--topic", "T", "--rate", "1", "--count", "1"])
+    args.protocol = "native"
+    assert (
+        ProducerConfig.from_mapping(layered_settings(ProducerConfig, args, "producer", {})).protocol
+        == "native"
+    )
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args([*base, "--protocol", "grpc"])
+    assert info.value.code == 2
+    assert "--protocol: invalid choice: 'grpc' (choose from 'msgpack', 'native')" in capsys.readouterr().err
+
+
+async def test_admin_creates_a_topic_and_reads_its_route_over_native(native_cluster: Cluster) -> None:
+    from rmqlab.lab.admin_client import AdminClient, route_brokers
+
+    addr = native_cluster.brokers[0].native_addr
+    assert addr is not None
+    async with AdminClient(timeout_s=5.0, native=True) as admin:
+        assert await admin.route(addr, "Fresh") is None  # TOPIC_NOT_EXIST, read from a native answer
+        await admin.topic_create(addr, "Fresh", 3)
+        route = await admin.route(addr, "Fresh")
+    assert route_brokers(route) == {"broker-a"}
+    assert route is not None and route["queueDatas"][0]["readQueueNums"] == 3
+
+
+def test_rmq_admin_refuses_access_keys_over_native(capsys: pytest.CaptureFixture[str]) -> None:
+    from rmqlab.chaos.admin_main import main
+
+    argv = ["--broker", "h:1", "--protocol", "native", "--access-key", "a", "--secret-key", "b", "status"]
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "--protocol native does not sign requests" in capsys.readouterr().err
+
+
+async def test_lite_pull_consumer_polls_and_commits_over_native(native_cluster: Cluster) -> None:
+    from rmqlab.client.lite_pull_consumer import LitePullConsumer
+
+    c = native_cluster
+    lite = LitePullConsumer(
+        "lg",
+        namesrv=c.namesrv,
+        time_scale=c.scale,
+        protocol="native",
+        consume_from_where="first",
+        auto_commit=False,
+        log=c.log("lite-1", "consumer"),
+    )
+    lite.subscribe("T")
+    c.closers.append(lite.shutdown)
+    await lite.start()
+    producer = c.producer(protocol="native")
+    await producer.start()
+    sent = {(await producer.send("T", b"l%d" % i)).msg_id for i in range(12)}
+    polled: set[str] = set()
+    async with asyncio.timeout(20):
+        while not sent <= polled:
+            polled.update(m.msg_id for m in await lite.poll(timeout_ms=1000))
+    await lite.commit()
+    broker = c.brokers[0]
+    await wait_until(
+        lambda: sum(max(broker.offset_manager.query_offset("lg", "T", q), 0) for q in range(4)) == 12, 10
+    )

@@ -354,7 +354,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Run experiments on combinations of broker and client, once per seed, and print the table."""
     from dataclasses import replace
 
-    from rmqlab.chaos.compare import COMBOS, COMPARE_SET, combination, parse_combos
+    from rmqlab.chaos.compare import COMBOS, COMPARE_SET, combination, differing, parse_combos, render
     from rmqlab.chaos.process_cluster import check_engine_environment
     from rmqlab.chaos.realclients import RealClients
 
@@ -436,8 +436,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 summaries[combo].append(_compare_summary(exp, run_dir, rc))
                 _write_comparison(out, doc, name, summaries, exp.time_scale)
         if not args.json:
-            from rmqlab.chaos.compare import render
-
             print(f"\n{name} ({', '.join(f'seed {s}' for s in seeds)})", file=say)
             print(render(entry["groups"], list(variants)), file=say)
     if args.json:
@@ -446,8 +444,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"written: {out / 'compare.json'}, {out / 'compare.md'}")
     if failed:
         return 3
-    from rmqlab.chaos.compare import differing
-
     return 1 if any(differing(e["groups"]) for e in doc["experiments"].values()) else 0
 
 

@@ -351,88 +351,190 @@ def _drive(runner: ChaosRun) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Run the experiment on the emulator and on an Apache engine, once per seed, and print the table."""
+    """Run experiments on combinations of broker and client, once per seed, and print the table."""
     from dataclasses import replace
 
-    from rmqlab.chaos.compare import compare_groups, render, with_rebalance_rounds
+    from rmqlab.chaos.compare import COMBOS, COMPARE_SET, combination, differing, parse_combos, render
     from rmqlab.chaos.process_cluster import check_engine_environment
     from rmqlab.chaos.realclients import RealClients
-    from rmqlab.chaos.run import ChaosRun
-    from rmqlab.lab.experiment import with_engine
-    from rmqlab.pipeline.metrics_reference import load_run, summarize
 
     try:
-        exp = resolve(args.file)
-        apache = exp.engine if exp.engine != "emulator" else args.engine
-        if apache == "emulator":
-            print("rmq-chaos compare: --engine must name an Apache engine", file=sys.stderr)
-            return 2
-        variants = {"emulator": with_engine(exp, "emulator"), apache: with_engine(exp, apache)}
-        check_environment(exp)
-        check_engine_environment(variants[apache], RealClients())
-    except ExperimentError as e:
-        print(e, file=sys.stderr)
+        combos = parse_combos(args.combos) if args.combos else tuple(COMBOS.values())
+    except ValueError as e:
+        print(f"rmq-chaos compare: {e}", file=sys.stderr)
         return 2
-    out = (
-        Path(args.out) if args.out else Path("runs") / f"compare-{exp.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
-    if out.exists() and any(out.rglob("*.jsonl")):
-        print(f"rmq-chaos: {out} already holds runs' logs; choose another --out", file=sys.stderr)
+    names = list(dict.fromkeys([*args.files, *(COMPARE_SET if args.set else ())]))
+    if not names:
+        print(
+            "rmq-chaos compare: name an experiment, or --set for the shipped comparison set", file=sys.stderr
+        )
         return 2
-    seeds = [exp.seed + i for i in range(args.seeds)]
-    summaries: dict[str, list[dict[str, Any]]] = {e: [] for e in variants}
-    run_dirs: dict[str, list[str]] = {e: [] for e in variants}
+    plans: dict[str, tuple[Experiment, dict[str, Experiment]]] = {}
+    problems: list[str] = []
+    checked: set[str] = set()
+    clients = RealClients()
+    for name in names:
+        try:
+            exp = resolve(name)
+            apache = exp.engine if exp.engine != "emulator" else args.engine
+            if apache == "emulator":
+                print("rmq-chaos compare: --engine must name an Apache engine", file=sys.stderr)
+                return 2
+            variants = {}
+            for combo in combos:
+                try:
+                    variants[combo.name] = combination(exp, combo, apache)
+                except ExperimentError as e:
+                    problems.append(str(e))
+            for variant in variants.values():
+                check_environment(variant, clients)
+                if variant.engine != "emulator" and variant.engine not in checked:
+                    check_engine_environment(variant, clients)
+                    checked.add(variant.engine)
+            plans[exp.name] = (exp, variants)
+        except ExperimentError as e:
+            problems.append(str(e))
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path("runs") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
+    if not args.resume and out.exists() and any(out.rglob("*.jsonl")):
+        print(
+            f"rmq-chaos: {out} already holds runs' logs; choose another --out, or --resume", file=sys.stderr
+        )
+        return 2
     say = sys.stderr if args.json else sys.stdout
-    for seed in seeds:
-        for engine, variant in variants.items():
-            run_dir = out / f"{engine}-seed{seed}"
-            print(f"compare: {exp.name} on {engine}, seed {seed} -> {run_dir}", file=say, flush=True)
-            runner = ChaosRun(
-                replace(variant, seed=seed),
-                run_dir,
-                analyze=False,
-                quiet=True,
-                out=sys.stderr,
-                ready_timeout_s=args.ready_timeout,
-            )
-            rc = _drive(runner)
-            if rc == 130:
-                return 130
-            if rc not in (0, 1):
-                print(
-                    f"rmq-chaos compare: the run on {engine} (seed {seed}) failed; see {run_dir}",
-                    file=sys.stderr,
-                )
-                return 3
-            events, malformed = load_run(run_dir)
-            summary = summarize(events, malformed)
-            summaries[engine].append(with_rebalance_rounds(summary, (e.rec for e in events)))
-            run_dirs[engine].append(str(run_dir))
-    table = compare_groups(summaries)
-    doc = {
-        "experiment": exp.name,
-        "source": exp.source,
-        "engines": list(variants),
-        "seeds": seeds,
-        "runs": run_dirs,
-        "groups": table,
+    doc: dict[str, Any] = {
+        "engine": args.engine,
+        "combos": [c.name for c in combos],
+        "combinations": {c.name: {"broker": c.engine(args.engine), "client": c.client} for c in combos},
+        "seeds_per_experiment": args.seeds,
+        "experiments": {},
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps(doc, indent=2) + "\n")
+    failed = False
+    for name, (exp, variants) in plans.items():
+        seeds = [exp.seed + i for i in range(args.seeds)]
+        entry: dict[str, Any] = {
+            "source": exp.source,
+            "question": exp.question,
+            "time_scale": exp.time_scale,
+            "seeds": seeds,
+            "engines": {c: v.engine for c, v in variants.items()},
+            "runs": {c: [] for c in variants},
+            "groups": {},
+        }
+        doc["experiments"][name] = entry
+        summaries: dict[str, list[dict[str, Any]]] = {c: [] for c in variants}
+        for seed in seeds:
+            for combo, variant in variants.items():
+                run_dir = out / name / f"{combo}-seed{seed}"
+                rc, run = _compare_run(replace(variant, seed=seed), run_dir, args, say)
+                if rc == 130:
+                    return 130
+                failed |= rc not in (0, 1)
+                entry["runs"][combo].append(run)
+                summaries[combo].append(_compare_summary(exp, run_dir, rc))
+                _write_comparison(out, doc, name, summaries, exp.time_scale)
+        if not args.json:
+            print(f"\n{name} ({', '.join(f'seed {s}' for s in seeds)})", file=say)
+            print(render(entry["groups"], list(variants)), file=say)
     if args.json:
         print_json(doc)
     else:
-        print(render(table, list(variants)))
-        print(f"written: {out / 'compare.json'}")
-    differ = any(row.get("agree") is False for rows in table.values() for row in rows.values())
-    return 1 if differ else 0
+        print(f"written: {out / 'compare.json'}, {out / 'compare.md'}")
+    if failed:
+        return 3
+    return 1 if any(differing(e["groups"]) for e in doc["experiments"].values()) else 0
+
+
+def _compare_run(
+    exp: Experiment, run_dir: Path, args: argparse.Namespace, say: Any
+) -> tuple[int, dict[str, Any]]:
+    """One run of a comparison (or, with --resume, the complete one its folder already holds): its exit
+    code and its record (folder, wall seconds, load average before and after)."""
+    import os
+    import shutil
+
+    from rmqlab.chaos.run import ChaosRun
+
+    manifest = run_dir / "manifest.json"
+    if args.resume and manifest.is_file():
+        m = json.loads(manifest.read_text())
+        if not m.get("errors") and not m.get("interrupted"):
+            print(
+                f"compare: {exp.name} seed {exp.seed} on {run_dir.name}: kept from before",
+                file=say,
+                flush=True,
+            )
+            record = run_dir / "compare-run.json"
+            earlier = json.loads(record.read_text()) if record.is_file() else {}
+            return 0, {
+                "dir": str(run_dir),
+                "wall_s": round((m["ended_ms"] - m["started_ms"]) / 1000, 1),
+                **earlier,
+                "kept": True,
+            }
+    if args.resume and run_dir.exists():
+        aside = run_dir.with_name(run_dir.name + ".incomplete")
+        shutil.rmtree(aside, ignore_errors=True)
+        run_dir.rename(aside)
+    print(
+        f"compare: {exp.name} seed {exp.seed} on {run_dir.parent.name}/{run_dir.name} -> {run_dir}",
+        file=say,
+        flush=True,
+    )
+    load_before = os.getloadavg()[0]
+    started = time.monotonic()
+    runner = ChaosRun(
+        exp, run_dir, analyze=False, quiet=True, out=sys.stderr, ready_timeout_s=args.ready_timeout
+    )
+    rc = _drive(runner)
+    record = {
+        "dir": str(run_dir),
+        "wall_s": round(time.monotonic() - started, 1),
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "exit_code": rc,
+    }
+    if run_dir.is_dir():
+        (run_dir / "compare-run.json").write_text(json.dumps(record, indent=2) + "\n")
+    if rc not in (0, 1, 130):
+        print(
+            f"rmq-chaos compare: the run {run_dir} failed (exit code {rc}); the comparison goes on",
+            file=sys.stderr,
+        )
+    return rc, record
+
+
+def _compare_summary(exp: Experiment, run_dir: Path, rc: int) -> dict[str, Any]:
+    """The summary of one run with its event figures; a failed run's groups have the verdict 'run failed'."""
+    from rmqlab.chaos.compare import before_teardown, with_event_figures
+    from rmqlab.pipeline.metrics_reference import load_run, summarize
+
+    if rc not in (0, 1):
+        return {"groups": {c.group: {"verdict": "run failed"} for c in exp.consumers}}
+    events, malformed = load_run(run_dir)
+    events = before_teardown(events)
+    return with_event_figures(summarize(events, malformed), (e.rec for e in events), exp.time_scale)
+
+
+def _write_comparison(
+    out: Path, doc: dict[str, Any], name: str, summaries: dict[str, list[dict[str, Any]]], time_scale: float
+) -> None:
+    """compare.json and compare.md as the runs so far make them (written after every run)."""
+    from rmqlab.chaos.compare import compare_groups, render_markdown
+
+    doc["experiments"][name]["groups"] = compare_groups(summaries, time_scale)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / "compare.md").write_text(render_markdown(doc))
 
 
 COMPARE_EXIT_CODES = {
-    0: "every compared figure agrees on both engines",
+    0: "every compared figure agrees on every combination",
     1: "some figure differs (the table says which)",
-    2: "bad usage, or an experiment that cannot run on both engines (each problem as FILE:LINE: message)",
-    3: "a run failed (a process did not start, a broker did not answer)",
+    2: "bad usage, or an experiment that cannot run on a combination (each problem as FILE:LINE: message)",
+    3: "a run failed (a process did not start, a broker did not answer); the others ran, the table says "
+    "'run failed' for it",
     130: "interrupted",
 }
 RUN_EXIT_CODES = {
@@ -521,18 +623,47 @@ def build_parser() -> argparse.ArgumentParser:
     cmp = subcommand(
         sub,
         "compare",
-        "run an experiment on the emulator and on Apache's broker and print the figures side by side",
+        "run experiments on combinations of broker (the emulator's, Apache's) and client (ours, Apache's "
+        "Java client) and print the figures side by side",
         COMPARE_EXIT_CODES,
     )
-    cmp.add_argument("file", metavar="EXPERIMENT", help="a .toml file, or the name of a shipped experiment")
+    cmp.add_argument(
+        "files",
+        nargs="*",
+        metavar="EXPERIMENT",
+        help="a .toml file, or the name of a shipped experiment (any number)",
+    )
+    cmp.add_argument(
+        "--set",
+        action="store_true",
+        help="the shipped comparison set (after the EXPERIMENTs named, if any)",
+    )
+    cmp.add_argument(
+        "--combos",
+        default=None,
+        metavar="LIST",
+        help="comma-separated combinations of broker and client: emulator+python, emulator+java, "
+        "apache+java, apache+python (default all four, in that order; the first is the reference)",
+    )
     cmp.add_argument(
         "--engine",
         default="apache-4.9.7",
         metavar="ENGINE",
-        help="the Apache engine when the file names none (default apache-4.9.7; or apache-5)",
+        help="the Apache engine of the apache+ combinations when a file names none (default apache-4.9.7; "
+        "or apache-5)",
     )
-    cmp.add_argument("--seeds", type=positive_int, default=1, help="runs per engine, seeds SEED, SEED+1, ...")
-    add_out(cmp, "folder of the runs and compare.json (default runs/compare-NAME-TIMESTAMP)")
+    cmp.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=3,
+        help="runs per combination, seeds SEED, SEED+1, ... (default 3)",
+    )
+    add_out(cmp, "folder of the runs, compare.json and compare.md (default runs/compare-TIMESTAMP)")
+    cmp.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the complete runs --out already holds (and rebuild the table from them); run the rest",
+    )
     cmp.add_argument(
         "--ready-timeout",
         type=positive_float,
@@ -540,7 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds a process may take to be READY (default 60)",
     )
-    add_json(cmp, "the table as JSON (also written to compare.json)")
+    add_json(cmp, "the comparison as JSON (also written to compare.json)")
     cmp.set_defaults(func=cmd_compare)
     add_commands(sub)
     add_clean_command(sub)

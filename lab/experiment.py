@@ -115,6 +115,8 @@ ENGINE_CLIENTS = ("python", *NATIVE_CLIENTS)
 # at 0.25 the channel expiry would equal the heartbeat interval and real consumers would be dropped
 # from their group between two heartbeats, which is no fault of theirs.
 REAL_CLIENT_MIN_TIME_SCALE = 0.5
+# BrokerConfig.flushConsumerOffsetInterval, which an Apache engine's brokers run with (scaled).
+APACHE_FLUSH_CONSUMER_OFFSET_INTERVAL = 5_000
 MAX_BROKERS = 26
 _MAX_BODY = 4 * 1024 * 1024
 NAMESRV_NODE = "namesrv"
@@ -1019,11 +1021,14 @@ def _check_engine(exp: Experiment, pr: Problems) -> None:
             ("cluster", "slaves"),
             f"cluster.slaves: the lab runs engine {engine!r} with masters only (slaves are the emulator's)",
         )
-    if exp.flush_consumer_offset_interval:
+    # Apache's broker persists its offset table every flushConsumerOffsetInterval, which the engine sets
+    # to RocketMQ's 5 s (scaled): a file may say so, so that one experiment flushes alike on both brokers.
+    if exp.flush_consumer_offset_interval not in (0, APACHE_FLUSH_CONSUMER_OFFSET_INTERVAL):
         pr.add(
             ("cluster", "flush_consumer_offset_interval"),
             f"cluster.flush_consumer_offset_interval: engine {engine!r} flushes offsets at RocketMQ's "
-            "flushConsumerOffsetInterval (5 s, scaled with time_scale)",
+            f"flushConsumerOffsetInterval ({APACHE_FLUSH_CONSUMER_OFFSET_INTERVAL} ms, scaled with "
+            "time_scale): leave it out or set that",
         )
     for n in exp.nemeses:
         if n.action in BROKER_ACTIONS:

@@ -372,7 +372,7 @@ class LocalCluster:
         self.add_namesrv(native=native)
         acl = ["--acl", exp.acl.file] if exp.acl else []
         for b in exp.brokers:
-            self.add_broker(b, durable=exp.durable, flags=exp.broker_flags() + acl, native=native)
+            self.add_broker(b, durable=exp.durable, flags=exp.broker_flags(b) + acl, native=native)
             for s in exp.slave_nodes(b):
                 flags = exp.slave_flags(s) + acl
                 self.add_broker(s, durable=exp.durable, flags=flags, native=native, broker_name=b)
@@ -471,7 +471,7 @@ class LocalCluster:
             await self.create_topic(t.name, per_broker, timeout_s=self.sup.ready_timeout_s)
         # the slaves after their masters: each finds its master in the answer to its registration and
         # copies the topics with the master's offsets in its first sync
-        if exp.slaves:
+        if exp.has_slaves:
             await self.start_all(list(exp.slave_nodes()))
         await self.start_links()
         if PROXY_NODE in self.sup.members:

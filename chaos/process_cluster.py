@@ -31,6 +31,7 @@ from rmqlab.lab.experiment import (
     Experiment,
     ExperimentError,
     KeyLines,
+    slave_of,
 )
 from rmqlab.protocol.acl_signing import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
 
@@ -428,9 +429,16 @@ class LocalCluster:
         topics = [f"{t.name}:{exp.topic_queues_per_broker(t.name)}" for t in exp.topics]
         for b in exp.brokers:
             args = ["--role", "broker", *base, "--name", b, "--namesrv", "{namesrv}"]
-            args += [a for t in topics for a in ("--topic", t)]
-            self.sup.add(b, "broker", APACHE_MEMBER_MODULE, args, port=0)
+            read = ["--slave-read-enable"] if exp.slave_read_enable else []
+            role = ["--broker-role", exp.broker_role, *read] if exp.slave_count(b) else []
+            topics_of = [a for t in topics for a in ("--topic", t)]
+            self.sup.add(b, "broker", APACHE_MEMBER_MODULE, args + role + topics_of, port=0)
             self.engine_nodes.add(b)
+            # Apache's slaves: the master's brokerName, brokerId 1..N, brokerRole SLAVE
+            for s in exp.slave_nodes(b):
+                slave = [*args, "--broker-id", str(slave_of(s)[1]), *read]
+                self.sup.add(s, "broker", APACHE_MEMBER_MODULE, slave, port=0)
+                self.engine_nodes.add(s)
         for c in exp.consumers:
             for node in c.nodes:
                 self._add_real_consumer_of(node, c)
@@ -463,6 +471,8 @@ class LocalCluster:
             timeout = max(self.sup.ready_timeout_s, APACHE_READY_TIMEOUT_S)
             await self.start_all(["namesrv"], timeout)
             await self.start_all(list(exp.brokers), timeout)
+            if exp.has_slaves:  # after their masters, as with the emulator
+                await self.start_all(list(exp.slave_nodes()), timeout)
             return
         await self.start_all(["namesrv"])
         await self.start_all(list(exp.brokers))

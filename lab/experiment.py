@@ -97,6 +97,9 @@ ENGINES_NOT_SERVED = {
     "(that release published only its client-side modules there): use apache-4.9.7, the newest 4.9 broker "
     "it serves",
 }
+# Apache engines the lab runs with slaves (4.9's master-slave: brokerId 1..N, brokerRole SLAVE, no
+# automatic failover); 5.x's brokers run masters only here (its controller is another issue's).
+MASTER_SLAVE_ENGINES = ("apache-4.9.7",)
 # Clients that speak RocketMQ's own remoting protocol, the only one Apache's broker speaks.
 NATIVE_CLIENTS = ("cpp", "js", "java", "java5", "java-lite", "go")
 # The broker scales its channel expiry (120 s) and its queue-lock lifetime (60 s) with the time scale,
@@ -998,10 +1001,18 @@ def _check_engine(exp: Experiment, pr: Problems) -> None:
         )
     if exp.acl is not None:
         pr.add(("acl",), f"acl: the lab runs engine {engine!r} without ACL")
-    if exp.has_slaves:
+    if exp.has_slaves and engine not in MASTER_SLAVE_ENGINES:
         pr.add(
             ("cluster", "slaves"),
-            f"cluster.slaves: the lab runs engine {engine!r} with masters only (slaves are the emulator's)",
+            f"cluster.slaves: the lab runs engine {engine!r} with masters only (master-slave runs on "
+            + ", ".join(("emulator", *MASTER_SLAVE_ENGINES))
+            + ")",
+        )
+    elif exp.replication_lag_ms:
+        pr.add(
+            ("cluster", "replication_lag_ms"),
+            f"cluster.replication_lag_ms: Apache's broker (engine {engine!r}) copies to its slaves as fast "
+            "as it can; the lag is the emulator's",
         )
     if exp.flush_consumer_offset_interval:
         pr.add(

@@ -211,8 +211,12 @@ def test_apaches_slave_registers_under_its_master_and_outlives_it_in_the_route(m
     wait_for(
         "slave in T's route", lambda: route_addrs(namesrv, "T").get("broker-a") == {"0": master, "1": slave}
     )
+    # its message copy connects to the master's HA port (listenPort + 1) found in that answer
+    master_log = members.run_dir / "broker-a" / "rocketmq.log"
+    wait_for(
+        "the slave's HA connection", lambda: "HAService receive new connection" in master_log.read_text()
+    )
     # what a failover leaves: the master gone, the route lists the slave alone under broker-a, which is
     # where 4.9's client turns to pull (findBrokerAddressInSubscribe) and commit (findBrokerAddressInAdmin)
     assert members.stop("broker-a") == 0
     wait_for("the route without the master", lambda: route_addrs(namesrv, "T") == {"broker-a": {"1": slave}})
-    assert "HAService receive new connection" in (members.run_dir / "broker-a" / "rocketmq.log").read_text()

@@ -176,8 +176,10 @@ def test_a_master_with_a_slave_fails_over_beside_a_master_without_one(tmp_path: 
     text = (SHIPPED / "ha-failover.toml").read_text()
     text = text.replace("slaves = 1", 'slaves = { broker-a = 1 }\nbroker_role = "SYNC_MASTER"')
     assert 'target = "broker-a"' in text
-    result = SimCluster(parse_sim(text), tmp_path, out=io.StringIO(), progress=False).run()
+    out = io.StringIO()
+    result = SimCluster(parse_sim(text), tmp_path, out=out, progress=False).run()
     assert not result.errors, result.errors
+    assert "starting name server and 2 broker(s) with 1 slave(s)" in out.getvalue()
     run = read_run(tmp_path, "TradeTopic")
     assert ("failover", "broker-a") in run.nemeses and run.skipped == []
     assert sorted(p.name for p in tmp_path.glob("broker-*-s*.jsonl")) == ["broker-a-s1.jsonl"]

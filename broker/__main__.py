@@ -138,6 +138,18 @@ def build_parser() -> argparse.ArgumentParser:
         "QUERY_NOT_FOUND for the offset of a fresh, empty queue",
     )
     p.add_argument(
+        "--controller-mode",
+        action="store_true",
+        help="RocketMQ 5's controller mode (enableControllerMode): the controller elects this broker set's "
+        "master; --broker-id 0 may be the set's first master, --broker-role is the role as master",
+    )
+    p.add_argument(
+        "--controller-addr",
+        default=None,
+        metavar="HOST:PORT",
+        help="the controller (controllerAddr); default: the name server (enableControllerInNamesrv)",
+    )
+    p.add_argument(
         "--default-message-request-mode",
         choices=("PULL", "POP"),
         default="PULL",
@@ -218,6 +230,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         acl_file=_acl_file(args.acl),
         flush_consumer_offset_interval_ms=args.flush_consumer_offset_interval,
         rocketmq5=args.rocketmq5,
+        controller_mode=args.controller_mode,
+        controller_addr=args.controller_addr,
         default_message_request_mode=args.default_message_request_mode,
         default_pop_share_queue_num=args.default_pop_share_queue_num,
         server_load_balancer_enable=not args.no_server_load_balancer,

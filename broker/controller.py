@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import os
 from collections import defaultdict
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from rmqlab.broker.assignment import MessageRequestModeTable
@@ -27,6 +28,7 @@ from rmqlab.broker.pop_state import PopState
 from rmqlab.broker.processor import register_processors
 from rmqlab.broker.processor.pop_requests import PopLongPollingService, PopMessageProcessor
 from rmqlab.broker.processor.services import ATTR_CLIENT_ID, ATTR_GROUPS, Handler
+from rmqlab.broker.replicas_manager import ReplicasManager
 from rmqlab.broker.route_info import RouteInfoManager
 from rmqlab.broker.schedule import ScheduleMessageService
 from rmqlab.broker.server_config import BrokerConfig
@@ -60,7 +62,18 @@ class BrokerController:
         self.log = log or EventLog.null(config.broker_name, "broker")
         self.clock: Clock = clock or SystemClock()
         self.role = BrokerRole.parse(config.broker_role)
-        if (self.role is BrokerRole.SLAVE) != (config.broker_id != 0):
+        # RocketMQ 5's controller mode: the controller makes this broker master or slave; until it has
+        # said which, the broker takes no writes and does not register with the name server
+        self.replicas: ReplicasManager | None = None
+        self._master_role = self.role if self.role is not BrokerRole.SLAVE else BrokerRole.ASYNC_MASTER
+        self._role_tasks: list[asyncio.Task[None]] = []
+        if config.controller_mode:
+            controller_addr = config.controller_addr or config.namesrv
+            if controller_addr == "embedded":
+                raise ValueError("controller mode needs a controller: --namesrv or --controller-addr")
+            self.replicas = ReplicasManager(self, controller_addr)
+            self.role = BrokerRole.SLAVE
+        elif (self.role is BrokerRole.SLAVE) != (config.broker_id != 0):
             raise ValueError(
                 f"broker id {config.broker_id} does not fit role {self.role.value}: "
                 "a master has broker id 0, a slave 1 or more"
@@ -73,8 +86,11 @@ class BrokerController:
             config.scaled(config.ha_housekeeping_interval_ms), config.ha_slave_fallbehind_max_bytes
         )
         self.ha_epoch = 0
+        self.epoch_start_offsets: list[list[Any]] | None = None
         self._growth_waiters: list[asyncio.Future[None]] = []
-        self.slave: SlaveService | None = SlaveService(self) if self.role is BrokerRole.SLAVE else None
+        self.slave: SlaveService | None = (
+            SlaveService(self) if self.role is BrokerRole.SLAVE and self.replicas is None else None
+        )
         self.consumer_manager = ConsumerManager()
         self.producer_manager = ProducerManager()
         self.offset_manager = ConsumerOffsetManager()
@@ -258,6 +274,9 @@ class BrokerController:
                     self.config.namesrv, self._unregister_broker_request(), timeout_s=1.0
                 )
             await self._namesrv_client.close()
+        await self._stop_role_tasks()
+        if self.replicas is not None:
+            await self.replicas.close()
         if self.slave is not None:
             await self.slave.close()
         for fut in self._growth_waiters:
@@ -276,7 +295,9 @@ class BrokerController:
             tg.create_task(self._hold_loop())
             tg.create_task(self._register_loop())
             tg.create_task(self._idle_loop())
-            if self.slave is None:
+            if self.replicas is not None:
+                tg.create_task(self.replicas.run())  # the role's own loops start with the role
+            elif self.slave is None:
                 # a slave delivers no delayed message and revives no POP checkpoint: it only copies
                 tg.create_task(self._schedule_loop())
                 tg.create_task(self._revive_loop())
@@ -805,6 +826,9 @@ class BrokerController:
         }
         if self.native_addr:
             ext["nativeAddr"] = self.native_addr
+        if self.replicas is not None:
+            # DataVersion.stateVersion = the master epoch: the name server ignores a deposed master
+            ext["stateVersion"] = self.replicas.master_epoch
         return RemotingCommand.request(
             RequestCode.REGISTER_BROKER, ext, {"topicConfigTable": self.topic_config_table()}
         )
@@ -857,8 +881,9 @@ class BrokerController:
         return True
 
     def _set_master_addr(self, master: str | None) -> None:
-        """SlaveSynchronize#setMasterAddr after each registration (None when the master is gone)."""
-        if self.slave is None or master == self.slave.master_addr:
+        """SlaveSynchronize#setMasterAddr after each registration (None when the master is gone); in
+        controller mode the controller names the master instead."""
+        if self.slave is None or self.replicas is not None or master == self.slave.master_addr:
             return
         self.slave.master_addr = master
         self.log.emit(
@@ -869,7 +894,7 @@ class BrokerController:
         )
 
     # -- HA: the master's side ------------------------------------------------------------------------
-    def ha_report(self, conn: Connection, slave_addr: str, index: int) -> None:
+    def ha_report(self, conn: Connection, slave_addr: str, index: int, slave_id: int | None = None) -> None:
         """An HA_TRANSFER said what the slave on ``conn`` holds: the sends waiting for it may answer."""
         now = self.clock.monotonic_ms()
         new = conn.id not in self.ha_progress.slaves
@@ -880,6 +905,8 @@ class BrokerController:
         if new:
             conn.attrs[ATTR_HA_SLAVE] = slave_addr
             self.log.emit("ha_slave_connected", broker=self.config.broker_name, slave_addr=slave_addr)
+        if self.replicas is not None and slave_id is not None:
+            self.replicas.slave_reported(slave_id, index >= len(self.replication_log), now)
 
     def ha_housekeeping(self, now_ms: int) -> None:
         """Close the HA connections of slaves silent past haHousekeepingInterval, as HAConnection does."""
@@ -894,6 +921,14 @@ class BrokerController:
             )
             if conn is not None:
                 conn.close()
+
+    def rebuild_replication_log(self, keep: Any) -> None:
+        """The log without the messages ``keep`` refuses (a slave's truncated tail), positions recounted."""
+        log = ReplicationLog()
+        for m in self.replication_log.entries:
+            if keep(m):
+                m.log_end = log.append(m, len(m.body))  # type: ignore[attr-defined]
+        self.replication_log = log
 
     async def wait_log_growth(self, length: int, timeout_s: float) -> None:
         """Return once the log is longer than ``length`` or ``timeout_s`` passed (WriteSocketService's
@@ -916,6 +951,10 @@ class BrokerController:
         SLAVE_NOT_AVAILABLE when no slave is connected or it is too far behind; FLUSH_SLAVE_TIMEOUT after
         slaveTimeout."""
         if self.role is not BrokerRole.SYNC_MASTER:
+            return ResponseCode.SUCCESS
+        if self.replicas is not None and len(self.replicas.sync_state_set) <= 1:
+            # controller mode acknowledges once the SyncStateSet has it (allAckInSyncStateSet): a master
+            # alone in its set has it already
             return ResponseCode.SUCCESS
         now = self.clock.monotonic_ms()
         self.ha_housekeeping(now)
@@ -945,6 +984,8 @@ class BrokerController:
 
     async def _register_loop(self) -> None:
         interval = self.config.scaled_s(self.config.register_broker_interval_ms)
+        if self.replicas is not None:
+            await self.replicas.role_known.wait()
         while True:
             self._register_event.clear()
             try:
@@ -966,6 +1007,72 @@ class BrokerController:
             except Exception as exc:
                 self.log.error("broker scan failed", error=repr(exc))
 
+    # -- controller mode: role changes (ReplicasManager#changeToMaster / changeToSlave) ---------------------
+    def log_max_offset(self) -> int:
+        return self.replication_log.max_position
+
+    def change_to_master(self, master_epoch: int) -> None:
+        """The controller elected this broker: brokerId 0 in the route, writable, a new replication run
+        (its slaves copy from the start and keep what they lack), the master's own services."""
+        self._cancel_role_tasks()
+        old_slave, self.slave = self.slave, None
+        if old_slave is not None:
+            self._spawn_role(old_slave.close())
+        self.role = self._master_role
+        self.config = replace(self.config, broker_id=0)
+        self.ha_epoch = self.clock.now_ms()
+        # the epoch's start (RocketMQ's EpochEntry, per queue): a slave cuts its log back to it
+        self.epoch_start_offsets = [
+            [topic, qid, cq.max_offset] for (topic, qid), cq in sorted(self.store.queues.items())
+        ]
+        self._spawn_role(self._schedule_loop())
+        self._spawn_role(self._revive_loop())
+        self._role_changed(master_epoch, self.broker_addr)
+        self._register_event.set()
+
+    def change_to_slave(self, master_addr: str, master_id: int, master_epoch: int) -> None:
+        """Another broker is master: this one registers under its brokerControllerId, takes no writes,
+        copies the master's messages and syncs its tables (its consumer offsets are the master's after
+        the first sync)."""
+        assert self.replicas is not None
+        self._cancel_role_tasks()
+        self.role = BrokerRole.SLAVE
+        self.config = replace(self.config, broker_id=self.replicas.controller_id)
+        if self.slave is None:
+            self.slave = SlaveService(self)
+        self.slave.master_addr = master_addr
+        self._spawn_role(self.slave.replicate_loop())
+        self._spawn_role(self.slave.sync_loop())
+        self._role_changed(master_epoch, master_addr)
+        self._register_event.set()
+
+    def _role_changed(self, master_epoch: int, master_addr: str) -> None:
+        assert self.replicas is not None
+        self.log.emit(
+            "broker_role_changed",
+            broker=self.config.broker_name,
+            broker_id=self.config.broker_id,
+            controller_id=self.replicas.controller_id,
+            broker_role=self.role.value,
+            master_epoch=master_epoch,
+            master_addr=master_addr,
+        )
+
+    def _spawn_role(self, coro: Any) -> None:
+        self._role_tasks.append(asyncio.get_running_loop().create_task(coro))
+
+    def _cancel_role_tasks(self) -> None:
+        for task in self._role_tasks:
+            task.cancel()
+        self._role_tasks = [t for t in self._role_tasks if not t.done()]
+
+    async def _stop_role_tasks(self) -> None:
+        self._cancel_role_tasks()
+        for task in self._role_tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._role_tasks = []
+
     # -- status ------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         cfg = self.config
@@ -974,6 +1081,8 @@ class BrokerController:
             "brokerId": cfg.broker_id,
             "brokerRole": self.role.value,
             "masterAddr": self.slave.master_addr if self.slave is not None else None,
+            "controllerMode": self.replicas is not None,
+            "masterEpoch": self.replicas.master_epoch if self.replicas is not None else None,
             "haSlaves": self.ha_progress.connection_count(self.clock.monotonic_ms()),
             "clusterName": cfg.cluster_name,
             "addr": self.address,

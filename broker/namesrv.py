@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rmqlab.protocol.metrics import Snapshot
+from rmqlab.broker.replicas_controller import ControllerManager
 from rmqlab.broker.route_info import RouteInfoManager, parse_topic_config_table
 from rmqlab.broker.server_config import NamesrvConfig
 from rmqlab.protocol.clock import Clock, SystemClock
@@ -47,7 +48,10 @@ class NamesrvProcessor:
         broker_id = cmd.ext_int("brokerId")
         topics = parse_topic_config_table(cmd.body)
         native_addr = cmd.ext_str("nativeAddr", default=None)
-        master = self.register_local(cluster, name, addr, broker_id, topics, conn.id, native_addr)
+        state_version = cmd.ext_int("stateVersion", 0)
+        master = self.register_local(
+            cluster, name, addr, broker_id, topics, conn.id, native_addr, state_version
+        )
         # RegisterBrokerResponseHeader: a slave learns its master (HA and SlaveSynchronize) from here
         ext = {"masterAddr": master, "haServerAddr": master} if master is not None else {}
         return cmd.response(ext=ext)
@@ -61,14 +65,42 @@ class NamesrvProcessor:
         topics: dict[str, Any],
         conn_id: int | None,
         native_addr: str | None = None,
+        state_version: int = 0,
     ) -> str | None:
         """Register a broker; returns its master's address when it is a slave and the master is known."""
+        if self.route_info.stale_registration(name, addr, broker_id, state_version):
+            self.log.emit(
+                "broker_registration_ignored",
+                broker=name,
+                broker_addr=addr,
+                broker_id=broker_id,
+                state_version=state_version,
+            )
+            return None
+        prev_master = self.route_info.master_addr(name)
         first = self.route_info.register_broker(
-            cluster, name, addr, broker_id, topics, self.clock.monotonic_ms(), conn_id, native_addr
+            cluster,
+            name,
+            addr,
+            broker_id,
+            topics,
+            self.clock.monotonic_ms(),
+            conn_id,
+            native_addr,
+            state_version,
         )
         if first:
             self.log.emit(
                 "broker_registered", cluster=cluster, broker=name, broker_addr=addr, broker_id=broker_id
+            )
+        master = self.route_info.master_addr(name)
+        if broker_id == 0 and master != prev_master:
+            self.log.emit(
+                "route_master_changed",
+                broker=name,
+                master_addr=master,
+                prev_master_addr=prev_master,
+                state_version=state_version,
             )
         return self.route_info.master_addr(name) if broker_id != 0 else None
 
@@ -128,7 +160,14 @@ class NamesrvController:
         )
         self.processor.register(self.server)
         self.server.on_connection_closed(self.processor.on_connection_closed)
+        # enableControllerInNamesrv: RocketMQ 5's controller in the same process and port
+        self.controller: ControllerManager | None = None
+        if config.enable_controller_in_namesrv:
+            self.controller = ControllerManager(self.log, self.clock, config.time_scale)
+            self.controller.register(self.server)
+            self.server.on_connection_closed(self.controller.on_connection_closed)
         self._runner: asyncio.Task[None] | None = None
+        self._controller_runner: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> str:
@@ -151,7 +190,14 @@ class NamesrvController:
     async def start(self) -> None:
         await self.server.start()
         self._runner = asyncio.create_task(self._scan_loop(), name="namesrv-scan")
-        self.log.emit("namesrv_started", addr=self.address, time_scale=self.config.time_scale)
+        if self.controller is not None:
+            self._controller_runner = asyncio.create_task(self.controller.run(), name="controller-scan")
+        self.log.emit(
+            "namesrv_started",
+            addr=self.address,
+            time_scale=self.config.time_scale,
+            controller=self.controller is not None,
+        )
 
     async def _scan_loop(self) -> None:
         interval = self.config.scaled(self.config.scan_not_active_broker_interval_ms) / 1000
@@ -164,10 +210,13 @@ class NamesrvController:
                 self.log.error("broker scan failed", error=repr(exc))
 
     async def shutdown(self) -> None:
-        if self._runner is not None:
-            self._runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._runner
-            self._runner = None
+        for task in (self._runner, self._controller_runner):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._runner = self._controller_runner = None
+        if self.controller is not None:
+            await self.controller.close()
         await self.server.close()
         self.log.emit("namesrv_stopped", addr=self.address)

@@ -33,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_FRAME_BYTES,
         help="largest frame accepted; a bigger one closes its connection (default %(default)s)",
     )
+    p.add_argument(
+        "--enable-controller-in-namesrv",
+        action="store_true",
+        help="run RocketMQ 5's controller in the name server (enableControllerInNamesrv): brokers started "
+        "with --controller-mode elect their masters through it",
+    )
     add_native_port_arg(p)
     add_common_args(p)
     add_metrics_port(p)
@@ -91,7 +97,11 @@ async def serve(
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = NamesrvConfig(
-        host=args.host, port=args.port, time_scale=args.time_scale, max_frame_bytes=args.max_frame_bytes
+        host=args.host,
+        port=args.port,
+        time_scale=args.time_scale,
+        max_frame_bytes=args.max_frame_bytes,
+        enable_controller_in_namesrv=args.enable_controller_in_namesrv,
     )
     log = EventLog(args.node or "namesrv", "namesrv", args.log_file)
     try:

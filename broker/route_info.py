@@ -25,6 +25,8 @@ class BrokerLiveInfo:
     broker_id: int
     last_update_ms: int
     conn_id: int | None
+    # DataVersion.stateVersion of its registrations: the master epoch in controller mode, else 0
+    state_version: int = 0
 
 
 def parse_topic_config_table(body: Any) -> dict[str, QueueData]:
@@ -71,6 +73,7 @@ class RouteInfoManager:
         now_ms: int,
         conn_id: int | None = None,
         native_addr: str | None = None,
+        state_version: int = 0,
     ) -> bool:
         """Register or refresh a broker; returns True for a broker address not known before."""
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
@@ -90,7 +93,7 @@ class RouteInfoManager:
         )
         first = broker_addr not in self.broker_live_table
         self.broker_live_table[broker_addr] = BrokerLiveInfo(
-            broker_addr, broker_name, cluster, broker_id, now_ms, conn_id
+            broker_addr, broker_name, cluster, broker_id, now_ms, conn_id, state_version
         )
         if broker_id == 0:
             # The master's registration carries its full topic table: it replaces what we had.
@@ -104,6 +107,22 @@ class RouteInfoManager:
                     broker_name, qd.read_queue_nums, qd.write_queue_nums, qd.perm
                 )
         return first
+
+    def stale_registration(
+        self, broker_name: str, broker_addr: str, broker_id: int, state_version: int
+    ) -> bool:
+        """RouteInfoManager#registerBroker (5.x): a registration for an id held by another live address
+        whose stateVersion (master epoch) is newer is ignored, and the registering address forgotten (a
+        master deposed by the controller registering again before it learns it)."""
+        bd = self.broker_addr_table.get(broker_name)
+        old_addr = dict(bd.broker_addrs).get(broker_id) if bd is not None else None
+        if old_addr is None or old_addr == broker_addr:
+            return False
+        old = self.broker_live_table.get(old_addr)
+        if old is None or old.state_version <= state_version:
+            return False
+        self.unregister_broker(broker_addr)
+        return True
 
     def master_addr(self, broker_name: str) -> str | None:
         """The address registered with brokerId 0 under ``broker_name``, if any."""

@@ -125,6 +125,17 @@ class BrokerConfig:
     group_broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     offset_check_in_slave: bool = False  # offsetCheckInSlave
+    # RocketMQ 5's controller mode (enableControllerMode; broker/replicas_manager.py): the controller, not
+    # the configuration, makes this broker master or slave. broker_id then tells its brokerControllerId
+    # (broker_id + 1) and whether it may ask to be the first master of its set (0) or waits for one;
+    # broker_role is the role it takes as master.
+    controller_mode: bool = False
+    controller_addr: str | None = None  # controllerAddr; None: the name server (enableControllerInNamesrv)
+    broker_heartbeat_interval_ms: int = 1_000  # brokerHeartbeatInterval
+    controller_heartbeat_timeout_ms: int = 10_000  # controllerHeartBeatTimeoutMills
+    sync_broker_metadata_period_ms: int = 5_000  # syncBrokerMetadataPeriod
+    check_sync_state_set_period_ms: int = 5_000  # checkSyncStateSetPeriod
+    ha_max_time_slave_not_catchup_ms: int = 15_000  # haMaxTimeSlaveNotCatchup
     # Hardening (not RocketMQ's; unscaled): a frame must arrive whole within this long of its first byte.
     partial_frame_timeout_ms: int = 10_000
     # Who may use the admin and fault codes (9000-9099) when ACL is off: "loopback" or "any".
@@ -161,6 +172,8 @@ class NamesrvConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     broker_channel_expired_ms: int = 120_000  # BROKER_CHANNEL_EXPIRED_TIME
     scan_not_active_broker_interval_ms: int = 10_000
+    # RocketMQ 5's enableControllerInNamesrv: the controller (broker.replicas_controller) runs here
+    enable_controller_in_namesrv: bool = False
 
     def scaled(self, ms: int) -> int:
         return TimeScale(self.time_scale).whole_ms(ms)

@@ -84,6 +84,9 @@ class SlaveService:
             "suspendTimeoutMillis": suspend_ms,
             "slaveAddr": b.broker_addr,
         }
+        if cfg.controller_mode:
+            # AutoSwitchHAClient's handshake names the slave to the master's SyncStateSet check
+            ext["slaveBrokerId"] = cfg.broker_id
         req = RemotingCommand.request(RequestCode.HA_TRANSFER, ext)
         resp = await self._client.invoke(addr, req, suspend_ms / 1000 + max(1.0, cfg.scaled_s(3_000)))
         if resp.code != ResponseCode.SUCCESS:
@@ -99,9 +102,13 @@ class SlaveService:
                 broker_id=cfg.broker_id,
                 master_addr=addr,
             )
-        if self.applier.start(epoch) and start != 0:
+        new_run = self.applier.start(epoch)
+        if new_run and start != 0:
             raise WireError(f"HA_TRANSFER: a new master run must start at 0, got {start}")
-        raw = resp.body.get("messages", []) if isinstance(resp.body, dict) else []
+        body = resp.body if isinstance(resp.body, dict) else {}
+        if new_run and "epochStartOffsets" in body:
+            await self._truncate_to_epoch_start(body["epochStartOffsets"], addr)
+        raw = body.get("messages", [])
         msgs = [
             _stored(Message.from_wire(m, f"body.messages[{i}]"), cfg.broker_name) for i, m in enumerate(raw)
         ]
@@ -123,6 +130,41 @@ class SlaveService:
                 )
         self.applier.position = nxt
         return stored
+
+    async def _truncate_to_epoch_start(self, raw: object, addr: str) -> None:
+        """Controller mode: cut every queue back to where the master's epoch began (what both logs
+        share), so that what this broker held beyond it (a deposed master's unreplicated tail) is not
+        kept under offsets the new master gives other messages."""
+        if not isinstance(raw, list) or not all(
+            isinstance(r, list)
+            and len(r) == 3
+            and isinstance(r[0], str)
+            and type(r[1]) is int
+            and type(r[2]) is int
+            for r in raw
+        ):
+            raise WireError("body.epochStartOffsets: expected [topic, queueId, offset] rows")
+        b = self.broker
+        start = {(t, q): off for t, q, off in raw}
+        removed: set[int] = set()
+        for key in sorted(b.store.queues):
+            end = start.get(key, 0)
+            before = b.store.get_max_offset(*key)
+            cut = await b.store.truncate_tail(key[0], key[1], end)
+            if cut:
+                removed.update(id(m) for m in cut)
+                b.log.emit(
+                    "replica_truncated",
+                    broker=b.config.broker_name,
+                    broker_id=b.config.broker_id,
+                    topic=key[0],
+                    queue_id=key[1],
+                    prev_max_offset=before,
+                    max_offset=b.store.get_max_offset(*key),
+                    master_addr=addr,
+                )
+        if removed:
+            b.rebuild_replication_log(lambda m: id(m) not in removed)
 
     # -- SlaveSynchronize -----------------------------------------------------------------------------
     async def sync_loop(self) -> None:

@@ -66,6 +66,7 @@ _MSG = "m"
 _OFFSET = "o"
 _TOPIC = "t"
 _TRUNCATE = "q"
+_TRUNCATE_TAIL = "z"
 _TOPIC_REMOVED = "r"
 _STOP = "stop"
 
@@ -236,6 +237,13 @@ class SqliteMessageStore(MemoryMessageStore):
         cq = self.queues[(topic, queue_id)]
         await self.wait_durable(self._enqueue(_TRUNCATE, topic, queue_id, cq.min_offset))
 
+    async def truncate_tail(self, topic: str, queue_id: int, end_offset: int) -> list[StoredMessage]:
+        await self.sync()
+        removed = self._truncate_tail_memory(topic, queue_id, end_offset)
+        if removed:
+            await self.wait_durable(self._enqueue(_TRUNCATE_TAIL, topic, queue_id, removed[0].queue_offset))
+        return removed
+
     # -- the writer thread ------------------------------------------------------------------------------
     def _writer_main(self) -> None:
         db = self._db
@@ -324,6 +332,15 @@ class SqliteMessageStore(MemoryMessageStore):
                     )
                 elif kind == _TOPIC_REMOVED:
                     db.execute("DELETE FROM topic_config WHERE topic=?", (op[2],))
+                elif kind == _TRUNCATE_TAIL:
+                    _, _, topic, qid, end_offset = op
+                    if msgs:
+                        db.executemany("INSERT INTO message VALUES (?,?,?,?,?,?,?,?,?,?,?)", msgs)
+                        msgs = []
+                    db.execute(
+                        "DELETE FROM message WHERE topic=? AND queue_id=? AND queue_offset>=?",
+                        (topic, qid, end_offset),
+                    )
                 elif kind == _TRUNCATE:
                     _, _, topic, qid, min_offset = op
                     if msgs:

@@ -383,6 +383,23 @@ class MemoryMessageStore:
         """Drop messages below ``min_offset`` (RocketMQ's expired commit-log files)."""
         self._truncate_memory(topic, queue_id, min_offset)
 
+    async def truncate_tail(self, topic: str, queue_id: int, end_offset: int) -> list[StoredMessage]:
+        """Drop the messages at ``end_offset`` and after: a slave's log cut back to where its new master's
+        epoch began (RocketMQ 5's AutoSwitchHAClient truncates its commit log so). Returns them."""
+        return self._truncate_tail_memory(topic, queue_id, end_offset)
+
+    def _truncate_tail_memory(self, topic: str, queue_id: int, end_offset: int) -> list[StoredMessage]:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None or end_offset >= cq.max_offset:
+            return []
+        if cq.next_offset != cq.max_offset:
+            raise StoreError("cannot truncate a queue with writes in flight")
+        cut = max(end_offset, cq.min_offset) - cq.min_offset
+        removed = cq.messages[cut:]
+        del cq.messages[cut:]
+        cq.next_offset = cq.max_offset
+        return removed
+
     def _truncate_memory(self, topic: str, queue_id: int, min_offset: int) -> None:
         cq = self.queues.get((topic, queue_id))
         if cq is None:

@@ -504,8 +504,10 @@ class ContainerCluster(LocalCluster):
 
     # -- roles: servers listen on every interface of their container, at RocketMQ's usual ports ------
 
-    def add_namesrv(self, node: str = "namesrv", *, native: bool = False) -> Member:
-        args = ["--host", "0.0.0.0", "--port", str(NAMESRV_PORT)]
+    def add_namesrv(
+        self, node: str = "namesrv", *, native: bool = False, flags: list[str] | None = None
+    ) -> Member:
+        args = ["--host", "0.0.0.0", "--port", str(NAMESRV_PORT), *(flags or [])]
         return self.sup.add(node, "namesrv", "rmqlab.broker.namesrv_main", args, port=NAMESRV_PORT)
 
     def add_broker(

@@ -22,6 +22,7 @@ from rmqlab.chaos.fault_relay import ClientLinks
 from rmqlab.chaos.realclients import RealClients, check_environment
 from rmqlab.chaos.supervisor import EventSink, Member, Supervisor, SupervisorError
 from rmqlab.lab.admin_client import AdminClient, route_brokers
+from rmqlab.lab.backend import NodeError
 from rmqlab.lab.experiment import (
     JAVA_CLIENTS,
     JAVA_REMOTING_CLIENTS,
@@ -142,8 +143,11 @@ class LocalCluster:
     # Servers declared with native=True also open RocketMQ's native remoting port (--remoting-port 0);
     # a stand-alone name server then routes real clients to the brokers' native ports.
 
-    def add_namesrv(self, node: str = "namesrv", *, native: bool = False) -> Member:
+    def add_namesrv(
+        self, node: str = "namesrv", *, native: bool = False, flags: list[str] | None = None
+    ) -> Member:
         args = ["--host", "127.0.0.1", "--port", "0"] + (["--remoting-port", "0"] if native else [])
+        args += flags or []
         return self.sup.add(node, "namesrv", NAMESRV_MODULE, args + self._metrics_args(), port=0)
 
     def add_broker(
@@ -370,7 +374,7 @@ class LocalCluster:
             self._declare_engine(exp)
             return
         native = bool(real - set(V5_CLIENTS))
-        self.add_namesrv(native=native)
+        self.add_namesrv(native=native, flags=exp.namesrv_flags())
         acl = ["--acl", exp.acl.file] if exp.acl else []
         for b in exp.brokers:
             self.add_broker(b, durable=exp.durable, flags=exp.broker_flags(b) + acl, native=native)
@@ -541,6 +545,11 @@ class LocalCluster:
 
     async def fault_add(self, broker: str, request: dict[str, Any]) -> int:
         return await self.admin.fault_add(self._running_broker(broker), **request)
+
+    async def elect_master(self, broker: str, broker_id: int) -> None:
+        if self.namesrv is None:
+            raise NodeError("the name server is not up")
+        await self.admin.elect_master(self.namesrv, broker, broker_id)
 
     async def fault_clear(self, broker: str) -> None:
         await self.admin.fault_clear(self._running_broker(broker))

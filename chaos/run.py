@@ -296,33 +296,11 @@ class ChaosRun:
 
     def _say_groups(self, s: dict[str, Any] | None) -> None:
         """Each group's line and the answer's sentences."""
+        from rmqlab.pipeline.quick import group_line
+
         if s and isinstance(s.get("groups"), dict):
             for g, info in sorted(s["groups"].items()):
-                conv = info.get("convergence") or []
-                slow = [c for c in conv if not c.get("converged")]
-                worst = max((c.get("convergence_ms") or 0 for c in conv), default=0)
-                rmq = [
-                    c["convergence_rocketmq_ms"] for c in conv if c.get("convergence_rocketmq_ms") is not None
-                ]
-                worst_rmq = max(rmq) if rmq else None
-                unavailable = (info.get("rocketmq_time") or {}).get("unavailable_ms")
-                self.closing.note(
-                    f"group {g}: {info.get('verdict')} | sent {info.get('sent')} "
-                    f"consumed {info.get('consumed_unique')} lost {info.get('lost')} "
-                    f"duplicates {info.get('duplicates')} | "
-                    f"{len(conv)} change(s), slowest convergence "
-                    + (
-                        f"{worst_rmq / 1000:.1f} s RocketMQ ({worst} ms {clock_word(self.run_dir)})"
-                        if worst_rmq is not None
-                        else f"{worst} ms"
-                    )
-                    + (f", {len(slow)} never converged" if slow else "")
-                    + (
-                        f" | queues unavailable {unavailable / 1000:.1f} s RocketMQ (summed)"
-                        if unavailable
-                        else ""
-                    )
-                )
+                self.closing.note("group " + group_line(g, info, clock_word(self.run_dir)))
             for sentence in s.get("answer") or []:
                 self.closing.note(f"answer: {sentence}")
 

@@ -1,5 +1,6 @@
 """Admin requests to brokers: fault injection (9000-9002), policies (9003), status (9004), topics
-(UPDATE_AND_CREATE_TOPIC), RocketMQ 5's request modes, and route look-ups at a name server. Every backend
+(UPDATE_AND_CREATE_TOPIC), RocketMQ 5's request modes, and route look-ups and (in controller mode) an
+operator's master election at a name server. Every backend
 of the lab sends them with ``AdminClient``; ``rmq-admin`` (``chaos.admin_main``) is its command line."""
 
 from __future__ import annotations
@@ -115,6 +116,12 @@ class AdminClient:
         if release_locks_on_close is not None:
             ext["releaseLocksOnChannelClose"] = release_locks_on_close
         await self._call(addr, RequestCode.ADMIN_POLICY_SET, ext)
+
+    async def elect_master(self, namesrv: str, broker_name: str, broker_id: int) -> dict[str, Any]:
+        """mqadmin electMaster: CONTROLLER_ELECT_MASTER with designateElect at the name server's controller
+        (RocketMQ 5, enableControllerInNamesrv); returns the answer's master fields."""
+        ext = {"brokerName": broker_name, "brokerId": broker_id, "designateElect": True}
+        return dict((await self._call(namesrv, RequestCode.CONTROLLER_ELECT_MASTER, ext)).ext)
 
     async def status(self, addr: str) -> dict[str, Any]:
         resp = await self._call(addr, RequestCode.ADMIN_BROKER_STATUS)

@@ -171,6 +171,11 @@ class Backend(Protocol):
         release_locks_on_close: bool | None = None,
     ) -> None: ...
 
+    async def elect_master(self, broker: str, broker_id: int) -> None:
+        """RocketMQ 5's controller mode: an operator's electMaster for the replica ``broker_id``
+        (brokerControllerId) of the broker set ``broker``, sent to the name server's controller."""
+        ...
+
     # -- the end -------------------------------------------------------------------------------------
     async def kill_clients(self) -> list[str]:
         """SIGKILL every consumer and producer that is up, without nemesis events (the end of a run);

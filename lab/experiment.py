@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rmqlab.broker.plain_acl import AclConfigError, PlainAccessValidator
+from rmqlab.broker.replicas_info import FIRST_BROKER_CONTROLLER_ID
 from rmqlab.lab.schedule import (
     UNDO,
     NemesisSpec,
@@ -98,7 +99,7 @@ ENGINES_NOT_SERVED = {
     "it serves",
 }
 # Apache engines the lab runs with slaves (4.9's master-slave: brokerId 1..N, brokerRole SLAVE, no
-# automatic failover); 5.x's brokers run masters only here (its controller is another issue's).
+# automatic failover); 5.x's brokers run masters only here (the lab runs 5.x's controller on the emulator).
 MASTER_SLAVE_ENGINES = ("apache-4.9.7",)
 # Clients that speak RocketMQ's own remoting protocol, the only one Apache's broker speaks.
 NATIVE_CLIENTS = ("cpp", "js", "java", "java5", "java-lite", "go")
@@ -376,6 +377,10 @@ class Experiment:
     broker_role: str = "ASYNC_MASTER"  # the masters' brokerRole
     replication_lag_ms: float = 0  # the slaves hold each copied batch this long (RocketMQ ms)
     slave_read_enable: bool = False  # slaveReadEnable on every broker
+    # RocketMQ 5 brokers (--rocketmq5), and their controller mode: the name server runs the controller
+    # (enableControllerInNamesrv), which elects each broker set's master among the master and its slaves
+    rocketmq5: bool = False
+    controller: bool = False
     engine: str = "emulator"  # one of ENGINES: whose name server and brokers run the experiment
     # what the tables of the backend that parsed it hold (TableExtension.name -> its parse's result)
     extensions: Mapping[str, TableSettings] = field(default_factory=dict, compare=False, repr=False)
@@ -398,7 +403,15 @@ class Experiment:
             flags += ["--broker-role", self.broker_role]
             if self.slave_read_enable:
                 flags.append("--slave-read-enable")
-        return flags
+        return flags + self._v5_flags()
+
+    def _v5_flags(self) -> list[str]:
+        return (["--rocketmq5"] if self.rocketmq5 else []) + (
+            ["--controller-mode"] if self.controller else []
+        )
+
+    def namesrv_flags(self) -> list[str]:
+        return ["--enable-controller-in-namesrv"] if self.controller else []
 
     def slave_nodes(self, broker: str | None = None) -> tuple[str, ...]:
         """The slaves' node names (of one master, or of all), ``<broker>-s<id>`` with brokerId 1..N."""
@@ -409,7 +422,9 @@ class Experiment:
         """What makes a slave of the broker flags: its master's brokerName, its brokerId, SLAVE, the lag.
         The slave finds its master's address in the name server's answer to its registration."""
         _master, broker_id = slave_of(node)
-        flags = [*self.policies.broker_flags(), "--broker-id", str(broker_id), "--broker-role", "SLAVE"]
+        # in controller mode the role is the controller's: --broker-role is the one it takes as master
+        role = self.broker_role if self.controller else "SLAVE"
+        flags = [*self.policies.broker_flags(), "--broker-id", str(broker_id), "--broker-role", role]
         if self.flush_consumer_offset_interval:
             flags += ["--flush-consumer-offset-interval", str(self.flush_consumer_offset_interval)]
         if self.replication_lag_ms:
@@ -417,7 +432,7 @@ class Experiment:
             flags += ["--ha-replication-lag-ms", str(round(self.replication_lag_ms))]
         if self.slave_read_enable:
             flags.append("--slave-read-enable")
-        return flags
+        return flags + self._v5_flags()
 
     def wall(self, lab_seconds: float) -> float:
         return lab_seconds * self.time_scale
@@ -507,6 +522,8 @@ class Experiment:
             "broker_role": self.broker_role,
             "replication_lag_ms": self.replication_lag_ms,
             "slave_read_enable": self.slave_read_enable,
+            "rocketmq5": self.rocketmq5,
+            "controller": self.controller,
             "slave_nodes": list(self.slave_nodes()),
             "engine": self.engine,
             "topics": [{"name": t.name, "queues": t.queues} for t in self.topics],
@@ -720,6 +737,12 @@ def slave_of(node: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
+def controller_broker_id(node: str) -> int:
+    """A broker node's brokerControllerId in controller mode: its configured brokerId + 1, so ``broker-a``
+    is 1 and ``broker-a-s1`` 2 (RocketMQ numbers a set's replicas from 1 as they apply)."""
+    return (slave_of(node)[1] if _SLAVE_NODE.fullmatch(node) else 0) + FIRST_BROKER_CONTROLLER_ID
+
+
 def request_code(value: int | str) -> int | None:
     """A request code given as a number or as its RocketMQ name (``PULL_MESSAGE``)."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -873,18 +896,34 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any
     role = cluster.get("broker_role", "str", "ASYNC_MASTER", _master_role)
     lag = cluster.get("replication_lag_ms", "number", 0, _non_negative)
     slave_read = cluster.get("slave_read_enable", "bool", False)
+    rocketmq5 = cluster.get("rocketmq5", "bool", False)
+    controller = cluster.get("controller", "bool", False)
     engine = cluster.get("engine", "str", "emulator", _engine)
     cluster.finish()
-    if not slaves and not any(n for _b, n in broker_slaves):
+    any_slaves = bool(slaves) or any(n for _b, n in broker_slaves)
+    if not any_slaves:
         for key in ("broker_role", "replication_lag_ms", "slave_read_enable"):
             if key in cluster.data:
                 cluster.err(key, f"'{key}' is a master-slave setting: it needs slaves >= 1")
+    if controller:
+        if not rocketmq5:
+            cluster.err(
+                "controller", "the controller is RocketMQ 5's: it needs rocketmq5 = true in [cluster]"
+            )
+        if not any_slaves:
+            cluster.err("controller", "the controller elects a master among its slaves: it needs slaves >= 1")
+        if engine not in (None, "emulator"):
+            cluster.err(
+                "controller", f"engine {engine!r}: the lab runs the controller with the emulator only"
+            )
     ha = {
         "slaves": slaves,
         "broker_slaves": broker_slaves,
         "broker_role": role or "ASYNC_MASTER",
         "replication_lag_ms": lag or 0,
         "slave_read_enable": bool(slave_read),
+        "rocketmq5": bool(rocketmq5),
+        "controller": bool(controller),
     }
     return n_brokers, durable, flush_interval, engine, ha
 
@@ -1398,6 +1437,12 @@ def _check_nemeses(exp: Experiment, pr: Problems) -> None:
         if n.action in BROKER_ACTIONS and not roles <= {"broker", "slave"}:
             err("target", f"{n.action!r} is sent to a broker: target one of {', '.join(exp.brokers)}")
         if n.action == "failover":
+            if exp.controller and n.for_s is not None:
+                err(
+                    "for",
+                    "under the controller 'failover' elects a slave and the old master stays up as a "
+                    "slave: there is nothing to undo, remove 'for'",
+                )
             with_slaves = [b for b in exp.brokers if exp.slave_count(b)]
             alone = [
                 c for c in candidates(n.target, n.group, nodes) if c in exp.brokers and c not in with_slaves

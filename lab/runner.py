@@ -36,7 +36,13 @@ from rmqlab.lab.backend import (
     NodeFailed,
     nemesis_fields,
 )
-from rmqlab.lab.experiment import NETWORK_ACTIONS, V5_CLIENTS, Experiment, ExperimentError
+from rmqlab.lab.experiment import (
+    NETWORK_ACTIONS,
+    V5_CLIENTS,
+    Experiment,
+    ExperimentError,
+    controller_broker_id,
+)
 from rmqlab.lab.schedule import Step
 from rmqlab.lab.tally import LogTailer, RunTally, progress_line
 from rmqlab.protocol.remoting import RemotingError
@@ -519,11 +525,20 @@ class Runner:
         """RocketMQ 4.9.8 has no automatic failover: what an operator can do is take the master down, so
         that the name server drops it from the routes and consumers pull from the slave and commit their
         offsets there (PROTOCOL.md, "Master and slaves"). The action stops (or kills) a master whose
-        slave is running; its undo after ``for`` starts the master again."""
+        slave is running; its undo after ``for`` starts the master again. In controller mode (RocketMQ 5)
+        it asks the controller to elect the master's first running slave instead."""
         master = step.target
         live = [s for s in self.exp.slave_nodes(master) if self.backend.member(s).state == "running"]
         if not live:
             raise NodeError(f"{master} has no running slave to fail over to")
+        if self.exp.controller:
+            # RocketMQ 5: an operator's electMaster at the controller (mqadmin electMaster -b); the elected
+            # slave becomes master, the old master a slave of the new epoch, nothing stops
+            chosen = live[0]
+            broker_id = controller_broker_id(chosen)
+            self._nemesis("failover", master, mode="elect", slaves=live, elected=chosen)
+            await self.backend.elect_master(master, broker_id)
+            return
         mode = step.params.get("mode", "stop")
         if self.backend.member(master).state not in ("running", "paused"):
             raise NodeError(f"{master} is {self.backend.member(master).state}, not running or paused")

@@ -60,22 +60,34 @@ def quick_summary(run_dir: str | os.PathLike[str], max_events: int | None = None
 
 
 def group_line(group: str, g: dict[str, Any], clock: str = "wall") -> str:
-    """One group's verdict line; ``clock`` names the time of the durations (``wall`` or ``simulated``)."""
-    conv = g["convergence"]
-    worst = max((c["convergence_ms"] for c in conv if c["converged"]), default=0)
-    not_conv = sum(1 for c in conv if not c["converged"])
-    rmq = g.get("rocketmq_time")
-    times = (
-        f"  overlap {g['overlap_ms']} ms  orphan {g['orphan_ms']} ms  stalled {g['stalled_ms']} ms"
-        if rmq is None
-        else f"  RocketMQ s summed over queues: overlap {rmq['overlap_ms'] / 1000:.1f}"
-        f"  orphan {rmq['orphan_ms'] / 1000:.1f}  stalled {rmq['stalled_ms'] / 1000:.1f}"
-        f"  unavailable {rmq['unavailable_ms'] / 1000:.1f}"
+    """One group's verdict line, the one ``rmq-chaos``, ``rmq-sim`` and ``rmq-analyze`` print; ``clock``
+    names the time of the durations (``wall`` or ``simulated``), given in RocketMQ seconds beside it where
+    the run was time-scaled. Figures a summary lacks are left out."""
+    conv = g.get("convergence") or []
+    converged = [c for c in conv if c.get("converged")]
+    worst = max((c.get("convergence_ms") or 0 for c in converged), default=0)
+    rmq_conv = [
+        c["convergence_rocketmq_ms"] for c in converged if c.get("convergence_rocketmq_ms") is not None
+    ]
+    slowest = (
+        f"{max(rmq_conv) / 1000:.1f} s RocketMQ ({worst} ms {clock})" if rmq_conv else f"{worst} ms {clock}"
     )
+    not_conv = len(conv) - len(converged)
+    rmq = g.get("rocketmq_time")
+    if rmq is not None:
+        times = (
+            f"  RocketMQ s summed over queues: overlap {rmq['overlap_ms'] / 1000:.1f}"
+            f"  orphan {rmq['orphan_ms'] / 1000:.1f}  stalled {rmq['stalled_ms'] / 1000:.1f}"
+            f"  unavailable {rmq['unavailable_ms'] / 1000:.1f}"
+        )
+    elif "overlap_ms" in g:
+        times = f"  overlap {g['overlap_ms']} ms  orphan {g['orphan_ms']} ms  stalled {g['stalled_ms']} ms"
+    else:
+        times = ""
     regressions = g.get("offset_regressions") or []
     return (
         f"{group}: {g['verdict'].upper()}  sent {g['sent']}  consumed {g['consumed_unique']}"
-        f"  lost {g['lost']}  duplicates {g['duplicates']}{times}  slowest convergence {worst} ms {clock}"
+        f"  lost {g['lost']}  duplicates {g['duplicates']}{times}  slowest convergence {slowest}"
         + (f"  never converged {not_conv}" if not_conv else "")
         + (
             f"  offsets moved back {len(regressions)}x ({g['regression_redelivered']} delivered again)"

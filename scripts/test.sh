@@ -18,15 +18,18 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
 fi
 echo "==> real RocketMQ clients for the interop tests (their own environments)"
 bash scripts/setup_real_clients.sh
+# Whether the container tests are among those to run: pytest's options (e.g. -x, --durations=20) run the
+# whole suite; paths run the container tests only when one of them is tests/ or under tests/docker.
 wants_docker() {
-    [ $# -eq 0 ] && return 0
-    local a
+    local a paths=0
     for a in "$@"; do
         case "$a" in
+        -*) ;;
         tests | tests/ | tests/docker*) return 0 ;;
+        *) paths=1 ;;
         esac
     done
-    return 1
+    [ "$paths" = 0 ]
 }
 if [ "${RMQ_DOCKER:-}" != off ] && wants_docker "$@"; then
     source scripts/docker/engine.sh

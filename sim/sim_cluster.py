@@ -492,6 +492,10 @@ class SimBackend:
         assert self.admin is not None
         return await self.admin.fault_add(self._servers()[broker], **request)
 
+    async def elect_master(self, broker: str, broker_id: int) -> None:
+        assert self.admin is not None
+        await self.admin.elect_master(self.namesrv_addr, broker, broker_id)
+
     async def fault_clear(self, broker: str) -> None:
         assert self.admin is not None
         await self.admin.fault_clear(self._servers()[broker])
@@ -676,7 +680,12 @@ class SimBackend:
         return self._producer(n, proc, ready)
 
     async def _namesrv(self, n: SimNode, ready: asyncio.Future[str]) -> int:
-        cfg = NamesrvConfig(host=self.net.ip_of(n.node), port=NAMESRV_PORT, time_scale=self.exp.time_scale)
+        cfg = NamesrvConfig(
+            host=self.net.ip_of(n.node),
+            port=NAMESRV_PORT,
+            time_scale=self.exp.time_scale,
+            enable_controller_in_namesrv=self.exp.controller,
+        )
         ctl = NamesrvController(cfg, log=n.log, clock=self.clock)
         await ctl.start()
         self.namesrv_addr = ctl.address
@@ -696,7 +705,9 @@ class SimBackend:
         if exp.slave_count(master):  # the settings rmq-chaos gives as flags (broker_flags, slave_flags)
             ha = {
                 "broker_id": broker_id,
-                "broker_role": "SLAVE" if slave else exp.broker_role,
+                # in controller mode the controller decides; the role is the one taken as master
+                "broker_role": "SLAVE" if slave and not exp.controller else exp.broker_role,
+                "controller_mode": exp.controller,
                 "slave_read_enable": exp.slave_read_enable,
                 "ha_replication_lag_ms": round(exp.replication_lag_ms) if slave else 0,
             }
@@ -709,7 +720,7 @@ class SimBackend:
             namesrv=self.namesrv_addr,
             notify_on_channel_expired=exp.policies.notify_on_channel_expired,
             release_locks_on_close=exp.policies.release_locks_on_close,
-            rocketmq5=self.sx.sim.rocketmq5,
+            rocketmq5=self.sx.sim.rocketmq5 or exp.rocketmq5,
         )
         broker = BrokerController(cfg, log=n.log, clock=self.clock)
         broker.pull_events = self.sx.sim.pull_events

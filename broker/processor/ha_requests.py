@@ -39,10 +39,13 @@ class HAProcessor:
         if not 0 <= start <= len(log):
             raise InvalidParameter("offset", f"{offset} is outside this master's log [0, {len(log)}]")
         # the request reports what the slave holds: HAConnection's ReadSocketService
-        b.ha_report(conn, slave_addr, start)
+        b.ha_report(conn, slave_addr, start, cmd.ext_int("slaveBrokerId", None))
         if start == len(log) and suspend_ms > 0:
             await b.wait_log_growth(start, suspend_ms / 1000)
         entries, nxt = log.batch(start, b.config.ha_transfer_batch_bytes)
+        body: dict[str, object] = {"messages": [e.wire for e in entries]}  # type: ignore[attr-defined]
+        if not same_run and b.epoch_start_offsets is not None:
+            body["epochStartOffsets"] = b.epoch_start_offsets
         return cmd.response(
             ext={
                 "masterEpoch": b.ha_epoch,
@@ -50,7 +53,7 @@ class HAProcessor:
                 "nextOffset": nxt,
                 "masterMaxOffset": log.max_position,
             },
-            body={"messages": [e.wire for e in entries]},  # type: ignore[attr-defined]
+            body=body,
         )
 
     def get_all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

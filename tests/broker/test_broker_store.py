@@ -153,3 +153,30 @@ async def test_sqlite_write_is_visible_only_after_commit(tmp_path):
         assert s.batches_committed >= 1
     finally:
         await s.close()
+
+
+async def test_truncate_tail_drops_a_queues_last_messages_and_reuses_their_offsets(store):
+    ids = [(await store.put_message(draft(i))).msg_id for i in range(5)]
+    assert await store.truncate_tail("T", 0, 7) == [] and await store.truncate_tail("U", 0, 0) == []
+    cut = await store.truncate_tail("T", 0, 3)
+    assert [m.msg_id for m in cut] == ids[3:]
+    assert store.get_max_offset("T", 0) == 3 and store.lookup("T", 0, 3) is None
+    m = await store.put_message(draft(9))
+    assert m.queue_offset == 3 and m.msg_id not in ids
+
+
+async def test_sqlite_truncated_tail_stays_gone_after_reopen(tmp_path):
+    d = str(tmp_path / "s")
+    s = SqliteMessageStore(d, "broker-a")
+    await s.open()
+    ids = [(await s.put_message(draft(i))).msg_id for i in range(4)]
+    await s.truncate_tail("T", 0, 2)
+    again = await s.put_message(draft(8))
+    await s.close()
+    s2 = SqliteMessageStore(d, "broker-a")
+    await s2.open()
+    try:
+        assert [s2.lookup("T", 0, i).msg_id for i in range(3)] == [*ids[:2], again.msg_id]
+        assert s2.get_max_offset("T", 0) == 3
+    finally:
+        await s2.close()

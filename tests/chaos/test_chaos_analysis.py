@@ -66,7 +66,10 @@ def test_verdict_and_exit_code_come_from_the_analysis(
         assert f"verdict: {verdict.upper()} (analysis)" in text
         assert f"report:  {run_dir / 'report.html'}" in text
         assert f"summary: {run_dir / 'summary.json'}" in text
-        assert "group g1: " + verdict in text and "slowest convergence 0.8 s RocketMQ (42 ms wall)" in text
+        assert (
+            "group g1: " + verdict.upper() in text
+            and "slowest convergence 0.8 s RocketMQ (42 ms wall)" in text
+        )
         assert "answer: consumer-2's queues were served again 0.8 s after the kill" in text
         assert json.loads((run_dir / "summary.json").read_text())["groups"]["g1"]["verdict"] == verdict
     else:

@@ -242,6 +242,10 @@ class FakeBackend:
         self._call("policy_set", broker, notify_on_channel_expired, release_locks_on_close)
         self._require(broker, "running", "paused")
 
+    async def elect_master(self, broker: str, broker_id: int) -> None:
+        self._call("elect_master", broker, broker_id)
+        self._require(broker, "running", "paused")
+
     async def kill_clients(self) -> list[str]:
         self._call("kill_clients")
         killed = [

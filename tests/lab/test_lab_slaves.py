@@ -247,3 +247,12 @@ def test_failover_of_a_master_without_slaves_is_refused() -> None:
     kill = PER_MASTER + '\n[[nemesis]]\naction = "kill"\ntarget = "broker-b-s1"\nat = 10\n'
     [(line, msg)] = problems(kill)
     assert "no slave 'broker-b-s1': broker-b has 0 slave(s) ([cluster] slaves = { broker-a = 2 }" in msg
+
+
+def test_the_controller_takes_the_per_master_form_and_needs_one_slave() -> None:
+    v5 = "rocketmq5 = true\ncontroller = true\nslaves = { broker-a = 1 }"
+    e = ex.parse(BASE.replace("slaves = 1", v5))
+    assert e.controller and e.slave_nodes() == ("broker-a-s1",)
+    none = BASE.replace("slaves = 1", v5.replace("broker-a = 1", "broker-a = 0"))
+    [(line, msg)] = problems(none)
+    assert line == line_of(none, "controller") and msg.endswith("it needs slaves >= 1")

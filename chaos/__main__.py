@@ -145,6 +145,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print("  RocketMQ 5 clients keep their own timers; rmq-proxy serves them gRPC over the brokers")
     if exp.broker_flags():
         print(f"  broker flags: {' '.join(exp.broker_flags())}")
+    if exp.has_slaves:
+        print(
+            "  slaves: "
+            + ", ".join(f"{b} {exp.slave_count(b)}" for b in exp.brokers)
+            + f" ({exp.broker_role})"
+        )
     steps = exp.schedule()
     print(f"schedule ({len(steps)} action(s)):")
     for s in steps:

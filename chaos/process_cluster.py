@@ -32,6 +32,7 @@ from rmqlab.lab.experiment import (
     Experiment,
     ExperimentError,
     KeyLines,
+    slave_of,
 )
 from rmqlab.protocol.acl_signing import ENV_ACCESS_KEY, ENV_SECRET_KEY, SessionCredentials
 
@@ -396,7 +397,7 @@ class LocalCluster:
         for b in exp.brokers:
             # brokerPermission 4 (read only): every topic registered without write permission
             perm = ["--broker-permission", "4"] if b in exp.read_only_brokers else []
-            flags = exp.broker_flags() + perm + topics + acl
+            flags = exp.broker_flags(b) + perm + topics + acl
             self.add_broker(b, durable=exp.durable, flags=flags, native=native)
             for s in exp.slave_nodes(b):
                 flags = exp.slave_flags(s) + acl
@@ -460,9 +461,16 @@ class LocalCluster:
         topics = [f"{t.name}:{exp.topic_queues_per_broker(t.name)}" for t in exp.topics]
         for b in exp.brokers:
             args = ["--role", "broker", *base, "--name", b, "--namesrv", "{namesrv}"]
-            args += [a for t in topics for a in ("--topic", t)]
-            self.sup.add(b, "broker", APACHE_MEMBER_MODULE, args, port=0)
+            read = ["--slave-read-enable"] if exp.slave_read_enable else []
+            role = ["--broker-role", exp.broker_role, *read] if exp.slave_count(b) else []
+            topics_of = [a for t in topics for a in ("--topic", t)]
+            self.sup.add(b, "broker", APACHE_MEMBER_MODULE, args + role + topics_of, port=0)
             self.engine_nodes.add(b)
+            # Apache's slaves: the master's brokerName, brokerId 1..N, brokerRole SLAVE
+            for s in exp.slave_nodes(b):
+                slave = [*args, "--broker-id", str(slave_of(s)[1]), *read]
+                self.sup.add(s, "broker", APACHE_MEMBER_MODULE, slave, port=0)
+                self.engine_nodes.add(s)
         for c in exp.consumers:
             for node in c.nodes:
                 if c.real:
@@ -502,6 +510,8 @@ class LocalCluster:
             timeout = max(self.sup.ready_timeout_s, APACHE_READY_TIMEOUT_S)
             await self.start_all(["namesrv"], timeout)
             await self.start_all(list(exp.brokers), timeout)
+            if exp.has_slaves:  # after their masters, as with the emulator
+                await self.start_all(list(exp.slave_nodes()), timeout)
             return
         await self.start_all(["namesrv"])
         await self.start_all(list(exp.brokers))
@@ -510,7 +520,7 @@ class LocalCluster:
             await self.create_topic(t.name, per_broker, timeout_s=self.sup.ready_timeout_s)
         # the slaves after their masters: each finds its master in the answer to its registration and
         # copies the topics with the master's offsets in its first sync
-        if exp.slaves:
+        if exp.has_slaves:
             await self.start_all(list(exp.slave_nodes()))
         await self.start_links()
         if PROXY_NODE in self.sup.members:

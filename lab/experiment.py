@@ -105,6 +105,9 @@ ENGINES_NOT_SERVED = {
     "(that release published only its client-side modules there): use apache-4.9.7, the newest 4.9 broker "
     "it serves",
 }
+# Apache engines the lab runs with slaves (4.9's master-slave: brokerId 1..N, brokerRole SLAVE, no
+# automatic failover); 5.x's brokers run masters only here (the lab runs 5.x's controller on the emulator).
+MASTER_SLAVE_ENGINES = ("apache-4.9.7",)
 # Clients that speak RocketMQ's own remoting protocol, the only one Apache's broker speaks.
 NATIVE_CLIENTS = ("cpp", "js", "java", "java5", "java-lite", "go")
 # Clients an Apache engine runs: those, and the lab's own over its native transport (--protocol native).
@@ -398,6 +401,9 @@ class Experiment:
     flush_consumer_offset_interval: int = 0
     # Master-slave (RocketMQ 4.x): each master's slaves, brokerId 1..slaves, nodes <broker>-s<id>
     slaves: int = 0
+    # or the per-master form ([cluster] slaves = { broker-a = 1 }): (master, its slaves), the masters it
+    # does not name having none
+    broker_slaves: tuple[tuple[str, int], ...] = ()
     broker_role: str = "ASYNC_MASTER"  # the masters' brokerRole
     replication_lag_ms: float = 0  # the slaves hold each copied batch this long (RocketMQ ms)
     slave_read_enable: bool = False  # slaveReadEnable on every broker
@@ -412,11 +418,21 @@ class Experiment:
     # what the tables of the backend that parsed it hold (TableExtension.name -> its parse's result)
     extensions: Mapping[str, TableSettings] = field(default_factory=dict, compare=False, repr=False)
 
-    def broker_flags(self) -> list[str]:
+    def slave_count(self, broker: str) -> int:
+        """How many slaves the master ``broker`` has."""
+        return dict(self.broker_slaves).get(broker, 0) if self.broker_slaves else self.slaves
+
+    @property
+    def has_slaves(self) -> bool:
+        return any(self.slave_count(b) for b in self.brokers)
+
+    def broker_flags(self, broker: str | None = None) -> list[str]:
+        """A master's flags (of ``broker``, or of any master when None): its brokerRole only when it has
+        slaves, as a master without one is a plain ASYNC_MASTER (a SYNC_MASTER would fail every send)."""
         flags = self.policies.broker_flags()
         if self.flush_consumer_offset_interval:
             flags += ["--flush-consumer-offset-interval", str(self.flush_consumer_offset_interval)]
-        if self.slaves:
+        if self.slave_count(broker) if broker is not None else self.has_slaves:
             flags += ["--broker-role", self.broker_role]
             if self.slave_read_enable:
                 flags.append("--slave-read-enable")
@@ -433,7 +449,7 @@ class Experiment:
     def slave_nodes(self, broker: str | None = None) -> tuple[str, ...]:
         """The slaves' node names (of one master, or of all), ``<broker>-s<id>`` with brokerId 1..N."""
         masters = self.brokers if broker is None else (broker,)
-        return tuple(f"{b}-s{i}" for b in masters for i in range(1, self.slaves + 1))
+        return tuple(f"{b}-s{i}" for b in masters for i in range(1, self.slave_count(b) + 1))
 
     def slave_flags(self, node: str) -> list[str]:
         """What makes a slave of the broker flags: its master's brokerName, its brokerId, SLAVE, the lag.
@@ -535,6 +551,7 @@ class Experiment:
             "durable": self.durable,
             "flush_consumer_offset_interval": self.flush_consumer_offset_interval,
             "slaves": self.slaves,
+            "broker_slaves": {b: self.slave_count(b) for b in self.brokers},
             "broker_role": self.broker_role,
             "replication_lag_ms": self.replication_lag_ms,
             "slave_read_enable": self.slave_read_enable,
@@ -911,13 +928,8 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any
     flush_interval = cluster.get("flush_consumer_offset_interval", "int", 0, _non_negative)
     if flush_interval and not durable:
         cluster.err("flush_consumer_offset_interval", "needs durable = true (offsets flushed to a store)")
-    slaves = cluster.get(
-        "slaves",
-        "int",
-        0,
-        lambda v: None if 0 <= v <= MAX_SLAVES else f"must be a whole number 0..{MAX_SLAVES}, got {v}",
-    )
-    role = cluster.get("broker_role", "str", "ASYNC_MASTER", _one_of(MASTER_ROLES))
+    slaves, broker_slaves = _slaves(cluster, n_brokers or 1)
+    role = cluster.get("broker_role", "str", "ASYNC_MASTER", _master_role)
     lag = cluster.get("replication_lag_ms", "number", 0, _non_negative)
     slave_read = cluster.get("slave_read_enable", "bool", False)
     rocketmq5 = cluster.get("rocketmq5", "bool", False)
@@ -926,7 +938,8 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any
     names = broker_names(n_brokers or 1)
     read_only = cluster.get("read_only_brokers", "str-list", [], lambda v: _brokers_among(v, names))
     cluster.finish()
-    if not slaves:
+    any_slaves = bool(slaves) or any(n for _b, n in broker_slaves)
+    if not any_slaves:
         for key in ("broker_role", "replication_lag_ms", "slave_read_enable"):
             if key in cluster.data:
                 cluster.err(key, f"'{key}' is a master-slave setting: it needs slaves >= 1")
@@ -935,14 +948,15 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any
             cluster.err(
                 "controller", "the controller is RocketMQ 5's: it needs rocketmq5 = true in [cluster]"
             )
-        if not slaves:
+        if not any_slaves:
             cluster.err("controller", "the controller elects a master among its slaves: it needs slaves >= 1")
         if engine not in (None, "emulator"):
             cluster.err(
                 "controller", f"engine {engine!r}: the lab runs the controller with the emulator only"
             )
     ha = {
-        "slaves": slaves or 0,
+        "slaves": slaves,
+        "broker_slaves": broker_slaves,
         "broker_role": role or "ASYNC_MASTER",
         "replication_lag_ms": lag or 0,
         "slave_read_enable": bool(slave_read),
@@ -956,6 +970,60 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any
 def _brokers_among(v: list[str], names: tuple[str, ...]) -> str | None:
     wrong = [b for b in v if b not in names]
     return f"{wrong[0]!r} is not a broker (brokers: {', '.join(names)})" if wrong else None
+def _slave_count(v: int) -> str | None:
+    return None if 0 <= v <= MAX_SLAVES else f"must be a whole number 0..{MAX_SLAVES}, got {v}"
+
+
+def _master_role(v: str) -> str | None:
+    if v == "SLAVE":
+        return (
+            "is the masters' brokerRole, and 'SLAVE' would leave the slaves with no master (a slave is "
+            "SLAVE by itself): use " + " or ".join(MASTER_ROLES)
+        )
+    return _one_of(MASTER_ROLES)(v)
+
+
+def _slaves(cluster: _Table, n_brokers: int) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """[cluster] slaves: each master's count (``slaves = 1``), or a count per master (``slaves =
+    { broker-a = 1 }``, the masters it does not name having none), as (count, per-master counts)."""
+    if not isinstance(cluster.data.get("slaves"), dict):
+        return cluster.get("slaves", "int", 0, _slave_count) or 0, ()
+    per = cluster.table("slaves")
+    assert per is not None
+    masters = broker_names(n_brokers)
+    counts: dict[str, int] = {}
+    for name in per.data:
+        try:
+            master, broker_id = slave_of(name)
+        except ValueError:
+            master, broker_id = "", 0
+        if broker_id:
+            per.used.add(name)
+            per.err(
+                name,
+                f"{name} is not a master but a slave (brokerId {broker_id} of {master}): slaves hang "
+                "off a master, and RocketMQ chains no slave behind a slave",
+            )
+            continue
+        if name not in masters:
+            per.used.add(name)
+            per.err(
+                name,
+                f"no master {name!r}: the masters of this cluster are {', '.join(masters)} "
+                f"([cluster] brokers = {n_brokers})",
+            )
+            continue
+        count = per.get(name, "int", 0, _slave_count)
+        if count is not None:
+            counts[name] = count
+    return 0, tuple((b, counts[b]) for b in masters if b in counts)
+
+
+def _slaves_text(exp: Experiment) -> str:
+    """The file's slave setting, for messages: ``[cluster] slaves = 1`` or ``= { broker-a = 1 }``."""
+    if not exp.broker_slaves:
+        return f"[cluster] slaves = {exp.slaves}"
+    return "[cluster] slaves = { " + ", ".join(f"{b} = {n}" for b, n in exp.broker_slaves) + " }"
 
 
 def _engine(v: str) -> str | None:
@@ -1016,10 +1084,18 @@ def _check_engine(exp: Experiment, pr: Problems) -> None:
             f"cluster.read_only_brokers: the lab sets brokerPermission on its own brokers only, not on "
             f"engine {engine!r}'s",
         )
-    if exp.slaves:
+    if exp.has_slaves and engine not in MASTER_SLAVE_ENGINES:
         pr.add(
             ("cluster", "slaves"),
-            f"cluster.slaves: the lab runs engine {engine!r} with masters only (slaves are the emulator's)",
+            f"cluster.slaves: the lab runs engine {engine!r} with masters only (master-slave runs on "
+            + ", ".join(("emulator", *MASTER_SLAVE_ENGINES))
+            + ")",
+        )
+    elif exp.replication_lag_ms:
+        pr.add(
+            ("cluster", "replication_lag_ms"),
+            f"cluster.replication_lag_ms: Apache's broker (engine {engine!r}) copies to its slaves as fast "
+            "as it can; the lag is the emulator's",
         )
     # Apache's broker persists its offset table every flushConsumerOffsetInterval, which the engine sets
     # to RocketMQ's 5 s (scaled): a file may say so, so that one experiment flushes alike on both brokers.
@@ -1397,8 +1473,8 @@ def _check_nemeses(exp: Experiment, pr: Problems) -> None:
                 if master in exp.brokers:
                     err(
                         "target",
-                        f"no slave {n.target!r}: {master} has {exp.slaves} slave(s) ([cluster] slaves = "
-                        f"{exp.slaves}; nodes of this experiment: {known})",
+                        f"no slave {n.target!r}: {master} has {exp.slave_count(master)} slave(s) "
+                        f"({_slaves_text(exp)}; nodes of this experiment: {known})",
                     )
                 else:
                     err("target", f"unknown node {n.target!r} (nodes of this experiment: {known})")
@@ -1443,10 +1519,21 @@ def _check_nemeses(exp: Experiment, pr: Problems) -> None:
                     "under the controller 'failover' elects a slave and the old master stays up as a "
                     "slave: there is nothing to undo, remove 'for'",
                 )
-            if not exp.slaves:
+            with_slaves = [b for b in exp.brokers if exp.slave_count(b)]
+            alone = [
+                c for c in candidates(n.target, n.group, nodes) if c in exp.brokers and c not in with_slaves
+            ]
+            if not with_slaves:
                 err(None, "'failover' switches a master to its slave: give [cluster] slaves >= 1")
             elif roles != {"broker"}:
-                err("target", f"'failover' acts on a master: target one of {', '.join(exp.brokers)}")
+                err("target", f"'failover' acts on a master: target one of {', '.join(with_slaves)}")
+            elif alone:
+                err(
+                    "target",
+                    f"'failover' switches a master to its slave, and {', '.join(alone)} "
+                    f"{'has' if len(alone) == 1 else 'have'} none ({_slaves_text(exp)}): target "
+                    + ", ".join(with_slaves),
+                )
         if n.action in NETWORK_ACTIONS and n.peer_given:
             if other != "all" and other not in nodes:
                 known = ", ".join(sorted(nodes, key=node_order))

@@ -342,7 +342,8 @@ class Runner:
         exp, backend = self.exp, self.backend
         backend.declare(exp)
         engine = "" if exp.engine == "emulator" else f" of engine {exp.engine} (Apache RocketMQ's own JVMs)"
-        self.say(f"starting name server and {len(exp.brokers)} broker(s){engine}")
+        slaves = f" with {len(exp.slave_nodes())} slave(s)" if exp.has_slaves else ""
+        self.say(f"starting name server and {len(exp.brokers)} broker(s){slaves}{engine}")
         if exp.real_clients() & set(V5_CLIENTS):  # Apache's v5 clients speak gRPC to rmq-proxy
             self.say("starting rmq-proxy for the RocketMQ 5 clients")
         await backend.start_servers()

@@ -74,6 +74,15 @@ EVENT_FIELDS: Final[dict[str, dict[str, FieldType]]] = {
     "consumer_registered": {"group": STR, "client_id": STR},
     "consumer_unregistered": {"group": STR, "client_id": STR, "reason": STR},
     "offset_committed": {"group": STR, "topic": STR, "queue_id": INT, "offset": INT},
+    # a slave's periodic sync replaced its copy of a committed offset (EVENTS.md, master and slaves)
+    "offset_synced": {
+        "group": STR,
+        "topic": STR,
+        "broker": STR,
+        "queue_id": INT,
+        "offset": INT,
+        "prev_offset": INT,
+    },
     # RocketMQ 5's server-side assignment (EVENTS.md, proposed section): a group with such lines is
     # analysed as server-assigned.
     "assignment": {"group": STR, "client_id": STR, "topic": STR, "pull": STR_LIST, "pop": STR_LIST},
@@ -238,6 +247,11 @@ def join_causes(causes: list[str]) -> str:
 # `offset_committed` (a write to its offset table) and a consumer's `mq_added` (where a new owner
 # resumes: the table's value, read). Field of the offset on each.
 OFFSET_OBSERVATIONS: Final = {"offset_committed": "offset", "mq_added": "next_offset"}
+
+
+# A slave's own table moving back (EVENTS.md, "Offset regressions"): an `offset_synced` whose `offset`
+# (0 or more: -1 is an entry that went away) is below its `prev_offset`.
+SLAVE_OFFSET_SYNC: Final = "offset_synced"
 
 
 def offset_queue_broker(event: str, node: str, broker: Any) -> str:

@@ -62,6 +62,7 @@ ANALYSIS_COLUMNS = (
     "pull",  # an `assignment`'s queues (RocketMQ 5)
     "pop",
     "offset",  # the committed offsets (offset regressions)
+    "prev_offset",  # a slave's offset before its sync replaced it
     "next_offset",
 )
 INGEST_META = "_ingest.json"

@@ -30,6 +30,7 @@ from rmqlab.pipeline.contract import (
     ORDERLY,
     RETRY_PREFIX,
     SERVER_ASSIGNMENT,
+    SLAVE_OFFSET_SYNC,
     STR,
     UNPAUSING_ACTIONS,
     FieldType,
@@ -596,6 +597,28 @@ class RunModel:
                 found[latest][2]["redelivered"] += 1
         return [entry for _o, _q, entry in found]
 
+    def slave_offset_regressions(self, group: str) -> list[dict[str, Any]]:
+        """EVENTS.md's slave offset regressions of the group, in event order: a slave's sync put an older
+        committed offset over its own (apache/rocketmq#1094's mechanism, before any consumer reads it)."""
+        topics = self.group_topics[group]
+        out = []
+        for e in self.events:
+            if e.event != SLAVE_OFFSET_SYNC or e.get("group") != group or e.get("topic") not in topics:
+                continue
+            offset, before = e.get("offset"), e.get("prev_offset")
+            if 0 <= offset < before:
+                out.append(
+                    {
+                        "change_ms": e.ts,
+                        "topic": e.get("topic"),
+                        "queue": queue_key(e.get("broker"), e.get("queue_id")),
+                        "from": before,
+                        "to": offset,
+                        "node": e.rec["node"],
+                    }
+                )
+        return out
+
     # -- convergence ---------------------------------------------------------------------------------
 
     def converged(self, group: str, t: int) -> bool:
@@ -665,6 +688,7 @@ class RunModel:
         out["convergence"] = self.convergence(group)
         out["offset_regressions"] = self.offset_regressions(group)
         out["regression_redelivered"] = sum(r["redelivered"] for r in out["offset_regressions"])
+        out["slave_offset_regressions"] = self.slave_offset_regressions(group)
         out["verdict"] = verdict(
             lost=out["lost"],
             orderly=self.is_orderly(group),

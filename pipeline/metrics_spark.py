@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rmqlab.pipeline import control
-from rmqlab.pipeline.contract import GROUP_METRICS, OFFSET_OBSERVATIONS, ORDERLY, verdict
+from rmqlab.pipeline.contract import GROUP_METRICS, OFFSET_OBSERVATIONS, ORDERLY, SLAVE_OFFSET_SYNC, verdict
 from rmqlab.pipeline.ingest import ORDER_COLUMNS, RUN_SEP, RunStats
 
 if TYPE_CHECKING:
@@ -327,6 +327,43 @@ class Analysis:
             )
         return out
 
+    def slave_offset_regressions(self) -> dict[str, list[dict[str, Any]]]:
+        """EVENTS.md's slave offset regressions per (qualified) group, in event order: the `offset_synced`
+        lines that put an older offset over a slave's own (a few per sync at most reach the driver)."""
+        F = _f()
+        rows = (
+            self.ev.where(
+                (F.col("event") == SLAVE_OFFSET_SYNC)
+                & (F.col("offset") >= 0)
+                & (F.col("offset") < F.col("prev_offset"))
+            )
+            .join(F.broadcast(self.group_topics), [G, T], "left_semi")
+            .select(
+                G,
+                T,
+                F.concat(F.col("broker"), F.lit(":"), F.col("queue_id").cast("string")).alias(Q),
+                "offset",
+                "prev_offset",
+                self._bare_node().alias("by"),
+                *ORDER_COLUMNS,
+            )
+            .collect()
+        )
+        rows.sort(key=lambda r: tuple(r[c] for c in ORDER_COLUMNS))
+        out: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            out.setdefault(r[G], []).append(
+                {
+                    "change_ms": r["ts_ms"],
+                    "topic": r[T],
+                    "queue": r[Q],
+                    "from": r["prev_offset"],
+                    "to": r["offset"],
+                    "node": r["by"],
+                }
+            )
+        return out
+
     # -- summary -------------------------------------------------------------------------------------
 
     def group_metrics(self) -> DataFrame:
@@ -347,6 +384,7 @@ class Analysis:
         clients: dict[str, set[str]] = defaultdict(set)  # the group's clients, of its consumer events
         for g, c in m.group_clients:
             clients[g].add(c)
+        slave_regressions = self.slave_offset_regressions()
         groups: dict[str, dict[str, Any]] = {}
         for g in sorted(m.groups):
             row = {**lines.get(g, {}), **own[g]}
@@ -358,6 +396,7 @@ class Analysis:
             entry["convergence"] = conv.get(g, [])
             entry["offset_regressions"] = regressions.get(g, [])
             entry["regression_redelivered"] = sum(r["redelivered"] for r in entry["offset_regressions"])
+            entry["slave_offset_regressions"] = slave_regressions.get(g, [])
             entry["verdict"] = verdict(
                 lost=entry["lost"],
                 orderly=g in self._orderly,
@@ -382,7 +421,7 @@ class Analysis:
             entry["topics"] = sorted(t.removeprefix(prefix) for t in entry["topics"])
             for change in entry["convergence"]:
                 change["cause"] = change["cause"].replace(prefix, "")
-            for regression in entry["offset_regressions"]:
+            for regression in (*entry["offset_regressions"], *entry["slave_offset_regressions"]):
                 regression["topic"] = regression["topic"].removeprefix(prefix)
             per_run[prefix][name.removeprefix(prefix)] = entry
         return {prefix: _summary_of(self.runs[prefix], groups) for prefix, groups in per_run.items()}

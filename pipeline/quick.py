@@ -94,6 +94,11 @@ def group_line(group: str, g: dict[str, Any], clock: str = "wall") -> str:
             if regressions
             else ""
         )
+        + (
+            f"  slave offsets moved back {len(g['slave_offset_regressions'])}x"
+            if g.get("slave_offset_regressions")
+            else ""
+        )
     )
 
 

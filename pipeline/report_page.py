@@ -56,6 +56,11 @@ REGRESSIONS_METRIC = (
     "after it (regression_redelivered): duplicates the offset bookkeeping explains."
 )
 
+SLAVE_REGRESSIONS_METRIC = (
+    "Times a slave's sync put its master's older offset of a queue over its own (apache/rocketmq#1094): "
+    "the offsets consumers committed to the slave while the master was down, lost to the master's."
+)
+
 UNAVAILABLE_TEXT = (
     "Time during which messages waited on a queue (one had waited more than 3 s of RocketMQ time) and "
     "nobody consumed it, summed over queues, by cause: no owner; allocated but not taken (an orderly "
@@ -185,6 +190,11 @@ def render_html(
             regs, again = g.get("offset_regressions") or [], g.get("regression_redelivered", 0)
             parts.append(f"<td class='num'>{len(regs)}<br><small>{again} again</small></td>")
         parts.append(f"<td><small>{esc(REGRESSIONS_METRIC)}</small></td></tr>")
+        if any(g.get("slave_offset_regressions") for g in summary["groups"].values()):
+            parts.append("<tr><td>slave_offset_regressions</td>")
+            for g in summary["groups"].values():
+                parts.append(f"<td class='num'>{len(g.get('slave_offset_regressions') or [])}</td>")
+            parts.append(f"<td><small>{esc(SLAVE_REGRESSIONS_METRIC)}</small></td></tr>")
         parts.append("<tr><td>unavailable</td>")
         for g in summary["groups"].values():
             un = g.get("unavailability") or {}
@@ -263,6 +273,10 @@ def render_html(
         if g.get("offset_regressions"):
             parts.append("<details><summary>offset regressions (summary.json)</summary><pre>")
             parts.append(esc(json.dumps(g["offset_regressions"], indent=1)))
+            parts.append("</pre></details>")
+        if g.get("slave_offset_regressions"):
+            parts.append("<details><summary>slave offset regressions (summary.json)</summary><pre>")
+            parts.append(esc(json.dumps(g["slave_offset_regressions"], indent=1)))
             parts.append("</pre></details>")
     parts.append(f"<h2>How the verdict is decided</h2><p>{esc(VERDICT_RULES)}</p>")
     parts.append(

@@ -706,7 +706,7 @@ class SimBackend:
         slave = n.node in exp.slave_nodes()
         master, broker_id = slave_of(n.node) if slave else (n.node, 0)
         ha: dict[str, Any] = {}
-        if exp.slaves:  # the settings rmq-chaos gives as flags (Experiment.broker_flags, slave_flags)
+        if exp.slave_count(master):  # the settings rmq-chaos gives as flags (broker_flags, slave_flags)
             ha = {
                 "broker_id": broker_id,
                 # in controller mode the controller decides; the role is the one taken as master

@@ -274,9 +274,14 @@ def broker_properties(
     sizes: StoreSizes | None = None,
     home: str | Path | None = None,
     timer_wheel: bool = False,
+    broker_id: int = 0,
+    broker_role: str = "ASYNC_MASTER",
+    slave_read_enable: bool = False,
 ) -> dict[str, str]:
     """A broker's settings (the ``-c`` file's keys, as BrokerConfig, NettyServerConfig and
     MessageStoreConfig name them), with the time scale applied to every interval RocketMQ lets a file set.
+    A ``broker_id`` above 0 makes a slave of the master of the same ``name`` (brokerRole SLAVE): it finds
+    the master's HA address (its listenPort + 1, set by BrokerStartup) in its registration's answer.
     """
     eng = engine if isinstance(engine, Engine) else resolve_engine(engine)
     sizes = sizes or StoreSizes()
@@ -284,8 +289,8 @@ def broker_properties(
     props: dict[str, str] = {
         "brokerClusterName": cluster,
         "brokerName": name,
-        "brokerId": "0",
-        "brokerRole": "ASYNC_MASTER",
+        "brokerId": str(broker_id),
+        "brokerRole": "SLAVE" if broker_id else broker_role,
         "flushDiskType": "ASYNC_FLUSH",
         "brokerIP1": host,
         "listenPort": str(port),
@@ -312,6 +317,8 @@ def broker_properties(
         # not retry that code, and the run's workload would lose the send for a cause of no interest.
         "waitTimeMillsInSendQueue": "2000",
     }
+    if slave_read_enable:
+        props["slaveReadEnable"] = "true"
     if home is not None:
         props["rocketmqHome"] = str(home)
     if eng.major >= 5:

@@ -7,8 +7,10 @@ It writes the member's configuration (``engine.plan``'s files, the lab's time sc
 JVM as its child in its own process group, so that the supervisor's signals (SIGSTOP, SIGCONT, SIGKILL,
 SIGTERM to the group) reach the JVM itself, and prints ``READY HOST:PORT native=HOST:PORT`` once the
 member serves: a name server once it answers, a broker once the name server lists it and routes each of
-its ``--topic`` (created on it through UPDATE_AND_CREATE_TOPIC) to it. ``--port 0`` picks a free port, which
-the supervisor then passes again on a restart, so that a broker comes back at its address with its store.
+its ``--topic`` (created on it through UPDATE_AND_CREATE_TOPIC) to it, a slave (``--broker-id 1``, the
+master's ``--name``) once the name server lists it under its master's name. ``--port 0`` picks a free
+port, which the supervisor then passes again on a restart, so that a broker comes back at its address
+with its store.
 It exits with the JVM's status. Apache's broker writes no lab events; this process writes a ``log`` line
 when its member is up and when it exited.
 """
@@ -75,6 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=positive_float, default=90.0, help="seconds to come up (default 90)")
     p.add_argument("--heap-mb", type=int, default=None, help="the JVM's heap (default: engine.Heaps)")
     p.add_argument("--timer-wheel", action="store_true", help="5.x: keep the timer wheel (POP needs it)")
+    p.add_argument(
+        "--broker-id",
+        type=int,
+        default=0,
+        help="0 (default): a master; 1..N: a slave of --name (brokerRole SLAVE)",
+    )
+    p.add_argument(
+        "--broker-role",
+        choices=("ASYNC_MASTER", "SYNC_MASTER"),
+        default="ASYNC_MASTER",
+        help="a master's role",
+    )
+    p.add_argument("--slave-read-enable", action="store_true", help="slaveReadEnable")
     add_common_args(p)
     return p
 
@@ -101,7 +116,8 @@ def run(args: argparse.Namespace, log: EventLog) -> int:
         return 3
     run_dir = Path(args.run_dir).resolve()
     home = write_home(run_dir / "rocketmq-home")
-    member_dir = run_dir / name
+    # a slave shares its master's brokerName, not its folder
+    member_dir = run_dir / (f"{name}-s{args.broker_id}" if args.broker_id else name)
     (member_dir / "tmp").mkdir(parents=True, exist_ok=True)
     port = args.port or free_port(args.host, also=(-2, 1) if args.role == "broker" else ())
     addr = f"{args.host}:{port}"
@@ -128,6 +144,9 @@ def run(args: argparse.Namespace, log: EventLog) -> int:
             home=home,
             auto_create_topic=False,  # the experiment's topics only, created with their queue counts
             timer_wheel=args.timer_wheel,
+            broker_id=args.broker_id,
+            broker_role=args.broker_role,
+            slave_read_enable=args.slave_read_enable,
         )
         heaps = Heaps(broker_mb=args.heap_mb or heaps.broker_mb)
         argv = broker_argv(env, conf, heaps=heaps, time_scale=args.time_scale, cds=cds, **common)
@@ -196,7 +215,9 @@ def _wait_up(
                 if args.role == "namesrv":
                     cluster_brokers(addr, 1.0)
                     return
-                if cluster_brokers(args.namesrv, 1.0).get(name, {}).get(0) == addr:
+                if cluster_brokers(args.namesrv, 1.0).get(name, {}).get(args.broker_id) == addr:
+                    if args.broker_id:
+                        return  # a slave copies its master's topics in its sync (SlaveSynchronize)
                     if not created:
                         for topic, queues in args.topic:
                             create_topic(addr, topic, queues)

@@ -171,3 +171,10 @@ def test_tally_counts_and_drain_condition() -> None:
     assert "last: kill consumer-1" in line
     assert tally.groups["g1"].live_clients == set()
     assert json.dumps(tally.summary())
+
+
+def test_validate_names_each_masters_slaves(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "ha-failover-java"]) == 0
+    assert "  slaves: broker-a 1, broker-b 0 (ASYNC_MASTER)\n" in capsys.readouterr().out
+    assert main(["validate", "demo"]) == 0
+    assert "slaves:" not in capsys.readouterr().out

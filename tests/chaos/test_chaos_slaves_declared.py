@@ -53,3 +53,24 @@ def test_slaves_are_declared_after_their_masters_with_the_slave_flags(tmp_path: 
         assert flag(slave, "--store-dir").endswith("store/broker-b-s1")
     finally:
         cluster.sup.close()
+
+
+@pytest.mark.parametrize("kind", ["local", "docker"])
+def test_a_per_master_slave_count_declares_slaves_of_that_master_only(tmp_path: Path, kind: str) -> None:
+    exp = ex.parse(TEXT.replace("slaves = 1", "slaves = { broker-b = 2 }"))
+    if kind == "local":
+        cluster: LocalCluster = LocalCluster(tmp_path, time_scale=0.05)
+    else:
+        cluster = ContainerCluster(tmp_path, image=ImageInfo("img", "sha256:0", "d"), time_scale=0.05)
+        cluster.sup.free_ips = [f"172.30.0.{i}" for i in range(10, 30)]  # type: ignore[attr-defined]
+    try:
+        cluster.declare(exp)
+        members = {m.node: m for m in cluster.sup}
+        brokers = [n for n, m in members.items() if m.role == "broker"]
+        assert brokers == ["broker-a", "broker-b", "broker-b-s1", "broker-b-s2"]
+        # broker-a has no slave: a plain master, not a SYNC_MASTER waiting for one
+        assert "--broker-role" not in members["broker-a"].args
+        assert flag(members["broker-b"].args, "--broker-role") == "SYNC_MASTER"
+        assert flag(members["broker-b-s2"].args, "--broker-id") == "2"
+    finally:
+        cluster.sup.close()

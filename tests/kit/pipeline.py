@@ -52,3 +52,17 @@ def check_case(c: Case, summary: dict[str, Any], prefix: str = "", shift: int = 
         ]  # fmt: skip
         assert got == expected, group
         assert all(e["topic"].removeprefix(prefix) == "T" for e in entries), group
+    for group, expected_sync in c.slave_regressions.items():
+        synced = summary["groups"][prefix + group]["slave_offset_regressions"]
+        got_sync = [
+            (
+                e["change_ms"] - shift,
+                e["queue"].removeprefix(prefix),
+                e["from"],
+                e["to"],
+                e["node"].removeprefix(prefix),
+            )
+            for e in synced
+        ]
+        assert got_sync == expected_sync, group
+        assert all(e["topic"].removeprefix(prefix) == "T" for e in synced), group

@@ -115,6 +115,17 @@ class Builder:
             topic=topic, queue_id=int(qid), offset=offset, **named,
         )  # fmt: skip
 
+    def synced(
+        self, ts: int, queue: str, offset: int, prev: int, group: str = "g", topic: str = "T",
+        node: str = "b-s1",
+    ) -> None:  # fmt: skip
+        """The slave `node` of `queue`'s broker replaced its offset `prev` with its master's `offset`."""
+        broker, qid = queue.split(":")
+        self.ev(
+            f"{node}.jsonl", ts, "offset_synced", node, "broker", broker=broker, broker_id=1, group=group,
+            topic=topic, queue_id=int(qid), offset=offset, prev_offset=prev, master_addr="10.0.0.1:10911",
+        )  # fmt: skip
+
     def removed(
         self, ts: int, node: str, client: str, queue: str, group: str = "g", topic: str = "T",
         rel: str | None = None,
@@ -177,6 +188,8 @@ class Case:
     convergence: dict[str, list[tuple[int, bool, int | None]]] = field(default_factory=dict)
     # expected offset regressions per group: (change_ms, queue, from, to, event, node, redelivered)
     regressions: dict[str, list[tuple[int, str, int, int, str, str, int]]] = field(default_factory=dict)
+    # expected slave offset regressions per group: (change_ms, queue, from, to, node)
+    slave_regressions: dict[str, list[tuple[int, str, int, int, str]]] = field(default_factory=dict)
     run: dict[str, Any] | None = None  # expected run block, when the case is about the lines themselves
 
     def files(self, prefix: str = "", shift: int = 0) -> dict[str, list[str]]:
@@ -862,6 +875,27 @@ def _offset_slave(b: Builder) -> None:
     line = {"ts_ms": b.t(50), "event": "offset_committed", "node": b.n("b"), "role": "broker",
             "group": b.n("g"), "topic": b.n("T"), "queue_id": 0, "offset": 2, "broker": 7}  # fmt: skip
     b.raw("b.jsonl", json.dumps(line))
+
+
+@case(
+    "slave_offset_sync_moving_back", 100,
+    # The slave b-s1 of broker b copies its master's offsets: b:0 gets 5 (20, none before), 8 (30),
+    # then 3 over 8 at 40 (the master's older table: a slave regression 8 -> 3); b:1's entry goes away
+    # at 45 (-1: no offset, not a move back) and gets 2 over 6 at 50 (6 -> 2). Ignored: group h's and
+    # topic Other's lines moving back. A sync is no observation of the committed offset: the
+    # consumers' figure (offset_regressions) stays empty, as nobody committed or resumed.
+    groups={"g": dict(offset_regressions=[], regression_redelivered=0)},
+    slave_regressions={"g": [(40, "b:0", 8, 3, "b-s1"), (50, "b:1", 6, 2, "b-s1")]},
+)  # fmt: skip
+def _slave_offset_sync(b: Builder) -> None:
+    _one_owner(b, ["b:0", "b:1"])
+    b.synced(20, "b:0", 5, -1)
+    b.synced(30, "b:0", 8, 5)
+    b.synced(40, "b:0", 3, 8)
+    b.synced(45, "b:1", -1, 4)
+    b.synced(50, "b:1", 2, 6)
+    b.synced(55, "b:0", 1, 9, group="h")
+    b.synced(56, "b:0", 1, 9, topic="Other")
 
 
 MALFORMED = [

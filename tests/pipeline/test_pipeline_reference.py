@@ -28,7 +28,7 @@ def test_every_summary_field_is_present(tmp_path: Path) -> None:
         "topics", "sent", "consumed_unique", "lost", "duplicates", "duplicated_messages", "overlap_ms",
         "orphan_ms", "idle_member_ms", "stalled_ms", "concurrent_consume_ms", "order_violations",
         "consumers_without_messages", "convergence", "offset_regressions", "regression_redelivered",
-        "verdict",
+        "slave_offset_regressions", "verdict",
     }  # fmt: skip
     for entry in group["convergence"]:
         assert set(entry) == {"change_ms", "cause", "converged", "convergence_ms"}

@@ -111,3 +111,28 @@ def test_the_page_draws_a_row_each_and_dots_past_many() -> None:
     assert few and many and png_height(many) <= 450
     assert report_plots.regressions_text(many_entries) == report_plots.REGRESSIONS_DOTS_TEXT
     assert report_plots.plot_offset_regressions([], data, "G", []) is None
+
+
+def test_the_page_counts_a_slaves_offsets_moving_back_when_there_are_any() -> None:
+    data = PlotData(0, END, 1000, clock=CLOCK)
+    run = {"events": 1, "malformed_lines": 0, "start_ms": 0, "end_ms": END, "t0_ms": 0, "time_scale": 1.0}
+    synced = [
+        {
+            "change_ms": 25_000,
+            "topic": "T",
+            "queue": f"broker-a:{q}",
+            "from": 215,
+            "to": 130,
+            "node": "broker-a-s1",
+        }
+        for q in range(3)
+    ]
+    page = render_html(
+        {"run": run, "groups": {"G": {**group([]), "slave_offset_regressions": synced}}}, data, "x"
+    )
+    assert "<tr><td>slave_offset_regressions</td><td class='num'>3</td>" in page
+    assert "slave offset regressions (summary.json)" in page and "broker-a-s1" in page
+    quiet = render_html(
+        {"run": run, "groups": {"G": {**group([]), "slave_offset_regressions": []}}}, data, "x"
+    )
+    assert "slave_offset_regressions" not in quiet

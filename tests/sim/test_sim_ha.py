@@ -168,3 +168,26 @@ def test_process_and_network_nemeses_act_on_slaves_and_failover_needs_one_runnin
     }
     assert {("broker-a-s1", 1), ("broker-a-s2", 2)} <= ids
     assert (tmp_path / "broker-a-s1.3.jsonl").exists()  # killed, started, restarted: three incarnations
+
+
+def test_a_master_with_a_slave_fails_over_beside_a_master_without_one(tmp_path: Path) -> None:
+    # broker-a has a slave and is a SYNC_MASTER; broker-b has none, so it must be a plain master whose
+    # sends succeed (a SYNC_MASTER without a slave would refuse them all)
+    text = (SHIPPED / "ha-failover.toml").read_text()
+    text = text.replace("slaves = 1", 'slaves = { broker-a = 1 }\nbroker_role = "SYNC_MASTER"')
+    assert 'target = "broker-a"' in text
+    out = io.StringIO()
+    result = SimCluster(parse_sim(text), tmp_path, out=out, progress=False).run()
+    assert not result.errors, result.errors
+    assert "starting name server and 2 broker(s) with 1 slave(s)" in out.getvalue()
+    run = read_run(tmp_path, "TradeTopic")
+    assert ("failover", "broker-a") in run.nemeses and run.skipped == []
+    assert sorted(p.name for p in tmp_path.glob("broker-*-s*.jsonl")) == ["broker-a-s1.jsonl"]
+    roles = {
+        (e["node"], e["broker_role"])
+        for e in lines(tmp_path, "broker-*.jsonl")
+        if e["event"] == "broker_started"
+    }
+    assert {("broker-a", "SYNC_MASTER"), ("broker-a-s1", "SLAVE"), ("broker-b", "ASYNC_MASTER")} <= roles
+    assert run.sent_to("broker-b") > 0 and run.sent_to("broker-a") > 0
+    assert run.lost == 0 and run.slave_commits > 0

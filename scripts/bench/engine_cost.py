@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqlab.chaos.__main__ import resolve
+from rmqlab.interop.apache.engine import rss_kb
 
 EMULATOR = "emulator"
 SERVER_ROLES = ("namesrv", "broker")
@@ -57,17 +58,6 @@ def proc_stat(pid: int) -> tuple[int, str, float] | None:
     comm = head.split("(", 1)[1]
     fields = rest.split()
     return int(fields[1]), comm, (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def proc_rss_kb(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 @dataclass
@@ -135,7 +125,7 @@ class Sampler:
                 if pid not in stats:
                     continue
                 _ppid, comm, cpu = stats[pid]
-                rss = proc_rss_kb(pid)
+                rss = rss_kb(pid)
                 if rss is None:
                     continue
                 r = self.readings.get(pid)

@@ -970,6 +970,8 @@ def _cluster(cluster: _Table | None) -> tuple[int, bool, int, str, dict[str, Any
 def _brokers_among(v: list[str], names: tuple[str, ...]) -> str | None:
     wrong = [b for b in v if b not in names]
     return f"{wrong[0]!r} is not a broker (brokers: {', '.join(names)})" if wrong else None
+
+
 def _slave_count(v: int) -> str | None:
     return None if 0 <= v <= MAX_SLAVES else f"must be a whole number 0..{MAX_SLAVES}, got {v}"
 

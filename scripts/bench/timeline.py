@@ -49,9 +49,7 @@ def measure(page: Any, path: Path, zoom: bool) -> dict[str, Any]:
         out["zoom_frame_ms"] = {"median": round(statistics.median(frames), 2), "max": round(max(frames), 2)}
         out["rows"] = page.evaluate("window.timeline.rows()")
         # Every broker unfolded (a large run opens folded): the frames with all rows laid out.
-        page.evaluate(
-            "(b => b.textContent === 'unfold all' && b.click())(document.getElementById('fold'))"
-        )
+        page.evaluate("(b => b.textContent === 'unfold all' && b.click())(document.getElementById('fold'))")
         page.keyboard.press("0")
         frames = page.evaluate(ZOOM_FRAMES)
         out["unfolded_rows"] = page.evaluate("window.timeline.rows()")

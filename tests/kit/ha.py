@@ -57,9 +57,15 @@ def read_run(run_dir: Path, topic: str) -> HaRun:
     for e in lines(run_dir, "consumer-*.jsonl"):
         if e["event"] == "message_consumed" and e.get("topic") == topic:
             run.deliveries[e["msg_id"]] += 1
-    for e in lines(run_dir, "consumer-*.2.jsonl"):
-        if e["event"] == "mq_added" and e.get("topic") == topic:
-            run.restart_offsets.setdefault((e["broker"], e["queue_id"]), e["next_offset"])
+    # where each queue was first taken after the restart, by whichever consumer took it first: a queue the
+    # first one to start took over, and handed on at the second's rebalance, starts where it was first taken
+    added = [
+        e
+        for e in lines(run_dir, "consumer-*.2.jsonl")
+        if e["event"] == "mq_added" and e.get("topic") == topic
+    ]
+    for e in sorted(added, key=lambda e: e["ts_ms"]):
+        run.restart_offsets.setdefault((e["broker"], e["queue_id"]), e["next_offset"])
     for e in lines(run_dir, "broker-*-s*.jsonl"):
         if e["event"] == "offset_committed" and e.get("topic") == topic:
             run.slave_commits += 1
